@@ -1,0 +1,36 @@
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..sw.params import SchedulerParams
+
+__all__ = ["ICV"]
+
+
+class ICV(wiring.Component):
+    """Idle Chiplet Vector: an ``C``-bit register bank, 1 = idle.
+
+    ``value' = (value | release) & ~alloc`` every cycle: allocation by AND-NOT with the
+    trajectory, release by OR with the (already OR-ed) completion masks; a chiplet released
+    and allocated in the same cycle ends busy.  Reset: all ones.
+
+    Members
+    -------
+    alloc : In(C)
+        Trajectory to allocate this cycle (0 = none).
+    release : In(C)
+        Chiplets that became idle this cycle (several completions OR-ed).
+    value : Out(C)
+        Current vector, read concurrently by the matcher.  Latency: an update shows on
+        ``value`` the next cycle.
+    """
+
+    def __init__(self, p: SchedulerParams):
+        self.p = p
+        C = p.chiplets
+        super().__init__({"alloc": In(C), "release": In(C), "value": Out(C, init=(1 << C) - 1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.value.eq((self.value | self.release) & ~self.alloc)
+        return m

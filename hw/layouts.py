@@ -1,0 +1,69 @@
+"""Stream payload layouts of the scheduler, all derived from :class:`SchedulerParams`.
+
+The testbenches pack and unpack beats with these same layouts (``layout.const(...)`` and
+``layout.from_bits(...)``), so a field moves in one place only.
+"""
+
+from amaranth.lib import data
+
+from ..sw.params import SchedulerParams
+
+__all__ = ["key_layout", "record_layout", "gate_layout", "req_init_layout", "entry_layout",
+           "dispatch_from_bits", "gate_bits", "req_init_bits",
+           "dispatch_layout"]
+
+
+def key_layout(p: SchedulerParams) -> data.StructLayout:
+    """Sorter key: token count and lane (expert) id."""
+    return data.StructLayout({"count": p.count_width, "id": p.lane_id_bits})
+
+
+def record_layout(p: SchedulerParams) -> data.StructLayout:
+    """One gate result as the EIT takes it."""
+    return data.StructLayout({"request": p.request_bits, "chiplet": p.chiplet_bits,
+                              "expert": p.expert_bits})
+
+
+def gate_layout(p: SchedulerParams) -> data.StructLayout:
+    """Scheduler ``gate`` stream: a record plus ``last`` (final record of the round)."""
+    return data.StructLayout({"request": p.request_bits, "chiplet": p.chiplet_bits,
+                              "expert": p.expert_bits, "last": 1})
+
+
+def req_init_layout(p: SchedulerParams) -> data.StructLayout:
+    return data.StructLayout({"request": p.request_bits, "t_qos": p.qos_width})
+
+
+def entry_layout(p: SchedulerParams) -> data.StructLayout:
+    """EIT entry of one (request, expert): trajectory mask and token count."""
+    return data.StructLayout({"mask": p.chiplets, "count": p.count_width})
+
+
+def dispatch_layout(p: SchedulerParams) -> data.StructLayout:
+    """Scheduler ``dispatch`` stream (see :class:`fsedp.sw.scheduler.Dispatch`)."""
+    return data.StructLayout({
+        "kind": 1,
+        "expert": p.expert_bits,
+        "count": p.count_width,
+        "traj": p.chiplets,
+        "entry": p.chiplet_bits,
+        "next_hop": data.ArrayLayout(p.chiplet_bits, p.chiplets),
+    })
+
+
+def dispatch_from_bits(p: SchedulerParams, bits: int):
+    """Decode a ``dispatch`` beat into the golden model's :class:`Dispatch`."""
+    from ..sw.scheduler import Dispatch
+
+    v = dispatch_layout(p).from_bits(bits)
+    return Dispatch(int(v.kind), int(v.expert), int(v.count), int(v.traj), int(v.entry),
+                    tuple(int(v.next_hop[c]) for c in range(p.chiplets)))
+
+
+def gate_bits(p: SchedulerParams, request: int, chiplet: int, expert: int, last: bool) -> int:
+    return gate_layout(p).const({"request": request, "chiplet": chiplet, "expert": expert,
+                                 "last": int(last)}).as_bits()
+
+
+def req_init_bits(p: SchedulerParams, request: int, t_qos: int) -> int:
+    return req_init_layout(p).const({"request": request, "t_qos": t_qos}).as_bits()

@@ -1,0 +1,214 @@
+"""FSE-DP trajectory scheduler golden model (Algorithm 1 with Algorithm 2 in front).
+
+A *round* schedules one MoE layer of one iteration:
+
+1. **Fill** - gate records enter the EIT (one per token and activated expert).
+2. **Pass 1** - scan the EIT over all experts with every request included: ``n_e`` over all
+   present requests gives each request's ``cold_hit`` bit.
+3. **Token buffering** - Algorithm 2 decides the defer mask (:mod:`.token_buffer`).
+4. **Pass 2** - scan again including only non-deferred requests; the merged counts feed the
+   sorter, the merged masks are the trajectories ``T_e``; the EIT is cleared.
+5. **Sort** - bitonic sort, descending count, ties to the lower id (:mod:`.sorter`).
+6. **Schedule** - the paired-load order (:mod:`.pairing`) of the ``n`` experts with a
+   non-zero count is the priority list.  Whenever a decision is possible the scheduler
+   dispatches the *first* unscheduled expert of the list with ``T_e & ICV != 0`` to entry
+   chiplet ``c* = lowest(T_e & ICV)``, sets ``ICV &= ~T_e`` and records ``T_e`` in slot
+   ``c*``; then it checks the Rule 4 pre-load of the expert's partner (:mod:`.matcher`).
+   When no expert is eligible it waits for a completion (a mask of slots) and releases the
+   chiplets no running expert still covers.  The round ends when all ``n`` experts have been
+   dispatched and have completed; the ICV is then all ones again.
+
+Completions are only taken while no decision is possible (the RTL holds ``done.ready`` low
+while it scans), which makes the sequence of decisions a function of the sequence of
+completion masks alone: the cosimulation replays the RTL's accepted completions into this
+model and compares every dispatch.
+"""
+
+from dataclasses import dataclass, field
+
+from .eit import EIT, GateRecord
+from .icv import ICV
+from .matcher import entry_chiplet, lowest_bit, next_hops, release_mask
+from .pairing import paired_index, partner
+from .params import SchedulerParams
+from .sorter import bitonic_sort, sorter_keys
+from .token_buffer import TokenBuffer
+
+__all__ = ["Dispatch", "RoundPlan", "Scheduler", "run_round"]
+
+DISPATCH = 0
+PRELOAD = 1
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One beat of the scheduler's dispatch stream.
+
+    ``kind`` is ``DISPATCH`` (start streaming ``expert`` along ``traj`` entering at
+    ``entry``) or ``PRELOAD`` (Rule 4: let chiplet ``entry`` pre-load the expert's
+    micro-slices into free buffer slots).  ``next_hop`` is the ring routing table.
+    """
+
+    kind: int
+    expert: int
+    count: int
+    traj: int
+    entry: int
+    next_hop: tuple[int, ...]
+
+    def as_dict(self) -> dict:
+        return {
+            "kind": "dispatch" if self.kind == DISPATCH else "preload",
+            "expert": self.expert,
+            "count": self.count,
+            "traj": self.traj,
+            "entry": self.entry,
+            "next_hop": list(self.next_hop),
+        }
+
+
+@dataclass
+class RoundPlan:
+    """What the front half of a round produced (inputs of the scheduling loop)."""
+
+    defer: int                      # defer bit-mask over requests
+    cold_hit: int                   # cold_hit bit-mask over requests
+    present: int                    # requests with at least one record
+    counts: list[int]               # merged count per expert (after deferral)
+    trajs: list[int]                # merged trajectory mask per expert
+    sorted_keys: list[tuple[int, int]]  # sorter output (count, id) per lane
+    n: int                          # experts with a non-zero count
+    order: list[int] = field(default_factory=list)  # expert ids in paired-load order
+
+
+class Scheduler:
+    def __init__(self, p: SchedulerParams):
+        self.p = p
+        self.eit = EIT(p)
+        self.tb = TokenBuffer(p)
+        self.icv = ICV(p)
+        self.reset()
+
+    # -- state ---------------------------------------------------------------------------
+    def reset(self):
+        """Power-on / mid-round reset: empty EIT, zero request table, all chiplets idle."""
+        self.eit.reset()
+        self.tb.reset()
+        self.icv.reset()
+        self.running = [0] * self.p.chiplets
+        self.plan: RoundPlan | None = None
+        self.scheduled: list[bool] = []
+        self.preloaded: list[bool] = []
+        self.spurious_done = False
+
+    def init_request(self, request: int, t_qos: int):
+        self.tb.init_request(request, t_qos)
+
+    @property
+    def in_round(self) -> bool:
+        return self.plan is not None
+
+    @property
+    def round_done(self) -> bool:
+        return self.plan is not None and all(self.scheduled) and not any(self.running)
+
+    # -- front half ----------------------------------------------------------------------
+    def start_round(self, records) -> RoundPlan:
+        if self.plan is not None:
+            raise RuntimeError("start_round while a round is in progress")
+        p = self.p
+        self.eit.overflow = self.eit.bad_record = self.spurious_done = False
+        for rec in records:
+            self.eit.write(rec if isinstance(rec, GateRecord) else GateRecord(*rec))
+        everyone = (1 << p.requests) - 1
+        present = cold_hit = 0
+        for e in range(p.experts):
+            s = self.eit.scan(e, everyone)
+            present |= s.present
+            if 0 < s.count < p.theta_min:
+                cold_hit |= s.present
+        defer = self.tb.decide(present, cold_hit)
+        counts, trajs = [], []
+        for e in range(p.experts):
+            s = self.eit.scan(e, everyone & ~defer, clear=True)
+            counts.append(s.count)
+            trajs.append(s.mask)
+        keys = bitonic_sort(sorter_keys(counts, p.sorter_lanes))
+        n = sum(1 for c in counts if c)
+        plan = RoundPlan(defer, cold_hit, present, counts, trajs, keys, n)
+        plan.order = [keys[paired_index(k, n)][1] for k in range(n)]
+        self.plan = plan
+        self.scheduled = [False] * n
+        self.preloaded = [False] * n
+        if n == 0:
+            self.plan = None
+        return plan
+
+    # -- scheduling loop -----------------------------------------------------------------
+    def _beat(self, kind: int, position: int, entry: int) -> Dispatch:
+        e = self.plan.order[position]
+        traj = self.plan.trajs[e]
+        return Dispatch(kind, e, self.plan.counts[e], traj, entry, next_hops(traj, self.p.chiplets))
+
+    def decide(self) -> list[Dispatch]:
+        """Every dispatch and pre-load possible now, in order; stops when none is possible."""
+        out = []
+        if self.plan is None:
+            return out
+        n = self.plan.n
+        while True:
+            icv = self.icv.value
+            k = next((k for k in range(n) if not self.scheduled[k]
+                      and self.plan.trajs[self.plan.order[k]] & icv), None)
+            if k is None:
+                break
+            traj = self.plan.trajs[self.plan.order[k]]
+            entry = entry_chiplet(traj, icv)
+            out.append(self._beat(DISPATCH, k, entry))
+            self.scheduled[k] = True
+            self.running[entry] = traj
+            self.icv.update(alloc=traj)
+            q = partner(k, n)
+            if q is not None and not self.scheduled[q] and not self.preloaded[q]:
+                qtraj = self.plan.trajs[self.plan.order[q]]
+                if not qtraj & self.icv.value:
+                    out.append(self._beat(PRELOAD, q, lowest_bit(qtraj)))
+                    self.preloaded[q] = True
+        return out
+
+    def complete(self, done: int):
+        """Experts in the slots of bit-mask ``done`` completed (one cycle, several allowed)."""
+        valid = sum(1 << s for s, t in enumerate(self.running) if t)
+        if done & ~valid:
+            self.spurious_done = True
+        done &= valid
+        rel = release_mask(self.running, done)
+        for s in range(self.p.chiplets):
+            if done >> s & 1:
+                self.running[s] = 0
+        self.icv.update(release=rel)
+        if self.round_done:
+            self.plan = None
+
+    @property
+    def flags(self) -> dict:
+        return {"overflow": self.eit.overflow, "bad_record": self.eit.bad_record,
+                "spurious_done": self.spurious_done}
+
+
+def run_round(sched: Scheduler, records, pick_done=None) -> tuple[RoundPlan, list]:
+    """Run a whole round; ``pick_done(running)`` chooses the completion mask each time the
+    scheduler waits (default: the lowest running slot).  Returns the plan and the event list
+    ``[("dispatch"|"preload", Dispatch) | ("done", mask)]``."""
+    plan = sched.start_round(records)
+    events = []
+    while sched.plan is not None:
+        for d in sched.decide():
+            events.append(("dispatch" if d.kind == DISPATCH else "preload", d))
+        if sched.plan is None:
+            break
+        running = sum(1 << s for s, t in enumerate(sched.running) if t)
+        mask = pick_done(sched.running) if pick_done else running & -running
+        events.append(("done", mask))
+        sched.complete(mask)
+    return plan, events

@@ -1,0 +1,63 @@
+"""Token buffering golden model (FSE-DP Algorithm 2) with its request table.
+
+Per request ``r`` the table holds the QoS timer ``T_QoS(r)`` (``qos_width`` bits,
+saturating) and the forward-pass counter ``C_fw(r)`` (wide enough for ``N_threshold``,
+saturating).  Decisions taken once per round for every request *present* in the round
+(at least one gate record), in this order::
+
+    if C_fw(r) >= N_threshold:  T_QoS(r) += 1 (saturating); C_fw(r) = 0     # lines 2-5
+    if cold_hit(r) and T_QoS(r) > 0:                                        # line 6
+        defer r;  T_QoS(r) -= 1;  C_fw(r) = 0                               # lines 7-8
+    else:
+        C_fw(r) += 1 (saturating)
+
+``cold_hit(r)``: some expert activated by r has ``0 < n_e < theta_min`` where ``n_e`` counts
+the tokens of *all* requests present in the round (before any deferral).  ``C_fw`` counts
+consecutive rounds in which the request was scheduled; a deferral restarts it.  Requests that
+are absent from a round keep their state.  ``theta_min = 0`` never defers.
+
+A deferred request's gate records are taken out of the layer: the EIT's merge scan excludes
+its bank (the entries are cleared all the same) and the host re-presents its tokens in a later
+iteration.
+"""
+
+from .params import SchedulerParams
+
+__all__ = ["TokenBuffer"]
+
+
+class TokenBuffer:
+    def __init__(self, p: SchedulerParams):
+        self.p = p
+        self.reset()
+
+    def reset(self):
+        self.t_qos = [0] * self.p.requests
+        self.c_fw = [0] * self.p.requests
+
+    def init_request(self, request: int, t_qos: int):
+        """Admit (or re-admit) a request: ``T_QoS = t_qos`` (saturated), ``C_fw = 0``."""
+        if not 0 <= request < self.p.requests:
+            raise ValueError(f"request {request} outside 0..{self.p.requests - 1}")
+        self.t_qos[request] = min(t_qos, self.p.qos_max)
+        self.c_fw[request] = 0
+
+    def decide(self, present: int, cold_hit: int) -> int:
+        """Run Algorithm 2 for every present request; return the defer bit-mask."""
+        p = self.p
+        defer = 0
+        for r in range(p.requests):
+            if not present >> r & 1:
+                continue
+            t, c = self.t_qos[r], self.c_fw[r]
+            if c >= p.n_threshold:
+                t = min(t + 1, p.qos_max)
+                c = 0
+            if cold_hit >> r & 1 and t > 0:
+                defer |= 1 << r
+                t -= 1
+                c = 0
+            else:
+                c = min(c + 1, p.cfw_max)
+            self.t_qos[r], self.c_fw[r] = t, c
+        return defer
