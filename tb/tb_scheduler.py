@@ -1,0 +1,180 @@
+"""cocotb testbench of the scheduler top (``fsedp_scheduler``) against the golden model.
+
+Driver -> DUT -> monitor -> :class:`fsedp.sw.cosim.RoundChecker`.  One cycle-level loop
+drives every stream (random valid gaps on ``gate``, random ``ready`` on ``dispatch``),
+models the datapath's completions (:class:`fsedp.sw.cosim.DatapathModel`), optionally
+resets the DUT in the middle of a round, and measures scheduling latency in cycles.
+
+Knobs (``FSEDP_KNOBS``): rounds, seed, stall, tokens, top_k, reset_every, bad_records,
+rounds_file (JSON list of rounds: ``{"records": [[r, c, e], ...], "req_inits": [...]}``).
+"""
+
+import json
+import random
+
+import cocotb
+from cocotb.triggers import ReadOnly, RisingEdge
+
+from fsedp.hw.layouts import dispatch_from_bits, gate_bits, req_init_bits
+from fsedp.sw.cosim import DatapathModel, Round, RoundChecker, random_round
+from streams import knobs, params, start, u, write_report
+
+
+def make_rounds(p, k, rng):
+    if k.get("rounds_file"):
+        with open(k["rounds_file"]) as f:
+            return [Round([tuple(x) for x in d["records"]], [tuple(x) for x in d.get("req_inits", [])])
+                    for d in json.load(f)]
+    rounds = []
+    for i in range(k.get("rounds", 20)):
+        kind = i % 10
+        if kind == 3:      # full table: every expert active, every request present
+            recs = [(e % p.requests, rng.randrange(p.chiplets), e) for e in range(p.experts)]
+            recs += [(r, rng.randrange(p.chiplets), rng.randrange(p.experts)) for r in range(p.requests)]
+            rounds.append(Round(recs, []))
+        elif kind == 7:    # empty after buffering: lone cold tokens, every request has slack
+            inits = [(r, p.qos_max) for r in range(p.requests)]
+            recs = [(r, rng.randrange(p.chiplets), (r * 7) % p.experts) for r in range(p.requests)]
+            rounds.append(Round(recs if p.theta_min >= 2 else recs[:1], inits))
+        elif kind == 5:    # counts at their width limit: one expert hammered
+            e = rng.randrange(p.experts)
+            recs = [(rng.randrange(p.requests), rng.randrange(p.chiplets), e)
+                    for _ in range(min(p.count_max + 3, 300))]
+            rounds.append(Round(recs, []))
+        else:
+            rounds.append(random_round(p, rng, tokens=k.get("tokens"), top_k=k.get("top_k")))
+        if k.get("bad_records"):
+            lim = (1 << p.request_bits, 1 << p.chiplet_bits, 1 << p.expert_bits)
+            rnd = rounds[-1]
+            for j in range(len(rnd.records)):
+                if rng.random() < k["bad_records"]:
+                    rnd.records[j] = tuple(rng.randrange(x) for x in lim)
+    return rounds
+
+
+@cocotb.test()
+async def scheduler_vs_golden(dut):
+    p, k = params(), knobs()
+    rng = random.Random(k.get("seed", 1))
+    stall = k.get("stall", 0.25)
+    reset_every = k.get("reset_every", 0)
+    rounds = make_rounds(p, k, rng)
+    checker = RoundChecker(p)
+    await start(dut)
+
+    gate_v, gate_p = dut.gate__valid, dut.gate__payload
+    ri_v, ri_p = dut.req_init__valid, dut.req_init__payload
+    d_v, d_r, d_p = dut.dispatch__valid, dut.dispatch__ready, dut.dispatch__payload
+    dn_v, dn_r, dn_p = dut.done__valid, dut.done__ready, dut.done__payload
+    for s in (gate_v, ri_v, dn_v):
+        s.value = 0
+    d_r.value = 0
+
+    now = 0
+    lat_first, lat_done, resets, rounds_done = [], [], 0, 0
+    for index, rnd in enumerate(rounds):
+        dp = DatapathModel(p.chiplets, rng)
+        queue = [("init", x) for x in rnd.req_inits]
+        queue += [("rec", x, i == len(rnd.records) - 1) for i, x in enumerate(rnd.records)]
+        qi = 0
+        sent_last = False
+        done_mask = 0
+        t_last = t_done = None
+        start_cycle = now
+        span = int(len(queue) * (1 + stall)) + 2 * p.experts + 40
+        reset_at = (start_cycle + rng.randrange(1, span)
+                    if reset_every and index % reset_every == reset_every - 1 else None)
+        aborted = False
+        while True:
+            # -- drive (just after the clock edge) ------------------------------------
+            gv = rv = 0
+            if qi < len(queue) and rng.random() >= stall:
+                item = queue[qi]
+                if item[0] == "init":
+                    rv, ri_p.value = 1, req_init_bits(p, *item[1])
+                else:
+                    gv, gate_p.value = 1, gate_bits(p, *item[1], item[2])
+            gate_v.value, ri_v.value = gv, rv
+            ready = int(rng.random() >= stall)
+            d_r.value = ready
+            if sent_last and not done_mask:
+                done_mask = dp.ready_mask(now)
+            dn_v.value = int(bool(done_mask))
+            dn_p.value = done_mask
+            if reset_at is not None and now >= reset_at:
+                dut.rst.value = 1
+                for _ in range(2):
+                    await RisingEdge(dut.clk)
+                    now += 1
+                dut.rst.value = 0
+                gate_v.value = ri_v.value = dn_v.value = 0
+                checker.golden.reset()
+                checker.pending.clear()
+                resets += 1
+                aborted = True
+                break
+            # -- sample (settled values of this cycle) ---------------------------------
+            await ReadOnly()
+            idle = u(dut.idle)
+            if sent_last and idle:
+                checker.end_round(u(dut.deferred), u(dut.n_active),
+                                  {"overflow": u(dut.overflow), "bad_record": u(dut.bad_record),
+                                   "spurious_done": u(dut.spurious_done)})
+                rounds_done += 1
+            got = None
+            if ready and u(d_v):
+                got = dispatch_from_bits(p, u(d_p))
+            if u(d_v) and t_last is not None and not lat_first_taken(lat_first, index):
+                lat_first.append((index, now - t_last))
+            if u(d_v) and t_done is not None:
+                lat_done.append(now - t_done)
+                t_done = None
+            done_taken = bool(done_mask) and u(dn_r)
+            gate_taken = (gv and u(dut.gate__ready)) or (rv and u(dut.req_init__ready))
+            await RisingEdge(dut.clk)
+            now += 1
+            if sent_last and idle:
+                break
+            # -- bookkeeping of the transfers at this edge ------------------------------
+            if gate_taken:
+                item = queue[qi]
+                qi += 1
+                if item[0] == "init":
+                    checker.init_request(*item[1])
+                elif item[2]:
+                    sent_last, t_last = True, now
+                    checker.start_round([x[1] for x in queue if x[0] == "rec"])
+            if got is not None:
+                checker.on_dispatch(got)
+                if got.kind == 0:
+                    dp.on_dispatch(got.entry, now)
+            if done_taken:
+                checker.on_done(done_mask)
+                dp.on_done(done_mask)
+                done_mask = 0
+                t_done = now
+        if aborted:
+            # after reset the DUT clears its EIT, then is idle again
+            while True:
+                await ReadOnly()
+                if u(dut.idle):
+                    break
+                await RisingEdge(dut.clk)
+                now += 1
+            await RisingEdge(dut.clk)
+            now += 1
+
+    report = {
+        "rounds": rounds_done, "resets": resets, "beats": checker.beats,
+        "mismatches": len(checker.mismatches),
+        "first_mismatches": [str(m) for m in checker.mismatches[:10]],
+        "latency_first_dispatch": [x for _, x in lat_first],
+        "latency_done_to_dispatch": lat_done, "cycles": now,
+    }
+    write_report(report)
+    assert not checker.mismatches, "\n".join(report["first_mismatches"])
+    assert rounds_done + resets == len(rounds)
+
+
+def lat_first_taken(lat_first, index):
+    return bool(lat_first) and lat_first[-1][0] == index

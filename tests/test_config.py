@@ -1,0 +1,263 @@
+"""Tests of fsedp.config: every shipped config loads, every malformed one fails on one line."""
+
+import builtins
+import io
+import json
+import pathlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fsedp import config
+from fsedp.config import (
+    CONFIG_DIR,
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    RunConfig,
+    SchedulerConfig,
+    config_to_dict,
+    default_run,
+    load_hardware,
+    load_model,
+    load_run,
+    load_scheduler,
+    run_from_dict,
+)
+from fsedp.sw.params import SchedulerParams
+
+BAD_DIR = CONFIG_DIR / "bad"
+LOADERS = {"hardware": load_hardware, "models": load_model, "scheduler": load_scheduler}
+
+
+def good_files():
+    files = []
+    for p in sorted(CONFIG_DIR.rglob("*.yaml")):
+        rel = p.relative_to(CONFIG_DIR)
+        if rel.parts[0] == "bad":
+            continue
+        files.append(p)
+    return files
+
+
+def bad_files():
+    return sorted(BAD_DIR.glob("*.yaml"))
+
+
+def expected_field(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path} must start with '# expect: FIELD'"
+    return first.removeprefix("# expect: ").strip()
+
+
+def test_config_dir_is_the_repo_folder():
+    assert CONFIG_DIR == Path(__file__).resolve().parents[1] / "configs"
+    assert len(good_files()) >= 14
+    assert len(bad_files()) >= 5
+
+
+@pytest.mark.parametrize("path", good_files(), ids=lambda p: str(p.relative_to(CONFIG_DIR)))
+def test_every_config_loads(path):
+    rel = path.relative_to(CONFIG_DIR)
+    if len(rel.parts) == 1:
+        run = load_run(path)
+        assert isinstance(run, RunConfig)
+        assert run.source == str(path)
+        p = run.scheduler_params()
+        assert p.chiplets == run.hardware.rows * run.hardware.cols
+        assert 2**p.count_width - 1 >= run.scenario.tokens_per_iteration
+    else:
+        cfg = LOADERS[rel.parts[0]](path)
+        if hasattr(cfg, "name"):
+            assert cfg.name == path.stem
+
+
+@pytest.mark.parametrize("path", bad_files(), ids=lambda p: p.name)
+def test_bad_config_fails_on_one_line(path):
+    field = expected_field(path)
+    with pytest.raises(ConfigError) as ei:
+        load_run(path)
+    e = ei.value
+    msg = str(e)
+    assert "\n" not in msg
+    assert e.file == str(path)
+    assert e.field == field
+    assert msg == f"{path}: {field}: {e.reason}"
+    assert path.name in msg
+
+
+def test_bad_config_reasons():
+    def reason(name):
+        with pytest.raises(ConfigError) as ei:
+            load_run(BAD_DIR / name)
+        return ei.value.reason
+
+    assert "tokens_per_iteration" in reason("unknown-key.yaml")          # lists allowed keys
+    assert "line 6" in reason("syntax-error.yaml")
+    assert "qwen3-30b-a3b" in reason("unknown-model.yaml")               # lists known names
+    assert "63" in reason("width-too-small.yaml")
+    assert "4..16" in reason("too-few-chiplets.yaml")
+
+
+def test_table_i_values():
+    hw = load_hardware(CONFIG_DIR / "hardware/chip2x2.yaml")
+    assert (hw.rows, hw.cols, hw.chiplets) == (2, 2, 4)
+    assert hw.clock_mhz == 800 and hw.macs_per_chiplet == 2048
+    assert hw.d2d_bandwidth_gbps == 288 and hw.d2d_latency_ns == pytest.approx(4.02)
+    assert hw.ddr_channels == 4 and hw.ddr_bandwidth_gbps_per_channel == pytest.approx(25.6)
+    table = {  # name: d_model, d_ffn, experts, top_k, shared, heads, params_b
+        "phi-3.5-moe": (4096, 3200, 16, 2, 0, 32, 41.9),
+        "yuan2.0-m32": (2048, 4096, 32, 2, 0, 16, 40),
+        "deepseek-moe-16b": (2048, 1408, 64, 6, 2, 16, 16.4),
+        "qwen3-30b-a3b": (2048, 768, 128, 8, 0, 32, 30),
+    }
+    for name, want in table.items():
+        m = load_model(CONFIG_DIR / f"models/{name}.yaml")
+        assert (m.d_model, m.d_ffn, m.experts, m.top_k, m.shared_experts, m.heads) == want[:6]
+        assert m.params_b == pytest.approx(want[6])
+
+
+def test_default_run_needs_no_file(monkeypatch, tmp_path):
+    def no_files(*a, **k):
+        raise AssertionError("default_run() must not open files")
+
+    monkeypatch.setattr(builtins, "open", no_files)
+    monkeypatch.setattr(io, "open", no_files)
+    monkeypatch.setattr(pathlib.Path, "open", no_files)
+    monkeypatch.setattr(config, "CONFIG_DIR", tmp_path / "absent")
+    run = default_run()
+    assert run.source == "<default>"
+    assert run.hardware.chiplets == 4 and run.model.experts == 128 and run.model.top_k == 8
+    s = run.scenario
+    assert (s.tokens_per_iteration, s.rounds, s.seed, s.trace) == (64, 4, 1, "synthetic")
+    assert (s.skew, s.prefill_fraction) == (1.1, 0.5)
+    assert run.scheduler.t_qos_init == 2
+
+
+def test_default_run_matches_file_and_params():
+    run = default_run()
+    assert load_run(CONFIG_DIR / "run-2x2-qwen3.yaml") == run
+    assert run.scheduler_params() == SchedulerParams(
+        chiplets=4, experts=128, count_width=10, requests=8, theta_min=2, n_threshold=4,
+        qos_width=4)
+    assert run.trace_path() is None
+
+
+def test_config_to_dict_round_trips():
+    run = load_run(CONFIG_DIR / "run-4x4-deepseek.yaml")
+    d = config_to_dict(run)
+    assert set(d) == {"hardware", "model", "scheduler", "scenario"}
+    json.dumps(d)
+    assert run_from_dict(json.loads(json.dumps(d))) == run
+    assert run_from_dict(yaml.safe_load(yaml.safe_dump(d))) == run
+    assert config_to_dict(run.model)["experts"] == 64
+
+
+def write(tmp_path, text, name="run.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def run_dict(**sections):
+    d = config_to_dict(default_run())
+    d.update(sections)
+    return d
+
+
+def error_of(data, source="x.yaml"):
+    with pytest.raises(ConfigError) as ei:
+        run_from_dict(data, source)
+    assert "\n" not in str(ei.value)
+    return ei.value
+
+
+def test_types_and_ranges():
+    d = config_to_dict(default_run())
+    hw = dict(d["hardware"], clock_mhz=800)                 # int where float expected: fine
+    assert run_from_dict(run_dict(hardware=hw)).hardware.clock_mhz == 800.0
+    cases = [
+        ("hardware", "rows", "2", "hardware.rows"),
+        ("hardware", "rows", 2.0, "hardware.rows"),
+        ("hardware", "cols", -1, "hardware.cols"),
+        ("hardware", "clock_mhz", True, "hardware.clock_mhz"),
+        ("hardware", "d2d_bandwidth_gbps", 0, "hardware.d2d_bandwidth_gbps"),
+        ("hardware", "onchip_buffer_kib", 0, "hardware.onchip_buffer_kib"),
+        ("model", "experts", 0, "model.experts"),
+        ("model", "top_k", 200, "model.top_k"),
+        ("model", "name", "", "model.name"),
+        ("scheduler", "requests", 65, "scheduler.requests"),
+        ("scheduler", "count_width", 17, "scheduler.count_width"),
+        ("scheduler", "t_qos_init", 16, "scheduler.t_qos_init"),
+        ("scenario", "prefill_fraction", 1.5, "scenario.prefill_fraction"),
+        ("scenario", "skew", float("nan"), "scenario.skew"),
+        ("scenario", "seed", None, "scenario.seed"),
+    ]
+    for section, key, value, field in cases:
+        sec = dict(d[section], **{key: value})
+        assert error_of(run_dict(**{section: sec})).field == field, (section, key, value)
+
+
+def test_structure_errors(tmp_path):
+    assert error_of(run_dict(extra=1)).field == "extra"
+    d = run_dict()
+    del d["scheduler"]
+    assert error_of(d).field == "scheduler"
+    assert error_of(run_dict(hardware=5)).field == "hardware"
+    assert error_of(run_dict(scenario="default")).field == "scenario"
+    assert error_of(run_dict(hardware="../models/qwen3-30b-a3b")).field == "hardware"
+    e = error_of([1, 2])
+    assert e.field == "<top>"
+
+    e = pytest.raises(ConfigError, load_run, tmp_path / "absent.yaml").value
+    assert (e.field, e.file) == ("<file>", str(tmp_path / "absent.yaml"))
+    e = pytest.raises(ConfigError, load_run, write(tmp_path, "")).value
+    assert e.field == "<top>"
+    e = pytest.raises(ConfigError, load_run, write(tmp_path, "hardware: a\nhardware: b\n")).value
+    assert e.field == "<yaml>" and "line 2" in e.reason and "duplicate" in e.reason
+    e = pytest.raises(ConfigError, load_hardware, write(tmp_path, "- 1\n")).value
+    assert e.field == "<top>"
+
+
+def test_section_files(tmp_path):
+    hw = config_to_dict(default_run().hardware)
+    p = write(tmp_path, yaml.safe_dump(dict(hw, rows=1, cols=1)), "one.yaml")
+    assert load_hardware(p).chiplets == 1                    # a valid package ...
+    e = error_of(run_dict(hardware=dict(hw, rows=1, cols=1)))
+    assert e.field == "hardware" and "4..16" in e.reason     # ... but not for the scheduler
+
+    p = write(tmp_path, yaml.safe_dump(dict(hw, macs=1)), "hw.yaml")
+    e = pytest.raises(ConfigError, load_hardware, p).value
+    assert (e.file, e.field) == (str(p), "macs") and "rows" in e.reason
+
+    sch = config_to_dict(default_run().scheduler)
+    p = write(tmp_path, yaml.safe_dump(dict(sch, theta_min=2000)), "s.yaml")
+    assert pytest.raises(ConfigError, load_scheduler, p).value.field == "theta_min"
+
+
+def test_scheduler_params_error_names_source():
+    run = default_run()
+    bad = RunConfig(run.hardware, ModelConfig(**dict(config_to_dict(run.model), experts=4, top_k=2)),
+                    run.scheduler, run.scenario, source="mine.yaml")
+    e = pytest.raises(ConfigError, bad.scheduler_params).value
+    assert (e.file, e.field) == ("mine.yaml", "model.experts")
+    assert str(e).startswith("mine.yaml: model.experts: ")
+
+
+def test_mixtral_is_accepted_by_the_scheduler():
+    d = run_dict(model="mixtral-8x7b")
+    assert run_from_dict(d).scheduler_params().experts == 8
+
+
+def test_trace_path(tmp_path):
+    d = run_dict(scenario=dict(config_to_dict(default_run().scenario), trace="traces/t.npz"))
+    assert run_from_dict(d, str(tmp_path / "run.yaml")).trace_path() == tmp_path / "traces/t.npz"
+
+
+def test_dataclasses_are_frozen():
+    run = default_run()
+    for obj in (run, run.hardware, run.model, run.scheduler, run.scenario):
+        with pytest.raises(Exception):
+            obj.name = "x"
+    assert isinstance(run.hardware, HardwareConfig) and isinstance(run.scheduler, SchedulerConfig)
