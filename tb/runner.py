@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ from fsedp.hw.generate import top_name, write_verilog
 from fsedp.sw.params import SchedulerParams
 
 TB_DIR = Path(__file__).resolve().parent
+if str(TB_DIR) not in sys.path:  # the runner passes sys.path on to the simulator's Python
+    sys.path.insert(0, str(TB_DIR))
 SIMULATORS = ("verilator", "icarus")
 
 
@@ -50,14 +53,35 @@ def verilator_env() -> dict:
             "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
 
 
+_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\S+)\s*= 0;$", re.M)
+
+
+def icarus_safe(src: Path) -> Path:
+    """Copy of ``src`` whose ``always @*`` blocks are sure to run once at start-up.
+
+    Yosys' Verilog backend makes every ``always @*`` read a dummy register initialised to 0
+    so that simulators evaluate it at time 0; Icarus may run that initialisation before the
+    blocks wait on it (a time-0 race, amaranth-lang/amaranth#594), leaving combinational
+    signals X until an input changes.  Toggling the register 1 ps later removes the race.
+    Product Verilog (``fsedp rtl verilog``) is not changed.
+    """
+    text = _TRIGGER.sub(lambda m: f"{m.group(1)}reg {m.group(2)} = 0;\n"
+                                  f"{m.group(1)}initial #1 {m.group(2)} = 1'b1;", src.read_text())
+    out = src.with_name(src.stem + "_icarus.v")
+    out.write_text(text)
+    return out
+
+
 def run_tb(block: str, p: SchedulerParams, sim: str, build_root, knobs: dict | None = None,
            seed: int = 1, tag: str = "") -> dict:
     """Run ``tb/tb_<block>.py`` on ``sim``; return the testbench's JSON report plus
     ``tests``/``failed`` counts from the results file."""
     params = dataclasses.asdict(p)
     key = hashlib.sha1(json.dumps([block, params], sort_keys=True).encode()).hexdigest()[:10]
-    build_dir = Path(build_root) / f"{block}-{sim}-{key}"
+    build_dir = Path(build_root).resolve() / f"{block}-{sim}-{key}"
     src = write_verilog(block, p, build_dir / "rtl")
+    if sim == "icarus":
+        src = icarus_safe(src)
     env = verilator_env() if sim == "verilator" else {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -37,6 +37,10 @@ async def start(dut, cycles: int = 2):
     dut.rst.value = 0
 
 
+def resolved(signal) -> bool:
+    return signal.value.is_resolvable
+
+
 def u(signal) -> int:
     """Unsigned value of a port (``Logic`` for 1-bit ports, ``LogicArray`` otherwise)."""
     v = signal.value

@@ -17,7 +17,18 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import dispatch_from_bits, gate_bits, req_init_bits
 from fsedp.sw.cosim import DatapathModel, Round, RoundChecker, random_round
-from streams import knobs, params, start, u, write_report
+from streams import knobs, params, resolved, start, u, write_report
+
+
+async def wait_idle(dut):
+    """After reset the EIT is cleared (E cycles), then ``idle`` rises.  (On Icarus the
+    combinational outputs stay X until the FSM first changes state.)"""
+    while True:
+        await ReadOnly()
+        ok = resolved(dut.idle) and u(dut.idle)
+        await RisingEdge(dut.clk)
+        if ok:
+            return
 
 
 def make_rounds(p, k, rng):
@@ -61,6 +72,7 @@ async def scheduler_vs_golden(dut):
     rounds = make_rounds(p, k, rng)
     checker = RoundChecker(p)
     await start(dut)
+    await wait_idle(dut)
 
     gate_v, gate_p = dut.gate__valid, dut.gate__payload
     ri_v, ri_p = dut.req_init__valid, dut.req_init__payload
@@ -121,6 +133,9 @@ async def scheduler_vs_golden(dut):
                                   {"overflow": u(dut.overflow), "bad_record": u(dut.bad_record),
                                    "spurious_done": u(dut.spurious_done)})
                 rounds_done += 1
+            if k.get("debug") and now < k["debug"]:
+                dut._log.info(f"c{now} gv={gv} gr={dut.gate__ready.value} idle={idle} qi={qi} "
+                              f"st={dut.fsm_state.value} sent_last={sent_last} dv={d_v.value} dn={done_mask} dnr={dn_r.value}")
             got = None
             if ready and u(d_v):
                 got = dispatch_from_bits(p, u(d_p))
@@ -155,13 +170,7 @@ async def scheduler_vs_golden(dut):
                 t_done = now
         if aborted:
             # after reset the DUT clears its EIT, then is idle again
-            while True:
-                await ReadOnly()
-                if u(dut.idle):
-                    break
-                await RisingEdge(dut.clk)
-                now += 1
-            await RisingEdge(dut.clk)
+            await wait_idle(dut)
             now += 1
 
     report = {
