@@ -58,16 +58,24 @@ def random_round(p: SchedulerParams, rng: random.Random, tokens: int | None = No
 
 
 class DatapathModel:
-    """Completes every dispatched expert ``delay`` cycles after its dispatch beat."""
+    """Completes every dispatched expert some cycles after its dispatch beat.
 
-    def __init__(self, chiplets: int, rng: random.Random, max_delay: int = 12):
+    With ``per_token = 0`` the delay is uniform in ``0..max_delay`` (stress); otherwise it is
+    ``ceil(count * per_token / |T_e|)`` plus that jitter: the expert's tokens spread over its
+    trajectory's chiplets, ``per_token`` cycles each (a first-order compute model).
+    """
+
+    def __init__(self, chiplets: int, rng: random.Random, max_delay: int = 12,
+                 per_token: int = 0):
         self.rng = rng
         self.chiplets = chiplets
         self.max_delay = max_delay
+        self.per_token = per_token
         self.due: dict[int, int] = {}   # slot -> cycle
 
-    def on_dispatch(self, entry: int, now: int):
-        self.due[entry] = now + self.rng.randint(0, self.max_delay)
+    def on_dispatch(self, entry: int, now: int, count: int = 0, traj: int = 1):
+        work = -(-count * self.per_token // max(1, bin(traj).count("1")))
+        self.due[entry] = now + work + self.rng.randint(0, self.max_delay)
 
     def ready_mask(self, now: int) -> int:
         """Mask of every slot whose completion is due (several completions in one beat)."""

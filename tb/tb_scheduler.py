@@ -83,9 +83,11 @@ async def scheduler_vs_golden(dut):
     d_r.value = 0
 
     now = 0
-    lat_first, lat_done, resets, rounds_done = [], [], 0, 0
+    lat_first, lat_done, resets, rounds_done, logs = [], [], 0, 0, []
     for index, rnd in enumerate(rounds):
-        dp = DatapathModel(p.chiplets, rng)
+        dp = DatapathModel(p.chiplets, rng, max_delay=k.get("max_delay", 12),
+                           per_token=k.get("per_token", 0))
+        log = [] if index < k.get("log_rounds", 0) else None
         queue = [("init", x) for x in rnd.req_inits]
         queue += [("rec", x, i == len(rnd.records) - 1) for i, x in enumerate(rnd.records)]
         qi = 0
@@ -129,6 +131,9 @@ async def scheduler_vs_golden(dut):
             await ReadOnly()
             idle = u(dut.idle)
             if sent_last and idle:
+                if log is not None:
+                    logs.append({"round": index, "deferred": u(dut.deferred),
+                                 "n_active": u(dut.n_active), "events": log})
                 checker.end_round(u(dut.deferred), u(dut.n_active),
                                   {"overflow": u(dut.overflow), "bad_record": u(dut.bad_record),
                                    "spurious_done": u(dut.spurious_done)})
@@ -162,8 +167,12 @@ async def scheduler_vs_golden(dut):
             if got is not None:
                 checker.on_dispatch(got)
                 if got.kind == 0:
-                    dp.on_dispatch(got.entry, now)
+                    dp.on_dispatch(got.entry, now, got.count, got.traj)
+                if log is not None:
+                    log.append({"cycle": now, **got.as_dict()})
             if done_taken:
+                if log is not None:
+                    log.append({"cycle": now, "kind": "done", "slots": done_mask})
                 checker.on_done(done_mask)
                 dp.on_done(done_mask)
                 done_mask = 0
@@ -178,7 +187,7 @@ async def scheduler_vs_golden(dut):
         "mismatches": len(checker.mismatches),
         "first_mismatches": [str(m) for m in checker.mismatches[:10]],
         "latency_first_dispatch": [x for _, x in lat_first],
-        "latency_done_to_dispatch": lat_done, "cycles": now,
+        "latency_done_to_dispatch": lat_done, "cycles": now, "logs": logs,
     }
     write_report(report)
     assert not checker.mismatches, "\n".join(report["first_mismatches"])

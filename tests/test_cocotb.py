@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import SIMULATORS, run_tb, simulator_missing
+from runner import SIMULATORS, run_tb, simulator_missing  # noqa: E402
 from fsedp.sw.params import SchedulerParams
 
 BUILD = Path(__file__).resolve().parents[1] / "build" / "cocotb"

@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make run` (the main job) and `make test` (the suite).
+# Both create and fill the local virtual environment .venv on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test test-slow bench verilog lint clean distclean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/fsedp run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+# Latency in cycles and Yosys cell counts per block (writes docs/rtl-report.md).
+bench: $(STAMP)
+	$(BIN)/fsedp rtl report --out docs/rtl-report.md
+
+verilog: $(STAMP)
+	$(BIN)/fsedp rtl verilog --out build/verilog --lint
+
+clean:
+	rm -rf build .pytest_cache
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

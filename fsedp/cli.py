@@ -1,0 +1,294 @@
+"""``fsedp``: the command-line tool.
+
+Every command that produces results takes ``--json`` and then prints one JSON document on
+stdout.  A bad config, trace or argument prints one line ``fsedp: FILE: FIELD: REASON`` on
+stderr and exits with status 2.
+"""
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .config import ConfigError, config_to_dict, default_run, load_run
+from .trace import TraceError
+from .sw.params import ParamError, SchedulerParams
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage + message)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _emit(args, doc: dict, text: str):
+    if getattr(args, "json", False):
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        print(text)
+
+
+def _load(args):
+    return load_run(args.config) if getattr(args, "config", None) else default_run()
+
+
+def _params(args) -> SchedulerParams:
+    cfg = _load(args)
+    p = cfg.scheduler_params()
+    over = {k: getattr(args, k) for k in ("experts", "chiplets") if getattr(args, k, None) is not None}
+    if over:
+        try:
+            p = dataclasses.replace(p, **over)
+        except ParamError as e:
+            raise UsageError(f"--{e.field}: {e.reason}") from None
+    return p
+
+
+def _require_sim(sim: str):
+    sys.path.insert(0, str(ROOT / "tb"))
+    from runner import simulator_missing
+
+    why = simulator_missing(sim)
+    if why:
+        raise UsageError(f"--sim {sim}: {why}")
+
+
+def _run_tb(p, sim, knobs, tag):
+    sys.path.insert(0, str(ROOT / "tb"))
+    from runner import run_tb
+
+    return run_tb("scheduler", p, sim, BUILD / "cosim", knobs=knobs, seed=knobs.get("seed", 1),
+                  tag=tag)
+
+
+def _stats(xs):
+    return {"n": len(xs), "min": min(xs), "mean": round(sum(xs) / len(xs), 2), "max": max(xs)} if xs else {}
+
+
+# -- fsedp run ---------------------------------------------------------------------------
+def cmd_run(args):
+    from .scenario import build_rounds
+
+    cfg = _load(args)
+    p = cfg.scheduler_params()
+    rounds = build_rounds(cfg)
+    _require_sim(args.sim)
+    with tempfile.TemporaryDirectory() as tmp:
+        rf = Path(tmp) / "rounds.json"
+        rf.write_text(json.dumps([{"records": r.records, "req_inits": r.req_inits} for r in rounds]))
+        t0 = time.time()
+        res = _run_tb(p, args.sim, {"rounds_file": str(rf), "stall": 0.0, "per_token": 4,
+                                    "max_delay": 4, "seed": cfg.scenario.seed,
+                                    "log_rounds": len(rounds)}, tag="-run")
+    wall = time.time() - t0
+    doc = {
+        "config": config_to_dict(cfg), "params": dataclasses.asdict(p), "simulator": args.sim,
+        "rounds": res.get("rounds", 0), "beats": res.get("beats", 0),
+        "mismatches": res.get("mismatches"), "first_mismatches": res.get("first_mismatches", []),
+        "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
+        "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
+        "schedule": res.get("logs", []), "wall_s": round(wall, 1),
+    }
+    lines = [f"FSE-DP scheduler: {cfg.model.name} on {cfg.hardware.name} "
+             f"({p.chiplets} chiplets, {p.experts} experts, {cfg.scenario.tokens_per_iteration} "
+             f"tokens/iteration, top-{cfg.model.top_k}); RTL on {args.sim}"]
+    for log in doc["schedule"]:
+        deferred = [r for r in range(p.requests) if log["deferred"] >> r & 1]
+        lines.append(f"\nround {log['round']}: {log['n_active']} experts to schedule, "
+                     f"deferred requests {deferred or 'none'}")
+        lines.append(f"  {'cycle':>6}  {'event':<8} {'expert':>6} {'tokens':>6}  {'trajectory':<{p.chiplets}}  entry  ring")
+        for ev in log["events"]:
+            if ev["kind"] == "done":
+                slots = [s for s in range(p.chiplets) if ev["slots"] >> s & 1]
+                lines.append(f"  {ev['cycle']:>6}  done     slots {slots}")
+                continue
+            traj = "".join("x" if ev["traj"] >> c & 1 else "." for c in range(p.chiplets))
+            ring, c = [ev["entry"]], ev["next_hop"][ev["entry"]]
+            while c != ev["entry"] and len(ring) <= p.chiplets:
+                ring.append(c)
+                c = ev["next_hop"][c]
+            lines.append(f"  {ev['cycle']:>6}  {ev['kind']:<8} {ev['expert']:>6} {ev['count']:>6}  "
+                         f"{traj}  {ev['entry']:>5}  {'->'.join(map(str, ring))}")
+    agree = "AGREE" if doc["mismatches"] == 0 else "DISAGREE"
+    lf, ld = doc["latency_first_dispatch_cycles"], doc["latency_done_to_dispatch_cycles"]
+    lines.append(f"\nRTL vs golden model: {agree} - {doc['beats']} dispatch beats over {doc['rounds']} "
+                 f"rounds, {doc['mismatches']} mismatches")
+    if lf:
+        lines.append(f"latency, last gate record -> first dispatch: {lf['mean']} cycles "
+                     f"(max {lf['max']}; {lf['max'] / cfg.hardware.clock_mhz * 1000:.0f} ns at "
+                     f"{cfg.hardware.clock_mhz:g} MHz)")
+    if ld:
+        lines.append(f"latency, completion -> next dispatch: mean {ld['mean']}, max {ld['max']} cycles")
+    for m in doc["first_mismatches"]:
+        lines.append(f"  mismatch: {m}")
+    _emit(args, doc, "\n".join(lines))
+    return 0 if doc["mismatches"] == 0 else 1
+
+
+# -- fsedp rtl verilog -----------------------------------------------------------------------
+def cmd_verilog(args):
+    from .hw.generate import BLOCKS, write_verilog
+
+    p = _params(args)
+    blocks = list(BLOCKS) if args.block == "all" else [args.block]
+    out = Path(args.out)
+    files, lint = [], {}
+    for b in blocks:
+        files.append(str(write_verilog(b, p, out)))
+    if args.lint:
+        lint = lint_files(files)
+    doc = {"params": dataclasses.asdict(p), "files": files, "lint": lint}
+    text = "\n".join(f"wrote {f}" + (f"  lint: {lint[f]}" if f in lint else "") for f in files)
+    _emit(args, doc, text)
+    return 0 if all(v == "clean" for v in lint.values()) else 1
+
+
+def lint_files(files) -> dict:
+    """``verilator --lint-only -Wall`` with the waivers of ``hw/lint.vlt``."""
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "tb"))
+    from runner import verilator_env
+    import os
+
+    env = {**os.environ, **verilator_env()}
+    waivers = Path(__file__).resolve().parents[1] / "hw" / "lint.vlt"
+    result = {}
+    for f in files:
+        proc = subprocess.run(["verilator", "--lint-only", "-Wall", str(waivers), f],
+                              capture_output=True, text=True, env=env)
+        warnings = [l for l in proc.stderr.splitlines() if l.startswith("%")]
+        result[f] = "clean" if proc.returncode == 0 and not warnings else "; ".join(warnings[:3])
+    return result
+
+
+# -- fsedp rtl cosim -------------------------------------------------------------------------
+def cmd_cosim(args):
+    p = _params(args)
+    _require_sim(args.sim)
+    knobs = {"rounds": args.rounds, "seed": args.seed, "stall": args.stall,
+             "reset_every": args.reset_every, "tokens": args.tokens, "top_k": args.top_k}
+    t0 = time.time()
+    res = _run_tb(p, args.sim, knobs, tag=f"-cosim{args.seed}")
+    wall = time.time() - t0
+    doc = {"params": dataclasses.asdict(p), "simulator": args.sim, "rounds": res.get("rounds"),
+           "resets": res.get("resets"), "beats": res.get("beats"), "cycles": res.get("cycles"),
+           "mismatches": res.get("mismatches"), "first_mismatches": res.get("first_mismatches", []),
+           "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
+           "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
+           "wall_s": round(wall, 1), "log": res.get("log")}
+    if doc["mismatches"] is None:
+        doc["mismatches"] = "testbench failed before reporting"
+    text = (f"cosim {args.sim}: {p.experts} experts, {p.chiplets} chiplets, {doc['rounds']} rounds "
+            f"(+{doc['resets']} reset mid-round), {doc['beats']} dispatch beats, {doc['cycles']} cycles "
+            f"in {doc['wall_s']} s\nmismatches: {doc['mismatches']}")
+    for m in doc["first_mismatches"]:
+        text += f"\n  {m}"
+    _emit(args, doc, text)
+    return 0 if doc["mismatches"] == 0 and res.get("failed") == 0 else 1
+
+
+# -- fsedp rtl report ------------------------------------------------------------------------
+def cmd_report(args):
+    from .report import format_report, rtl_report
+
+    base = _params(args)
+    experts = [int(x) for x in args.experts.split(",")]
+    chiplets = [int(x) for x in args.chiplets.split(",")]
+    if not args.no_latency:
+        _require_sim(args.sim)
+    try:
+        rows = rtl_report(base, experts, chiplets, sim=args.sim, cells=not args.no_cells,
+                          latency=not args.no_latency, rounds=args.rounds, progress=not args.json)
+    except ParamError as e:
+        raise UsageError(f"--{e.field}: {e.reason}") from None
+    doc = {"base_params": dataclasses.asdict(base), "rows": rows}
+    text = format_report(rows)
+    if args.out:
+        out = Path(args.out)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(out)
+    _emit(args, doc, text)
+    return 0
+
+
+def build_parser() -> Parser:
+    ap = Parser(prog="fsedp", description="FSE-DP co-design toolkit: golden model, RTL, cosimulation.")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+
+    run = sub.add_parser("run", help="main job: the scheduling scenario through golden model and RTL")
+    run.add_argument("--config", help="run config YAML (default: the embedded default)")
+    run.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(func=cmd_run)
+
+    rtl = sub.add_parser("rtl", help="hardware: Verilog, cosimulation, latency and area report")
+    rsub = rtl.add_subparsers(dest="rtl_cmd", required=True, parser_class=Parser)
+
+    def common(p, sizes=True):
+        p.add_argument("--config", help="run config YAML whose scheduler parameters to use")
+        if sizes:
+            p.add_argument("--experts", type=int, help="override the number of experts (8..256)")
+            p.add_argument("--chiplets", type=int, help="override the number of chiplets (4..16)")
+        p.add_argument("--json", action="store_true")
+
+    from .hw.generate import BLOCKS
+
+    v = rsub.add_parser("verilog", help="write the Verilog of every block")
+    common(v)
+    v.add_argument("--out", required=True, help="output folder")
+    v.add_argument("--block", default="all", choices=["all", *BLOCKS])
+    v.add_argument("--lint", action="store_true", help="also run verilator --lint-only -Wall")
+    v.set_defaults(func=cmd_verilog)
+
+    c = rsub.add_parser("cosim", help="random scheduling rounds through RTL and golden model")
+    common(c)
+    c.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    c.add_argument("--rounds", type=int, default=100)
+    c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--stall", type=float, default=0.25, help="probability of a valid/ready stall")
+    c.add_argument("--reset-every", type=int, default=0, help="reset mid-round every N rounds")
+    c.add_argument("--tokens", type=int, help="tokens per round (default: random)")
+    c.add_argument("--top-k", type=int, help="experts per token (default: random 1..4)")
+    c.set_defaults(func=cmd_cosim)
+
+    r = rsub.add_parser("report", help="scheduling latency and Yosys cell counts")
+    common(r, sizes=False)
+    r.add_argument("--experts", default="16,32,64,128,256")
+    r.add_argument("--chiplets", default="4,9,16")
+    r.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    r.add_argument("--rounds", type=int, default=6, help="rounds simulated per size for latency")
+    r.add_argument("--no-cells", action="store_true")
+    r.add_argument("--no-latency", action="store_true")
+    r.add_argument("--out", help="also write the table (Markdown) to this file")
+    r.set_defaults(func=cmd_report)
+    return ap
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (ConfigError, TraceError) as e:
+        print(f"fsedp: {e}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"fsedp: {e}" if not str(e).startswith("fsedp") else str(e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

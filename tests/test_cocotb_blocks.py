@@ -1,0 +1,15 @@
+"""cocotb testbenches of the scheduler blocks on Verilator and Icarus."""
+
+import pytest
+
+from test_cocotb import ODD, SMALL, run
+from runner import SIMULATORS
+from fsedp.sw.sorter import stage_count
+
+
+@pytest.mark.parametrize("sim", SIMULATORS)
+@pytest.mark.parametrize("p", [SMALL, ODD], ids=["8e", "12e-w3"])
+def test_sorter(sim, p):
+    res = run("sorter", p, sim, knobs={"vectors": 40, "seed": 3})
+    assert res["vectors"] == 40
+    assert res["latency"] == stage_count(p.sorter_lanes)
