@@ -202,9 +202,13 @@ def cmd_cosim(args):
 def cmd_report(args):
     from .report import format_report, rtl_report
 
-    base = _params(args)
-    experts = [int(x) for x in args.experts.split(",")]
-    chiplets = [int(x) for x in args.chiplets.split(",")]
+    base = _load(args).scheduler_params()
+    try:
+        experts = [int(x) for x in args.experts.split(",")]
+        chiplets = [int(x) for x in args.chiplets.split(",")]
+    except ValueError:
+        raise UsageError("--experts/--chiplets: expected comma-separated integers, "
+                         f"not {args.experts!r} / {args.chiplets!r}") from None
     if not args.no_latency:
         _require_sim(args.sim)
     try:

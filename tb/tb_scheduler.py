@@ -84,6 +84,7 @@ async def scheduler_vs_golden(dut):
 
     now = 0
     lat_first, lat_done, resets, rounds_done, logs = [], [], 0, 0, []
+    gaps, last_beat = [], None         # cycles between back-to-back dispatch beats
     for index, rnd in enumerate(rounds):
         dp = DatapathModel(p.chiplets, rng, max_delay=k.get("max_delay", 12),
                            per_token=k.get("per_token", 0))
@@ -165,11 +166,16 @@ async def scheduler_vs_golden(dut):
                     sent_last, t_last = True, now
                     checker.start_round([x[1] for x in queue if x[0] == "rec"])
             if got is not None:
+                if last_beat is not None:
+                    gaps.append(now - last_beat)
+                last_beat = now
                 checker.on_dispatch(got)
                 if got.kind == 0:
                     dp.on_dispatch(got.entry, now, got.count, got.traj)
                 if log is not None:
                     log.append({"cycle": now, **got.as_dict()})
+            if done_taken or (sent_last and idle):
+                last_beat = None
             if done_taken:
                 if log is not None:
                     log.append({"cycle": now, "kind": "done", "slots": done_mask})
@@ -188,6 +194,7 @@ async def scheduler_vs_golden(dut):
         "first_mismatches": [str(m) for m in checker.mismatches[:10]],
         "latency_first_dispatch": [x for _, x in lat_first],
         "latency_done_to_dispatch": lat_done, "cycles": now, "logs": logs,
+        "dispatch_gaps": gaps,
     }
     write_report(report)
     assert not checker.mismatches, "\n".join(report["first_mismatches"])
