@@ -214,7 +214,7 @@ class ScenarioConfig:
     tokens_per_iteration : int
         Input tokens aggregated over the concurrent requests in one forward iteration.
     rounds : int
-        Iterations to run.
+        Scheduling rounds to run (one per iteration window and MoE layer).
     seed : int
         Seed of every random choice (``>= 0``).
     trace : str
@@ -669,7 +669,7 @@ scheduler:
   theta_min: 2
   n_threshold: 4
   qos_width: 4
-  t_qos_init: 2
+  t_qos_init: 0
 scenario:
   tokens_per_iteration: 64
   rounds: 4
@@ -685,7 +685,7 @@ def default_run() -> RunConfig:
 
     The 2x2 test chip of Table I (800 MHz, 2048 MACs per chiplet, 288 GB/s / 4.02 ns UCIe,
     4 x 25.6 GB/s DDR) running Qwen3-30B-A3B (128 experts, top-8); scheduler
-    ``count_width=10, requests=8, theta_min=2, n_threshold=4, qos_width=4, t_qos_init=2``;
+    ``count_width=10, requests=8, theta_min=2, n_threshold=4, qos_width=4, t_qos_init=0``;
     64 tokens per iteration, 4 rounds, seed 1, synthetic trace with skew 1.1, half prefill.
 
     Returns

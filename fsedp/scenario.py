@@ -2,7 +2,7 @@
 gate records, with tokens sharded over chiplets and requests mapped onto request-table
 slots.  Shared by ``fsedp run`` and the trace-driven testbenches."""
 
-from .config import RunConfig
+from .config import ConfigError, RunConfig
 from .sw.cosim import Round
 from .trace import (RoutingTrace, dense_request_slots, gate_records, iteration_windows,
                     load_flame, shard, synthetic)
@@ -31,8 +31,9 @@ def build_rounds(cfg: RunConfig, trace: RoutingTrace | None = None,
     p = cfg.scheduler_params()
     trace = trace if trace is not None else scenario_trace(cfg)
     if trace.num_experts > p.experts:
-        raise ValueError(f"trace {trace.name} routes to {trace.num_experts} experts but the "
-                         f"model has {p.experts}")
+        raise ConfigError(cfg.source, "scenario.trace",
+                          f"trace {trace.name} routes to {trace.num_experts} experts but the "
+                          f"model has {p.experts}")
     limit = max_rounds if max_rounds is not None else cfg.scenario.rounds
     rounds = []
     for window in iteration_windows(trace, cfg.scenario.tokens_per_iteration):

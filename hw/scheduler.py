@@ -42,10 +42,12 @@ class Scheduler(wiring.Component):
     overflow, bad_record, spurious_done : Out(1)
         Sticky error flags of the current/last round.
 
-    Latency (cycles): after reset ``E`` cycles clear the EIT; ``last`` gate record accepted
-    -> first dispatch valid is ``2E + log2(N)(log2(N)+1)/2 + 8`` with a free output;
-    completion accepted -> next dispatch valid is at most ``2K + 2`` for ``K`` remaining list
-    positions (one cycle per scheduled position skipped, two per position checked).
+    Latency (cycles, counted from the cycle after the accepting clock edge to the first cycle
+    with ``dispatch.valid``): after reset ``E + 1`` cycles clear the EIT; ``last`` gate record
+    -> first dispatch is ``2E + S + 6`` with ``S = log2(N)(log2(N)+1)/2`` sorter stages;
+    completion -> next dispatch is at most ``2K + 2`` for ``K`` list positions scanned (one
+    cycle per scheduled position skipped, two per position checked).  Dispatch throughput:
+    one beat every 2 cycles while the head of the list is eligible.
     """
 
     def __init__(self, p: SchedulerParams):

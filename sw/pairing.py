@@ -12,8 +12,9 @@ so positions ``2i`` and ``2i+1`` form the pair ``(hot, cold)``; with odd ``n`` t
 expert is alone at position ``n-1``.  A pair is *not* dispatched as one unit: the pair only
 sets the priority and decides Rule 4 pre-loads (see ``docs/blocks/scheduler.md``).
 
-``theta_min`` classifies each expert as cold (``count < theta_min``) for token buffering;
-experts at or above it are hot.
+``theta_min`` classifies an expert as cold when ``0 < count < theta_min`` (hot otherwise).
+Token buffering applies the same test to the counts of pass 1, before deferral; the
+classification of the sorted list (``PairingUnit.cold``) is an observation output only.
 """
 
 __all__ = ["paired_index", "partner", "paired_order", "is_cold"]

@@ -36,9 +36,11 @@ class TokenBuffer:
         self.c_fw = [0] * self.p.requests
 
     def init_request(self, request: int, t_qos: int):
-        """Admit (or re-admit) a request: ``T_QoS = t_qos`` (saturated), ``C_fw = 0``."""
+        """Admit (or re-admit) a request: ``T_QoS = t_qos`` (saturated), ``C_fw = 0``.
+
+        An id outside the table is ignored, as the RTL ignores the beat."""
         if not 0 <= request < self.p.requests:
-            raise ValueError(f"request {request} outside 0..{self.p.requests - 1}")
+            return
         self.t_qos[request] = min(t_qos, self.p.qos_max)
         self.c_fw[request] = 0
 

@@ -5,8 +5,11 @@ drives every stream (random valid gaps on ``gate``, random ``ready`` on ``dispat
 models the datapath's completions (:class:`fsedp.sw.cosim.DatapathModel`), optionally
 resets the DUT in the middle of a round, and measures scheduling latency in cycles.
 
-Knobs (``FSEDP_KNOBS``): rounds, seed, stall, tokens, top_k, reset_every, bad_records,
-rounds_file (JSON list of rounds: ``{"records": [[r, c, e], ...], "req_inits": [...]}``).
+Knobs (``FSEDP_KNOBS``): rounds, seed, stall (probability of a valid gap or a ready
+stall), tokens, top_k, reset_every, bad_records, max_delay and per_token (completion model
+of :class:`DatapathModel`), log_rounds (rounds whose events go into the report), debug
+(cycles to log), rounds_file (JSON list of rounds:
+``{"records": [[r, c, e], ...], "req_inits": [[r, t], ...]}``).
 """
 
 import json

@@ -132,7 +132,7 @@ def test_default_run_needs_no_file(monkeypatch, tmp_path):
     s = run.scenario
     assert (s.tokens_per_iteration, s.rounds, s.seed, s.trace) == (64, 4, 1, "synthetic")
     assert (s.skew, s.prefill_fraction) == (1.1, 0.5)
-    assert run.scheduler.t_qos_init == 2
+    assert run.scheduler.t_qos_init == 0
 
 
 def test_default_run_matches_file_and_params():
