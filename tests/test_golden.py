@@ -1,0 +1,153 @@
+"""Golden-model unit and property tests (fast, no simulator)."""
+
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from fsedp.sw.eit import EIT, GateRecord
+from fsedp.sw.icv import ICV
+from fsedp.sw.matcher import entry_chiplet, next_hops, release_mask
+from fsedp.sw.pairing import paired_index, partner
+from fsedp.sw.params import ParamError, SchedulerParams
+from fsedp.sw.scheduler import DISPATCH, PRELOAD, Scheduler, run_round
+from fsedp.sw.sorter import bitonic_schedule, bitonic_sort, sorter_keys, stage_count
+from fsedp.sw.token_buffer import TokenBuffer
+from fsedp.sw.cosim import random_round
+
+import pytest
+
+
+@pytest.mark.parametrize("lanes", [2, 8, 16, 64, 256])
+def test_schedule_shape(lanes):
+    sched = bitonic_schedule(lanes)
+    assert len(sched) == stage_count(lanes)
+    for stage in sched:   # every lane used exactly once per stage
+        assert sorted(x for pair in stage for x in pair) == list(range(lanes))
+
+
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=40))
+def test_sorter_is_descending_count_then_id(counts):
+    lanes = 1 << max(3, (len(counts) - 1).bit_length())
+    out = bitonic_sort(sorter_keys(counts, lanes))
+    assert out == sorted(sorter_keys(counts, lanes), key=lambda k: (-k[0], k[1]))
+
+
+def test_sorter_rejects_non_power_of_two():
+    with pytest.raises(ValueError, match="power of two"):
+        bitonic_schedule(12)
+
+
+@given(st.integers(1, 40))
+def test_paired_order_is_a_permutation_from_both_ends(n):
+    idx = [paired_index(k, n) for k in range(n)]
+    assert sorted(idx) == list(range(n))
+    assert idx[:2] == ([0, n - 1] if n > 1 else [0])
+    for k in range(n):
+        q = partner(k, n)
+        assert q is None or partner(q, n) == k
+
+
+def test_params_reject_bad_values_with_field():
+    with pytest.raises(ParamError) as e:
+        SchedulerParams(chiplets=3)
+    assert e.value.field == "chiplets" and "3" in str(e.value)
+    with pytest.raises(ParamError):
+        SchedulerParams(experts=300)
+    with pytest.raises(ParamError):
+        SchedulerParams(count_width=2, theta_min=4)
+
+
+def test_eit_saturates_and_flags():
+    p = SchedulerParams(count_width=2, theta_min=1)
+    eit = EIT(p)
+    for _ in range(5):
+        eit.write(GateRecord(0, 1, 3))
+    assert eit.count[0][3] == 3 and eit.overflow
+    eit.write(GateRecord(0, 9, 3))
+    assert eit.bad_record
+    s = eit.scan(3, include=0b1, clear=True)
+    assert (s.count, s.mask, s.present) == (3, 0b10, 0b1)
+    assert eit.scan(3, include=0b1).count == 0
+
+
+def test_eit_merge_excludes_requests():
+    p = SchedulerParams()
+    eit = EIT(p)
+    eit.write(GateRecord(0, 0, 5))
+    eit.write(GateRecord(1, 2, 5))
+    eit.write(GateRecord(1, 3, 5))
+    assert eit.scan(5, 0b11).count == 3 and eit.scan(5, 0b11).mask == 0b1101
+    assert eit.scan(5, 0b01).count == 1 and eit.scan(5, 0b01).mask == 0b0001
+    assert eit.scan(5, 0b01).present == 0b11
+
+
+def test_token_buffer_algorithm2():
+    p = SchedulerParams(n_threshold=2, qos_width=2)
+    tb = TokenBuffer(p)
+    tb.init_request(0, 1)
+    assert tb.decide(present=0b1, cold_hit=0b1) == 0b1      # slack: defer, T 1 -> 0
+    assert tb.t_qos[0] == 0 and tb.c_fw[0] == 0
+    assert tb.decide(0b1, 0b1) == 0                         # no slack left
+    assert tb.decide(0b1, 0b1) == 0 and tb.c_fw[0] == 2
+    assert tb.decide(0b1, 0b1) == 0b1                       # C_fw reached N: T += 1, defer
+    assert tb.decide(0b10, 0b10) == 0                       # absent request 0 untouched
+    assert tb.c_fw[0] == 0 and tb.c_fw[1] == 1
+    tb.init_request(9, 3)                                   # outside the table: ignored
+    tb.init_request(0, 99)
+    assert tb.t_qos[0] == p.qos_max                         # saturates
+
+
+def test_icv_alloc_wins_over_release():
+    icv = ICV(SchedulerParams())
+    icv.update(alloc=0b0110)
+    assert icv.value == 0b1001
+    icv.update(alloc=0b0010, release=0b0110)
+    assert icv.value == 0b1101
+
+
+def test_matcher_ring_and_release():
+    assert next_hops(0b1011, 4) == (1, 3, 0, 0)
+    assert next_hops(0b0100, 4) == (0, 0, 2, 0)
+    assert entry_chiplet(0b1110, 0b1100) == 2
+    # chiplet 1 is shared by two running experts: idle only when both have completed
+    running = [0b0011, 0b0110, 0, 0]
+    assert release_mask(running, 0b01) == 0b0001
+    assert release_mask(running, 0b11) == 0b0111
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), chiplets=st.integers(4, 16), experts=st.integers(8, 64))
+def test_scheduler_round_invariants(seed, chiplets, experts):
+    p = SchedulerParams(chiplets=chiplets, experts=experts, requests=4, theta_min=2,
+                        n_threshold=2, qos_width=2)
+    rng = random.Random(seed)
+    s = Scheduler(p)
+    for _ in range(3):
+        rnd = random_round(p, rng)
+        for r, t in rnd.req_inits:
+            s.init_request(r, t)
+
+        def pick(running):   # complete a random non-empty subset of the running slots
+            slots = [i for i, t in enumerate(running) if t]
+            chosen = [i for i in slots if rng.random() < 0.5] or slots[:1]
+            return sum(1 << i for i in chosen)
+
+        plan, events = run_round(s, rnd.records, pick)
+        dispatched = [d.expert for k, d in events if k == "dispatch"]
+        preloaded = [d.expert for k, d in events if k == "preload"]
+        active = [e for e in range(p.experts) if plan.counts[e]]
+        assert sorted(dispatched) == active                    # each active expert exactly once
+        assert len(preloaded) == len(set(preloaded))           # at most one pre-load each
+        assert s.icv.value == (1 << chiplets) - 1 and not any(s.running)
+        running = 0
+        for kind, d in events:
+            if kind == "dispatch":
+                assert d.traj & (1 << d.entry) and d.count == plan.counts[d.expert]
+                assert not running >> d.entry & 1              # entry slots are distinct
+                running |= 1 << d.entry
+            elif kind == "done":
+                running &= ~d
+        # deferred requests' tokens are out of the layer
+        deferred = [r for r in range(p.requests) if plan.defer >> r & 1]
+        kept = [rec for rec in rnd.records if rec[0] not in deferred]
+        assert sum(plan.counts) == len(kept) or s.eit.overflow
