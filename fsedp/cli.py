@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .config import ConfigError, config_to_dict, default_run, load_run
-from .trace import TraceError
+from .config import config_to_dict, default_run, load_run
+from .errors import InputError
 from .sw.params import ParamError, SchedulerParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,7 +284,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (ConfigError, TraceError) as e:
+    except InputError as e:
         print(f"fsedp: {e}", file=sys.stderr)
         return 2
     except UsageError as e:

@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from fsedp.errors import InputError
 from fsedp.sw.params import ParamError, SchedulerParams
 
 __all__ = [
@@ -62,28 +63,10 @@ __all__ = [
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 
-class ConfigError(Exception):
-    """A configuration problem, reported on one line.
-
-    Parameters
-    ----------
-    file : str
-        The file (or pseudo file such as ``<default>``) where the problem is.
-    field : str
-        Dotted path of the offending field inside ``file``, or ``<file>``, ``<yaml>``,
-        ``<top>`` (see the module docstring).
-    reason : str
-        What is wrong; newlines are folded into spaces.
-    """
-
-    def __init__(self, file, field: str, reason: str):
-        self.file = str(file)
-        self.field = str(field)
-        self.reason = " ".join(str(reason).split())
-        super().__init__(f"{self.file}: {self.field}: {self.reason}")
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.field}: {self.reason}"
+class ConfigError(InputError):
+    """A configuration problem, reported on one line ``"{file}: {field}: {reason}"``;
+    ``field`` is a dotted path inside ``file``, or ``<file>``, ``<yaml>``, ``<top>`` (see the
+    module docstring)."""
 
 
 # -- dataclasses ---------------------------------------------------------------------------

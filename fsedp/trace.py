@@ -5,7 +5,7 @@ expert ids of every token (plus optional gate scores and vocabulary ids) and, pe
 request (sequence) it belongs to and its position in that request.  Traces come from
 
 * :func:`load_flame` -- the real FLAME-MoE-290M routing excerpt (npz, see
-  ``../shared/data/README.md``; never a default input of the product),
+  the README of the shared data folder; never a default input of the product),
 * :func:`synthetic` -- a seeded, long-tailed generator.
 
 and are consumed iteration by iteration: :func:`iteration_windows` cuts a trace into
@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fsedp.errors import InputError
+
 __all__ = [
     "TraceError",
     "RoutingTrace",
@@ -35,28 +37,10 @@ __all__ = [
 ]
 
 
-class TraceError(ValueError):
-    """A trace problem, reported on one line ``"{file}: {field}: {reason}"``.
-
-    Parameters
-    ----------
-    file : str
-        The trace file, or the trace name for an in-memory trace.
-    field : str
-        The offending array or argument (``prefill_topk_experts``, ``experts``, ``layer``),
-        or ``<file>`` when the file itself cannot be read.
-    reason : str
-        What is wrong; newlines are folded into spaces.
-    """
-
-    def __init__(self, file, field: str, reason: str):
-        self.file = str(file)
-        self.field = str(field)
-        self.reason = " ".join(str(reason).split())
-        super().__init__(f"{self.file}: {self.field}: {self.reason}")
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.field}: {self.reason}"
+class TraceError(InputError, ValueError):
+    """A trace problem, reported on one line ``"{file}: {field}: {reason}"``; ``field`` is
+    the offending array or argument (``prefill_topk_experts``, ``experts``, ``layer``), or
+    ``<file>`` when the file itself cannot be read."""
 
 
 @dataclass
@@ -184,7 +168,7 @@ def load_flame(path, part: str = "prefill") -> RoutingTrace:
     Parameters
     ----------
     path : str or os.PathLike
-        The npz file (arrays described in ``../shared/data/README.md``).
+        The npz file (arrays described in the README of the shared data folder).
     part : {"prefill", "decode"}
         ``"prefill"``: ``prefill_topk_experts [N, L, k]`` with N = sequences x
         ``prefill_sequence_length`` tokens stored sequence-major; token ``i`` belongs to

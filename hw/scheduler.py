@@ -121,6 +121,14 @@ class Scheduler(wiring.Component):
                 m.d.sync += addr.eq(addr + 1)
             m.d.sync += data_addr.eq(addr)
 
+        def load_beat(kind, entry):
+            """Register a dispatch (kind 0) or pre-load (kind 1) beat of the expert under
+            ``pairing.position`` whose trajectory is on the ``traj_mem`` read port."""
+            m.d.sync += [out.kind.eq(kind), out.expert.eq(pairing.expert),
+                         out.count.eq(pairing.count), out.traj.eq(traj_rp.data),
+                         out.entry.eq(entry), out.next_hop.eq(matcher.next_hop),
+                         out_valid.eq(1)]
+
         def advance():
             m.d.sync += k.eq(k + 1)
             m.next = "READ"
@@ -186,10 +194,7 @@ class Scheduler(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(matcher.eligible):
-                    m.d.sync += [out.kind.eq(0), out.expert.eq(pairing.expert),
-                                 out.count.eq(pairing.count), out.traj.eq(traj_rp.data),
-                                 out.entry.eq(matcher.entry), out.next_hop.eq(matcher.next_hop),
-                                 out_valid.eq(1)]
+                    load_beat(0, matcher.entry)
                     m.next = "EMIT_D"
                 with m.Else():
                     advance()
@@ -210,10 +215,7 @@ class Scheduler(wiring.Component):
             with m.State("PCHECK"):
                 m.d.comb += pairing.position.eq(q)
                 with m.If(~matcher.eligible):
-                    m.d.sync += [out.kind.eq(1), out.expert.eq(pairing.expert),
-                                 out.count.eq(pairing.count), out.traj.eq(traj_rp.data),
-                                 out.entry.eq(matcher.first), out.next_hop.eq(matcher.next_hop),
-                                 out_valid.eq(1)]
+                    load_beat(1, matcher.first)
                     m.next = "EMIT_P"
                 with m.Else():
                     advance()
