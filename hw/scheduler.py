@@ -47,7 +47,8 @@ class Scheduler(wiring.Component):
     -> first dispatch is ``2E + S + 6`` with ``S = log2(N)(log2(N)+1)/2`` sorter stages;
     completion -> next dispatch is at most ``2K + 2`` for ``K`` list positions scanned (one
     cycle per scheduled position skipped, two per position checked).  Dispatch throughput:
-    one beat every 2 cycles while the head of the list is eligible.
+    back-to-back dispatch beats are at least 3 cycles apart, a pre-load beat follows its
+    dispatch 2 cycles later (``docs/blocks/scheduler.md``).
     """
 
     def __init__(self, p: SchedulerParams):
