@@ -46,7 +46,8 @@ class Scheduler(wiring.Component):
     with ``dispatch.valid``): after reset ``E + 1`` cycles clear the EIT; ``last`` gate record
     -> first dispatch is ``2E + S + 6`` with ``S = log2(N)(log2(N)+1)/2`` sorter stages;
     completion -> next dispatch is at most ``2K + 2`` for ``K`` list positions scanned (one
-    cycle per scheduled position skipped, two per position checked).  Dispatch throughput:
+    cycle per scheduled position skipped, two per position checked); the scan stops as soon
+    as the ICV is empty.  Dispatch throughput:
     back-to-back dispatch beats are at least 3 cycles apart, a pre-load beat follows its
     dispatch 2 cycles later (``docs/blocks/scheduler.md``).
     """
@@ -186,7 +187,9 @@ class Scheduler(wiring.Component):
                 with m.If(sorter.o.valid):
                     m.next = "READ"
             with m.State("READ"):
-                with m.If(k >= n):
+                # with no idle chiplet nothing can be eligible: stop scanning and take
+                # completions (same decisions as a full scan, sooner)
+                with m.If((k >= n) | ~icv.value.any()):
                     m.next = "WAIT"
                 with m.Elif(sched.bit_select(k, 1)):
                     m.d.sync += k.eq(k + 1)
