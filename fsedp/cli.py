@@ -217,7 +217,11 @@ def cmd_report(args):
     except ParamError as e:
         raise UsageError(f"--{e.field}: {e.reason}") from None
     doc = {"base_params": dataclasses.asdict(base), "rows": rows}
-    text = format_report(rows)
+    command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl report"
+    text = ("# RTL report: scheduling latency and cell counts\n\n"
+            f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} "
+            f"({args.sim} for latency; Debian Yosys with ABC for cells). Parameters other than "
+            f"E and C: `{dataclasses.asdict(base)}`.\n\n" + format_report(rows))
     if args.out:
         out = Path(args.out)
         tmp = out.with_suffix(out.suffix + ".tmp")
