@@ -104,8 +104,13 @@ def cmd_run(args):
              f"tokens/iteration, top-{cfg.model.top_k}); RTL on {args.sim}"]
     for log in doc["schedule"]:
         deferred = [r for r in range(p.requests) if log["deferred"] >> r & 1]
+        beats = [ev for ev in log["events"] if ev["kind"] != "done"]
+        span = (beats[-1]["cycle"] - beats[0]["cycle"]) if beats else 0
         lines.append(f"\nround {log['round']}: {log['n_active']} experts to schedule, "
-                     f"deferred requests {deferred or 'none'}")
+                     f"deferred requests {deferred or 'none'}, {len(beats)} dispatch/pre-load "
+                     f"beats over {span} cycles")
+        if log["round"] >= args.show_rounds:
+            continue
         lines.append(f"  {'cycle':>6}  {'event':<8} {'expert':>6} {'tokens':>6}  {'trajectory':<{p.chiplets}}  entry  ring")
         for ev in log["events"]:
             if ev["kind"] == "done":
@@ -238,6 +243,8 @@ def build_parser() -> Parser:
     run = sub.add_parser("run", help="main job: the scheduling scenario through golden model and RTL")
     run.add_argument("--config", help="run config YAML (default: the embedded default)")
     run.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    run.add_argument("--show-rounds", type=int, default=1, metavar="N",
+                     help="print the full schedule of the first N rounds (default 1)")
     run.add_argument("--json", action="store_true")
     run.set_defaults(func=cmd_run)
 
