@@ -1,0 +1,1 @@
+"""Performance simulator (FSE-DP, EP, Hydra): the next issue."""

@@ -57,3 +57,19 @@ def test_verilog_written_and_lint_clean(tmp_path, capsys):
     assert rc == 0, doc["lint"]
     assert len(doc["files"]) == 7 and all(v == "clean" for v in doc["lint"].values())
     assert "module fsedp_scheduler" in (tmp_path / "fsedp_scheduler.v").read_text()
+
+
+def test_run_small_config_agrees(tmp_path, capsys):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text("""\
+hardware: chip2x2
+model: {name: tiny, d_model: 64, d_ffn: 128, experts: 16, top_k: 2, shared_experts: 0,
+        layers: 2, heads: 2, params_b: 0.01}
+scheduler: {count_width: 6, requests: 4, theta_min: 2, n_threshold: 2, qos_width: 2, t_qos_init: 0}
+scenario: {tokens_per_iteration: 16, rounds: 3, seed: 5, trace: synthetic, skew: 1.2,
+           prefill_fraction: 0.5}
+""")
+    rc = main(["run", "--config", str(cfg), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["mismatches"] == 0 and doc["rounds"] == 3
+    assert len(doc["schedule"]) == 3 and doc["latency_first_dispatch_cycles"]["max"] > 0
