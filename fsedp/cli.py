@@ -63,12 +63,12 @@ def _require_sim(sim: str):
         raise UsageError(f"--sim {sim}: {why}")
 
 
-def _run_tb(p, sim, knobs, tag):
+def _run_tb(p, sim, knobs, tag, opt="-O0"):
     sys.path.insert(0, str(ROOT / "tb"))
     from runner import run_tb
 
     return run_tb("scheduler", p, sim, BUILD / "cosim", knobs=knobs, seed=knobs.get("seed", 1),
-                  tag=tag)
+                  tag=tag, opt=opt)
 
 
 def _stats(xs):
@@ -184,7 +184,7 @@ def cmd_cosim(args):
     knobs = {"rounds": args.rounds, "seed": args.seed, "stall": args.stall,
              "reset_every": args.reset_every, "tokens": args.tokens, "top_k": args.top_k}
     t0 = time.time()
-    res = _run_tb(p, args.sim, knobs, tag=f"-cosim{args.seed}")
+    res = _run_tb(p, args.sim, knobs, tag=f"-cosim{args.seed}", opt=args.build_opt)
     wall = time.time() - t0
     doc = {"params": dataclasses.asdict(p), "simulator": args.sim, "rounds": res.get("rounds"),
            "resets": res.get("resets"), "beats": res.get("beats"), "cycles": res.get("cycles"),
@@ -276,6 +276,9 @@ def build_parser() -> Parser:
     c.add_argument("--reset-every", type=int, default=0, help="reset mid-round every N rounds")
     c.add_argument("--tokens", type=int, help="tokens per round (default: random)")
     c.add_argument("--top-k", type=int, help="experts per token (default: random 1..4)")
+    c.add_argument("--build-opt", default="-O2", choices=["-O0", "-O1", "-O2"],
+                   help="C++ optimisation of the Verilator model: -O0 builds fastest, "
+                        "-O2 simulates fastest (default, for long runs)")
     c.set_defaults(func=cmd_cosim)
 
     r = rsub.add_parser("report", help="scheduling latency and Yosys cell counts")
