@@ -109,7 +109,7 @@ def format_report(rows) -> str:
     """Markdown tables: latency, then cells per block."""
     out = ["Latency in clock cycles, measured in RTL simulation (dispatch ready every cycle).", "",
            "| E | C | sorter stages | sorter latency | last record -> 1st dispatch (max) | "
-           "completion -> dispatch (mean / max) | min cycles between dispatches | cosim mismatches |",
+           "completion -> dispatch (mean / max) | min cycles between beats (dispatch or pre-load) | cosim mismatches |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['experts']} | {r['chiplets']} | {r['sorter_stages']} | {r.get('sorter_latency', '-')} | "
