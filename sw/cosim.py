@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .params import SchedulerParams
-from .scheduler import DISPATCH, Dispatch, Scheduler
+from .scheduler import Dispatch, Scheduler
 
 __all__ = ["Round", "random_round", "DatapathModel", "RoundChecker", "Mismatch"]
 
@@ -154,6 +154,3 @@ class RoundChecker:
             if gflags[name] != value:
                 self._miss(f"flag {name}", gflags[name], value)
         self.round += 1
-
-    def dispatch_kind(self, d: Dispatch) -> str:
-        return "dispatch" if d.kind == DISPATCH else "preload"

@@ -126,8 +126,7 @@ async def scheduler_vs_golden(dut):
                     now += 1
                 dut.rst.value = 0
                 gate_v.value = ri_v.value = dn_v.value = 0
-                checker.golden.reset()
-                checker.pending.clear()
+                checker.reset()
                 resets += 1
                 aborted = True
                 break
