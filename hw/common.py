@@ -2,7 +2,7 @@
 
 from amaranth import Const, Mux, Value
 
-__all__ = ["lowest_bit", "ring_next_hops", "sat_add"]
+__all__ = ["lowest_bit", "ring_next_hops", "sat_add", "ring_after", "rr_pick"]
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:
@@ -31,3 +31,31 @@ def sat_add(a: Value, b: Value, limit: int) -> tuple[Value, Value]:
     s = a + b
     over = s > limit
     return Mux(over, limit, s), over
+
+
+def ring_after(traj: Value, c: int, chiplets: int, out_width: int) -> Value:
+    """Next chiplet of ``traj`` after ``c`` in ascending order, wrapping (``c`` itself when
+    ``c`` is the only one)."""
+    hop = Const(c, out_width)
+    for s in reversed(range(1, chiplets)):
+        n = (c + s) % chiplets
+        hop = Mux(traj[n], n, hop)
+    return hop
+
+
+def rr_pick(eligible: list, pointer: Value, out_width: int) -> tuple[Value, Value]:
+    """Round-robin arbiter: the first eligible index at or after ``pointer``, wrapping.
+    Returns ``(any, index)``."""
+    n = len(eligible)
+    first_any = Const(0, out_width)
+    after_any = Const(0, out_width)
+    any_after = Const(0)
+    for i in reversed(range(n)):
+        first_any = Mux(eligible[i], i, first_any)
+        take = eligible[i] & (i >= pointer)
+        after_any = Mux(take, i, after_any)
+        any_after = any_after | take
+    anyv = Const(0)
+    for e in eligible:
+        anyv = anyv | e
+    return anyv, Mux(any_after, after_any, first_any)

@@ -67,3 +67,64 @@ def gate_bits(p: SchedulerParams, request: int, chiplet: int, expert: int, last:
 
 def req_init_bits(p: SchedulerParams, request: int, t_qos: int) -> int:
     return req_init_layout(p).const({"request": request, "t_qos": t_qos}).as_bits()
+
+
+# -- chiplet datapath (fsedp.sw.params.DatapathParams) ------------------------------------
+def packet_layout(p) -> data.StructLayout:
+    """A micro-slice header on a link, on the DDR delivery port and at a ring buffer's input
+    (see :class:`fsedp.sw.streaming.Header`)."""
+    return data.StructLayout({"expert": p.expert_bits, "index": p.index_bits,
+                              "traj": p.chiplets, "dest": p.chiplet_bits,
+                              "legs": p.chiplet_bits, "r": p.hop_bits})
+
+
+def store_layout(p) -> data.StructLayout:
+    """What a ring-buffer slot keeps in its storage (``lib.memory``): the next leg."""
+    return data.StructLayout({"index": p.index_bits, "traj": p.chiplets,
+                              "dest": p.chiplet_bits, "legs": p.chiplet_bits})
+
+
+def delivery_layout(p) -> data.StructLayout:
+    """A DDR load: target chiplet and reserved slot, the micro-slice, pre-load ``held``."""
+    return data.StructLayout({"target": p.chiplet_bits, "slot": p.slot_bits,
+                              "packet": packet_layout(p), "held": 1})
+
+
+def tokens_layout(p) -> data.StructLayout:
+    """Token-table write: ``count`` tokens of ``expert`` are held on ``chiplet``."""
+    return data.StructLayout({"chiplet": p.chiplet_bits, "expert": p.expert_bits,
+                              "count": p.count_width})
+
+
+def event_layout(p) -> data.StructLayout:
+    """A chiplet's compute-completion event (observation port)."""
+    return data.StructLayout({"valid": 1, "expert": p.expert_bits, "index": p.index_bits,
+                              "final": 1})
+
+
+def dispatch_bits(p, b) -> int:
+    """Encode a :class:`fsedp.sw.scheduler.Dispatch` as a ``dispatch`` beat."""
+    return dispatch_layout(p).const({"kind": b.kind, "expert": b.expert,
+                                     "count": min(b.count, 2**p.count_width - 1),
+                                     "traj": b.traj, "entry": b.entry,
+                                     "next_hop": list(b.next_hop)}).as_bits()
+
+
+def tokens_bits(p, chiplet: int, expert: int, count: int) -> int:
+    return tokens_layout(p).const({"chiplet": chiplet, "expert": expert,
+                                   "count": count}).as_bits()
+
+
+def unpack_events(p, bits: int) -> list:
+    """The array's ``events`` port as the golden model's ``StepOut.events``."""
+    w = event_layout(p).size
+    out = []
+    for c in range(p.chiplets):
+        v = event_layout(p).from_bits((bits >> (w * c)) & ((1 << w) - 1))
+        out.append((int(v.expert), int(v.index), bool(v.final)) if v.valid else None)
+    return out
+
+
+def unpack_occupancy(p, bits: int) -> list[int]:
+    w = p.free_bits
+    return [(bits >> (w * c)) & ((1 << w) - 1) for c in range(p.chiplets)]

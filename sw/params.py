@@ -7,7 +7,8 @@ width or a depth.
 
 from dataclasses import dataclass
 
-__all__ = ["SchedulerParams", "ParamError", "bits_for", "next_pow2"]
+__all__ = ["SchedulerParams", "DatapathParams", "ParamError", "bits_for", "next_pow2", "DIRS",
+           "mesh_position", "xy_direction"]
 
 
 class ParamError(ValueError):
@@ -121,3 +122,212 @@ class SchedulerParams:
     def position_bits(self) -> int:
         """Bits of a position in the paired-load order (0..E, E meaning "end")."""
         return bits_for(self.experts + 1)
+
+
+# -- chiplet datapath -----------------------------------------------------------------------
+#: Mesh directions of a router port, in the order of the RTL port arrays.
+DIRS = ("N", "E", "S", "W")
+_STEP = {0: (-1, 0), 1: (0, 1), 2: (1, 0), 3: (0, -1)}
+
+
+def mesh_position(c: int, cols: int) -> tuple[int, int]:
+    """(row, col) of chiplet ``c``: chiplets are numbered in snake (boustrophedon) order, so
+    consecutive numbers are mesh neighbours and an ascending ring is short on the mesh."""
+    row, k = divmod(c, cols)
+    return row, (k if row % 2 == 0 else cols - 1 - k)
+
+
+def xy_direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
+    """Output port of XY (dimension-ordered) routing: columns first, then rows."""
+    (r, c), (r2, c2) = src, dst
+    if c2 > c:
+        return 1
+    if c2 < c:
+        return 3
+    return 2 if r2 > r else 0
+
+
+def _ring_after(traj: int, c: int, n: int) -> int:
+    for s in range(1, n + 1):
+        m = (c + s) % n
+        if traj >> m & 1:
+            return m
+    raise ValueError("empty trajectory")
+
+
+def _max_hops(rows: int, cols: int) -> int:
+    """Longest physical path of a micro-slice: over every trajectory and every chiplet it
+    can be loaded on, the XY hops of the ring legs from there back to just before it."""
+    n = rows * cols
+    pos = [mesh_position(c, cols) for c in range(n)]
+    dist = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in pos] for a in pos]
+    best = 0
+    for traj in range(1, 1 << n):
+        members = [c for c in range(n) if traj >> c & 1]
+        legs = [dist[members[i]][members[(i + 1) % len(members)]] for i in range(len(members))]
+        if len(members) > 1:
+            best = max(best, sum(legs) - min(legs))
+    return best
+
+
+_HOPS_CACHE: dict[tuple[int, int], int] = {}
+
+
+@dataclass(frozen=True)
+class DatapathParams:
+    """Generics of the chiplet datapath (micro-slice ring buffers, routers, DDR controller).
+
+    Parameters
+    ----------
+    rows, cols : int
+        Mesh of ``rows x cols`` chiplets (2..16 chiplets), numbered in snake order
+        (:func:`mesh_position`).
+    experts : int
+        Expert ids ``0 .. experts-1`` (as in :class:`SchedulerParams`).
+    count_width : int
+        Width of a per-chiplet token count (the compute model's table).
+    slots : int
+        Micro-slice slots ``K`` of each chiplet's ring buffer.  Deadlock freedom needs
+        ``K >= max_hops + 1`` (see ``docs/blocks/datapath.md``); pre-loads need one more.
+    micro_slices : int
+        Micro-slices per expert ``M`` (1..256).
+    cycles_per_token : int
+        Compute cycles of one micro-slice per token held on the chiplet for that expert.
+    link_cycles : int
+        Cycles a die-to-die link is busy with one micro-slice (its size over the link
+        bandwidth); also the hop latency.
+    ddr_interval : int
+        DDR issues at most one micro-slice load every ``ddr_interval`` cycles (bandwidth).
+    ddr_latency : int
+        Cycles from a DDR load's issue to its delivery into the reserved slot.
+    preload_entries : int
+        Rule 4 pre-loads the DDR controller can track at once (0 disables pre-loading; a
+        pre-load beat that finds no free entry is dropped, which only costs its head start).
+    rule5 : bool
+        Rule 5: a dispatched expert's DDR loads go to the trajectory chiplet with the most
+        free slots instead of the entry chiplet.
+    """
+
+    rows: int = 2
+    cols: int = 2
+    experts: int = 16
+    count_width: int = 6
+    slots: int = 6
+    micro_slices: int = 4
+    cycles_per_token: int = 1
+    link_cycles: int = 2
+    ddr_interval: int = 2
+    ddr_latency: int = 8
+    preload_entries: int = 2
+    rule5: bool = False
+
+    def __post_init__(self):
+        def check(field, lo, hi):
+            v = getattr(self, field)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ParamError(field, f"must be an integer, not {v!r}")
+            if not lo <= v <= hi:
+                raise ParamError(field, f"must be in {lo}..{hi}, not {v}")
+
+        check("rows", 1, 16)
+        check("cols", 1, 16)
+        if not 2 <= self.rows * self.cols <= 16:
+            raise ParamError("rows", f"rows x cols must be 2..16 chiplets, not "
+                                     f"{self.rows} x {self.cols} = {self.rows * self.cols}")
+        check("experts", 1, 256)
+        check("count_width", 1, 16)
+        check("slots", 2, 64)
+        check("micro_slices", 1, 256)
+        check("cycles_per_token", 1, 64)
+        check("link_cycles", 1, 64)
+        check("ddr_interval", 1, 64)
+        check("ddr_latency", 1, 255)
+        check("preload_entries", 0, 16)
+        if not isinstance(self.rule5, bool):
+            raise ParamError("rule5", f"must be true or false, not {self.rule5!r}")
+        if self.slots < self.max_hops + 1:
+            raise ParamError("slots", f"must be at least max_hops + 1 = {self.max_hops + 1} on a "
+                                      f"{self.rows}x{self.cols} mesh (deadlock freedom), "
+                                      f"not {self.slots}")
+
+    @classmethod
+    def for_scheduler(cls, p: SchedulerParams, rows: int, cols: int, **kw) -> "DatapathParams":
+        """Datapath generics consistent with a scheduler's (experts, count width, chiplets)."""
+        if rows * cols != p.chiplets:
+            raise ParamError("rows", f"rows x cols = {rows * cols} must equal the scheduler's "
+                                     f"chiplets = {p.chiplets}")
+        return cls(rows=rows, cols=cols, experts=p.experts, count_width=p.count_width, **kw)
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def chiplets(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def chiplet_bits(self) -> int:
+        return bits_for(self.chiplets)
+
+    @property
+    def expert_bits(self) -> int:
+        return bits_for(self.experts)
+
+    @property
+    def index_bits(self) -> int:
+        return bits_for(self.micro_slices)
+
+    @property
+    def slot_bits(self) -> int:
+        return bits_for(self.slots)
+
+    @property
+    def free_bits(self) -> int:
+        """Width of a free-slot count ``0 .. K``."""
+        return bits_for(self.slots + 1)
+
+    @property
+    def max_hops(self) -> int:
+        """``H``: the most physical hops any micro-slice travels (over all trajectories)."""
+        key = (self.rows, self.cols)
+        if key not in _HOPS_CACHE:
+            _HOPS_CACHE[key] = _max_hops(*key)
+        return _HOPS_CACHE[key]
+
+    @property
+    def hop_bits(self) -> int:
+        return bits_for(self.max_hops + 2)
+
+    @property
+    def compute_bits(self) -> int:
+        """Width of the compute countdown (``max(1, tokens) * cycles_per_token``)."""
+        return bits_for((2**self.count_width - 1) * self.cycles_per_token + 1)
+
+    def position(self, c: int) -> tuple[int, int]:
+        return mesh_position(c, self.cols)
+
+    def neighbour(self, c: int, d: int) -> int | None:
+        """Chiplet next to ``c`` in direction ``d`` (``None`` at the mesh edge)."""
+        r, k = self.position(c)
+        dr, dk = _STEP[d]
+        r, k = r + dr, k + dk
+        if not (0 <= r < self.rows and 0 <= k < self.cols):
+            return None
+        row_start = r * self.cols
+        return row_start + (k if r % 2 == 0 else self.cols - 1 - k)
+
+    def distance(self, a: int, b: int) -> int:
+        (r, k), (r2, k2) = self.position(a), self.position(b)
+        return abs(r - r2) + abs(k - k2)
+
+    def direction(self, src: int, dst: int) -> int:
+        return xy_direction(self.position(src), self.position(dst))
+
+    def path_hops(self, traj: int, start: int) -> int:
+        """Physical hops of a micro-slice of ``traj`` loaded on ``start``: every ring leg
+        except the one that would return to ``start``."""
+        n = self.chiplets
+        total, c = 0, start
+        for _ in range(bin(traj).count("1") - 1):
+            nxt = _ring_after(traj, c, n)
+            total += self.distance(c, nxt)
+            c = nxt
+        return total

@@ -1,0 +1,256 @@
+"""Micro-slice ring buffer of one chiplet (virtualization Rules 1-4).
+
+Golden model: :class:`fsedp.sw.streaming.StreamingArray` (slots, ``arrive``, offers,
+compute pick, release).  Doc page: ``docs/blocks/datapath.md``.
+"""
+
+from amaranth import Array, Const, Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..sw.params import DatapathParams
+from .common import lowest_bit, ring_after
+from .layouts import delivery_layout, packet_layout, store_layout
+
+__all__ = ["RingBuffer", "LinkSignature", "arrive_fields"]
+
+
+def LinkSignature(p: DatapathParams) -> wiring.Signature:
+    """A die-to-die link (or a ring buffer's offer to its router): ``valid``/``payload``
+    offer a micro-slice, ``ready`` accepts it.  Unlike ``lib.stream`` an offer that is not
+    accepted may be withdrawn or replaced in the next cycle: the sender always offers its
+    best candidate, which is what keeps forward-count admission deadlock-free."""
+    return wiring.Signature({"payload": Out(packet_layout(p)), "valid": Out(1),
+                             "ready": In(1)})
+
+
+def arrive_fields(m: Module, p: DatapathParams, c: int, h, prefix: str) -> dict:
+    """Slot fields of micro-slice ``h`` (a ``packet_layout`` view) stored at chiplet ``c``:
+    combinational, mirrors :func:`fsedp.sw.streaming.arrive`."""
+    station = Signal(name=f"{prefix}_station")
+    more = Signal(name=f"{prefix}_more")
+    nxt = Signal(p.chiplet_bits, name=f"{prefix}_next")
+    dest = Signal(p.chiplet_bits, name=f"{prefix}_dest")
+    dirs = Array(Const(p.direction(c, d) if d != c else 0, 2) for d in range(p.chiplets))
+    m.d.comb += [
+        station.eq(h.dest == c),
+        more.eq(h.legs != 0),
+        nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits)),
+        dest.eq(Mux(station, Mux(more, nxt, c), h.dest)),
+    ]
+    return {
+        "comp": station,
+        "send": ~station | more,
+        "final": station & ~more,
+        "dest": dest,
+        "legs": Mux(station & more, h.legs - 1, h.legs),
+        "dir": dirs[dest],
+        "r": h.r,
+    }
+
+
+class RingBuffer(wiring.Component):
+    """``K`` micro-slice slots of one chiplet with their state machine.
+
+    Parameters
+    ----------
+    p : DatapathParams
+    chiplet : int
+        This chiplet's number (fixes its XY directions).
+
+    Members
+    -------
+    rx : In(stream.Signature(packet_layout))
+        A micro-slice granted by the router (already admitted: ``free > r``); stored into
+        the lowest free slot, usable ``link_cycles`` cycles later.  ``ready`` is ``free != 0``.
+    free : Out
+        Free slots (``K`` minus allocated and reserved), from registered state.
+    resv_valid : In(1)
+        The DDR controller reserves slot ``resv_slot`` (the highest free one) this cycle.
+    resv_slot : Out
+    ddr : In(delivery_layout) with ``ddr_valid``
+        A DDR load delivered into its reserved slot (usable the next cycle).
+    offer : Out(LinkSignature) x 4
+        Per direction N/E/S/W: the slot ready to forward that way with the fewest hops left
+        (ties to the lower slot); ``ready`` means the transfer starts this cycle (the slot's
+        payload is then read for ``link_cycles`` cycles).
+    cmp_valid, cmp_slot, cmp_expert, cmp_index, cmp_final : Out
+        Compute candidate: a pending micro-slice received over a link (Rule 1) before a local
+        one (Rule 2), lower slot first.
+    cmp_take : In(1)
+        The compute unit starts the candidate.
+    cmp_done : In(1), cmp_done_slot : In
+        The compute of slot ``cmp_done_slot`` ends this cycle.
+    unhold_valid, unhold_expert : In
+        The pre-loaded micro-slices of ``unhold_expert`` held here may now stream.
+    occupancy : Out
+        Allocated slots (``K - free``).
+
+    Latency: a slot is released one cycle after its last use (Rule 3).  Throughput: one
+    link arrival and one DDR delivery per cycle, one transfer start per direction per cycle.
+    """
+
+    def __init__(self, p: DatapathParams, chiplet: int):
+        if not isinstance(p, DatapathParams):
+            raise TypeError(f"p must be DatapathParams, not {p!r}")
+        if not 0 <= chiplet < p.chiplets:
+            raise ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}")
+        self.p, self.chiplet = p, chiplet
+        link = LinkSignature(p)
+        super().__init__({
+            "rx": In(stream.Signature(packet_layout(p))),
+            "free": Out(p.free_bits),
+            "resv_valid": In(1),
+            "resv_slot": Out(p.slot_bits),
+            "ddr_valid": In(1),
+            "ddr": In(delivery_layout(p)),
+            "offer": Out(link).array(4),
+            "cmp_valid": Out(1),
+            "cmp_slot": Out(p.slot_bits),
+            "cmp_expert": Out(p.expert_bits),
+            "cmp_index": Out(p.index_bits),
+            "cmp_final": Out(1),
+            "cmp_take": In(1),
+            "cmp_done": In(1),
+            "cmp_done_slot": In(p.slot_bits),
+            "unhold_valid": In(1),
+            "unhold_expert": In(p.expert_bits),
+            "occupancy": Out(p.free_bits),
+        })
+
+    def elaborate(self, platform):
+        p, c = self.p, self.chiplet
+        K, L = p.slots, p.link_cycles
+        m = Module()
+        cnt_bits = max(1, (L - 1).bit_length())
+
+        m.submodules.store = store = memory.Memory(shape=store_layout(p), depth=K, init=[])
+        w_rx = store.write_port()
+        w_ddr = store.write_port()
+        r_tx = [store.read_port(domain="comb") for _ in range(4)]
+        r_cmp = store.read_port(domain="comb")
+
+        def slot_signal(name, width=1):
+            return Array(Signal(width, name=f"{name}{i}") for i in range(K))
+
+        busy, resv, held = slot_signal("busy"), slot_signal("resv"), slot_signal("held")
+        comp, computing, send = slot_signal("comp"), slot_signal("computing"), slot_signal("send")
+        ddr, final = slot_signal("ddr"), slot_signal("final")
+        wait, tx = slot_signal("wait", cnt_bits), slot_signal("tx", cnt_bits)
+        dirr, hops = slot_signal("dir", 2), slot_signal("hops", p.hop_bits)
+        expert = slot_signal("expert", p.expert_bits)
+
+        present = [Signal(name=f"present{i}") for i in range(K)]
+        releasable = [Signal(name=f"releasable{i}") for i in range(K)]
+        for i in range(K):
+            m.d.comb += [
+                present[i].eq(busy[i] & ~resv[i] & (wait[i] == 0) & ~held[i]),
+                releasable[i].eq(present[i] & ~comp[i] & ~computing[i] & ~send[i] & (tx[i] == 0)),
+            ]
+
+        # -- free slots -----------------------------------------------------------------
+        nbusy = sum(busy[i] for i in range(K))
+        free_vec = Signal(K)
+        m.d.comb += [free_vec[i].eq(~busy[i]) for i in range(K)]
+        m.d.comb += [self.free.eq(K - nbusy), self.occupancy.eq(nbusy)]
+        rx_slot = Signal(p.slot_bits)
+        m.d.comb += rx_slot.eq(lowest_bit(free_vec, K, p.slot_bits))
+        high_expr = Const(0, p.slot_bits)
+        for i in range(K):
+            high_expr = Mux(free_vec[i], i, high_expr)
+        high = Signal(p.slot_bits)
+        m.d.comb += [high.eq(high_expr), self.resv_slot.eq(high),
+                     self.rx.ready.eq(free_vec.any())]
+
+        # -- offers: fewest hops left, ties to the lower slot ----------------------------
+        tx_slot = []
+        for d in range(4):
+            # a chain of registered-free stages; each stage is a named signal so that the
+            # netlist stays linear in K
+            best_v, best_r, best_i = Const(0), Const(0, p.hop_bits), Const(0, p.slot_bits)
+            for i in range(K):
+                cand = Signal(name=f"tx{d}_cand{i}")
+                take = Signal(name=f"tx{d}_take{i}")
+                nv, nr = Signal(name=f"tx{d}_v{i}"), Signal(p.hop_bits, name=f"tx{d}_r{i}")
+                ni = Signal(p.slot_bits, name=f"tx{d}_i{i}")
+                m.d.comb += [
+                    cand.eq(present[i] & send[i] & (tx[i] == 0) & (dirr[i] == d)),
+                    take.eq(cand & (~best_v | (hops[i] < best_r))),
+                    nv.eq(best_v | cand), nr.eq(Mux(take, hops[i], best_r)),
+                    ni.eq(Mux(take, i, best_i)),
+                ]
+                best_v, best_r, best_i = nv, nr, ni
+            sel = Signal(p.slot_bits, name=f"tx_slot_{d}")
+            m.d.comb += [sel.eq(best_i), r_tx[d].addr.eq(sel)]
+            o = self.offer[d]
+            m.d.comb += [
+                o.valid.eq(best_v),
+                o.payload.expert.eq(expert[sel]),
+                o.payload.index.eq(r_tx[d].data.index),
+                o.payload.traj.eq(r_tx[d].data.traj),
+                o.payload.dest.eq(r_tx[d].data.dest),
+                o.payload.legs.eq(r_tx[d].data.legs),
+                o.payload.r.eq(hops[sel] - 1),
+            ]
+            tx_slot.append(sel)
+
+        # -- compute candidate (Rule 1 before Rule 2) ------------------------------------
+        link_c = Signal(K)
+        local_c = Signal(K)
+        for i in range(K):
+            m.d.comb += [link_c[i].eq(present[i] & comp[i] & ~ddr[i]),
+                         local_c[i].eq(present[i] & comp[i] & ddr[i])]
+        cslot = Signal(p.slot_bits)
+        m.d.comb += [
+            cslot.eq(Mux(link_c.any(), lowest_bit(link_c, K, p.slot_bits),
+                         lowest_bit(local_c, K, p.slot_bits))),
+            self.cmp_valid.eq(link_c.any() | local_c.any()),
+            self.cmp_slot.eq(cslot),
+            r_cmp.addr.eq(cslot),
+            self.cmp_expert.eq(expert[cslot]),
+            self.cmp_index.eq(r_cmp.data.index),
+            self.cmp_final.eq(final[cslot]),
+        ]
+
+        # -- next state (per slot, one-hot decoded events) ---------------------------------
+        f_rx = arrive_fields(m, p, c, self.rx.payload, "rx")
+        f_ddr = arrive_fields(m, p, c, self.ddr.packet, "ddr")
+        rx_fire = self.rx.valid & self.rx.ready
+        for port, slot, h, f, en in ((w_rx, rx_slot, self.rx.payload, f_rx, rx_fire),
+                                     (w_ddr, self.ddr.slot, self.ddr.packet, f_ddr,
+                                      self.ddr_valid)):
+            m.d.comb += [port.addr.eq(slot), port.en.eq(en),
+                         port.data.index.eq(h.index), port.data.traj.eq(h.traj),
+                         port.data.dest.eq(f["dest"]), port.data.legs.eq(f["legs"])]
+
+        def store(i, h, f, wait_value, from_ddr, held_value):
+            m.d.sync += [
+                busy[i].eq(1), resv[i].eq(0), wait[i].eq(wait_value), held[i].eq(held_value),
+                ddr[i].eq(from_ddr), computing[i].eq(0), tx[i].eq(0), comp[i].eq(f["comp"]),
+                send[i].eq(f["send"]), final[i].eq(f["final"]), dirr[i].eq(f["dir"]),
+                hops[i].eq(f["r"]), expert[i].eq(h.expert),
+            ]
+
+        for i in range(K):
+            with m.If(releasable[i]):
+                m.d.sync += busy[i].eq(0)
+            with m.If(wait[i] != 0):
+                m.d.sync += wait[i].eq(wait[i] - 1)
+            with m.If(tx[i] != 0):
+                m.d.sync += tx[i].eq(tx[i] - 1)
+            with m.If(self.unhold_valid & held[i] & (expert[i] == self.unhold_expert)):
+                m.d.sync += held[i].eq(0)
+            for d in range(4):
+                with m.If(self.offer[d].valid & self.offer[d].ready & (tx_slot[d] == i)):
+                    m.d.sync += [send[i].eq(0), tx[i].eq(L - 1)]
+            with m.If(rx_fire & (rx_slot == i)):
+                store(i, self.rx.payload, f_rx, L - 1, 0, 0)
+            with m.If(self.ddr_valid & (self.ddr.slot == i)):
+                store(i, self.ddr.packet, f_ddr, 0, 1, self.ddr.held)
+            with m.If(self.resv_valid & (high == i)):
+                m.d.sync += [busy[i].eq(1), resv[i].eq(1)]
+            with m.If(self.cmp_done & (self.cmp_done_slot == i)):
+                m.d.sync += computing[i].eq(0)
+            with m.If(self.cmp_take & (cslot == i)):
+                m.d.sync += [comp[i].eq(0), computing[i].eq(1)]
+        return m

@@ -1,0 +1,103 @@
+"""Router of one chiplet: four die-to-die links (N/E/S/W) and the local ring buffer.
+
+Golden model: steps 1-2 of :meth:`fsedp.sw.streaming.StreamingArray.step`.  Doc page:
+``docs/blocks/datapath.md``.
+"""
+
+from amaranth import Array, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..sw.params import DatapathParams
+from .common import rr_pick
+from .layouts import packet_layout
+from .ring_buffer import LinkSignature
+
+__all__ = ["Router"]
+
+
+class Router(wiring.Component):
+    """Output links with their busy time, input arbitration with forward-count admission.
+
+    XY routing needs no table here: the ring buffer stores each micro-slice with the
+    direction of its next leg (computed on arrival from ``dest``), and offers per direction.
+
+    Parameters
+    ----------
+    p : DatapathParams
+    chiplet : int
+
+    Members
+    -------
+    offer : In(LinkSignature) x 4
+        The ring buffer's best candidate per direction.
+    link_out : Out(LinkSignature) x 4
+        To the neighbours: an offer is passed on while the link is idle and not stalled; a
+        transfer keeps the link busy for ``link_cycles`` cycles.  Ports at the mesh edge
+        never offer.
+    link_in : In(LinkSignature) x 4
+        From the neighbours (``link_in[d]`` comes from the neighbour in direction ``d``).
+    stall : In(4)
+        Per output link: no transfer may start this cycle (test hook, models a busy PHY).
+    free : In
+        Free slots of the ring buffer.
+    rx : Out(stream.Signature(packet_layout))
+        The granted input: round-robin over the inputs whose micro-slice is admissible
+        (``payload.r < free``), at most one per cycle.
+
+    Latency: an accepted micro-slice is in the ring buffer at the next clock edge and usable
+    ``link_cycles`` cycles after acceptance.
+    """
+
+    def __init__(self, p: DatapathParams, chiplet: int):
+        if not isinstance(p, DatapathParams):
+            raise TypeError(f"p must be DatapathParams, not {p!r}")
+        if not 0 <= chiplet < p.chiplets:
+            raise ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}")
+        self.p, self.chiplet = p, chiplet
+        link = LinkSignature(p)
+        super().__init__({
+            "offer": In(link).array(4),
+            "link_out": Out(link).array(4),
+            "link_in": In(link).array(4),
+            "stall": In(4),
+            "free": In(p.free_bits),
+            "rx": Out(stream.Signature(packet_layout(p))),
+        })
+
+    def elaborate(self, platform):
+        p, c, L = self.p, self.chiplet, self.p.link_cycles
+        m = Module()
+        exists = [p.neighbour(c, d) is not None for d in range(4)]
+
+        busy = [Signal(max(1, (L - 1).bit_length()), name=f"link_busy_{d}") for d in range(4)]
+        for d in range(4):
+            o, out = self.offer[d], self.link_out[d]
+            if not exists[d]:
+                m.d.comb += [out.valid.eq(0), o.ready.eq(0)]
+                continue
+            m.d.comb += [
+                out.valid.eq(o.valid & (busy[d] == 0) & ~self.stall[d]),
+                out.payload.eq(o.payload),
+                o.ready.eq(out.valid & out.ready),
+            ]
+            with m.If(out.valid & out.ready):
+                m.d.sync += busy[d].eq(L - 1)
+            with m.Elif(busy[d] != 0):
+                m.d.sync += busy[d].eq(busy[d] - 1)
+
+        rr = Signal(2)
+        admissible = [Signal(name=f"admissible_{d}") for d in range(4)]
+        for d in range(4):
+            i = self.link_in[d]
+            m.d.comb += admissible[d].eq(i.valid & (i.payload.r < self.free) if exists[d] else 0)
+        anyv, g = rr_pick(admissible, rr, 2)
+        grant = Signal(2)
+        m.d.comb += [grant.eq(g), self.rx.valid.eq(anyv)]
+        payloads = Array(self.link_in[d].payload.as_value() for d in range(4))
+        m.d.comb += self.rx.payload.eq(payloads[grant])
+        for d in range(4):
+            m.d.comb += self.link_in[d].ready.eq(anyv & (grant == d) & self.rx.ready)
+        with m.If(self.rx.valid & self.rx.ready):
+            m.d.sync += rr.eq(grant + 1)
+        return m

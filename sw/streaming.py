@@ -1,0 +1,452 @@
+"""Micro-slice streaming golden model: ring buffers, routers and the DDR controller of a
+chiplet array, cycle by cycle (virtualization Rules 1-5 of FSE-DP, Section IV-C).
+
+This is the executable specification of ``fsedp.hw.datapath``: both compute the same
+next state from the same registered state and inputs, so the cosimulation compares them
+cycle by cycle (``tb/tb_datapath.py``).  The page ``docs/blocks/datapath.md`` explains the
+rules with figures; the decisions taken where the paper is silent are marked **[D]**.
+
+Objects
+-------
+* **Micro-slice** (packet): ``expert``, ``index`` (0..M-1), ``traj`` (trajectory mask),
+  ``dest`` (next chiplet that computes it), ``legs`` (ring legs left after ``dest``) and
+  ``r`` (physical link hops left).  Every router stores a micro-slice in a slot of its ring
+  buffer before forwarding it (store-and-forward), computing it only where it is a *station*
+  (``dest`` is the chiplet itself); other routers on an XY path only forward it (*transit*).
+* **Slot** of a ring buffer: ``busy`` (allocated), ``resv`` (reserved by a DDR load still in
+  flight), ``wait`` (cycles until its data has arrived), ``held`` (a Rule 4 pre-load waiting
+  for its expert's dispatch), ``comp`` (compute pending here), ``computing``, ``send``
+  (forward pending), ``tx`` (cycles of the outgoing transfer left), ``ddr`` (loaded from DDR
+  here, i.e. *local*), ``final`` (last station).
+
+Per cycle (all decisions from the registered state and this cycle's inputs)
+--------------------------------------------------------------------------
+1. **Offer** (router output port ``d``, Rules 1-2 forwarding): among the slots ready to
+   forward in direction ``d`` the one with the fewest hops left ``r`` (ties: lowest slot),
+   if the link is not busy and not stalled.  [D] An offer that is not accepted may be
+   replaced by a better one the next cycle (the link is an offer/accept interface, see the
+   deadlock argument).
+2. **Accept** (router input side): the neighbour takes at most one micro-slice per cycle,
+   round-robin over its four inputs among the *admissible* offers: a micro-slice that will
+   still have ``r`` hops to go is admitted only while the buffer has more than ``r`` free
+   slots (forward-count admission [D]; this is what makes streaming deadlock-free).
+3. **DDR issue** (Rule 4): every ``ddr_interval`` cycles the controller loads the next
+   micro-slice of a running expert (round-robin over the running experts) into its entry
+   chiplet, or with Rule 5 into the trajectory chiplet with the most free slots, reserving a
+   slot under the same admission (``r`` = hops of its whole path).  Pre-loads (Rule 4 of
+   Algorithm 1) come after running experts and are admitted only while more than ``H + 1``
+   slots are free; their slots are *held* until the expert is dispatched.
+4. **DDR delivery**: ``ddr_latency`` cycles after its issue (later while DDR is stalled).
+5. **Compute** (Rules 1-2): a chiplet whose compute unit is free starts the pending
+   micro-slice received over a link (Rule 1), else a local one loaded from DDR (Rule 2),
+   lowest slot first; it takes ``max(1, tokens) * cycles_per_token`` cycles, ``tokens``
+   being the chiplet's token count for that expert.  A new compute may start in the last
+   cycle of the previous one.
+6. **Release** (Rule 3): a slot whose micro-slice is computed (if a station) and forwarded
+   (if not the end of its path) is freed in the next cycle.  The last station *retires* the
+   micro-slice; when all ``M`` micro-slices of an expert are retired, its entry slot is
+   reported on the ``done`` stream (a mask of slots, as the scheduler takes it).
+
+Timing: a transfer accepted in cycle ``t`` keeps the link busy until ``t + L`` and the
+micro-slice is usable at the receiver from ``t + L`` (``L = link_cycles``); a DDR delivery
+in cycle ``t`` is usable from ``t + 1``.
+"""
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .params import DatapathParams, bits_for
+from .scheduler import DISPATCH, PRELOAD, Dispatch
+
+__all__ = ["Header", "Slot", "StepIn", "StepOut", "StreamingArray", "arrive", "OPPOSITE"]
+
+OPPOSITE = (2, 3, 0, 1)
+
+
+@dataclass(frozen=True)
+class Header:
+    """A micro-slice as it travels: on a link ``r`` counts the hops left *after* the
+    receiver, in a DDR load the hops of the whole path."""
+
+    expert: int
+    index: int
+    traj: int
+    dest: int
+    legs: int
+    r: int
+
+
+@dataclass
+class Slot:
+    busy: bool = False
+    resv: bool = False
+    wait: int = 0
+    held: bool = False
+    comp: bool = False
+    computing: bool = False
+    send: bool = False
+    tx: int = 0
+    ddr: bool = False
+    final: bool = False
+    dir: int = 0
+    r: int = 0
+    expert: int = 0
+    # slot storage (the RTL's lib.memory): the next leg of the micro-slice
+    index: int = 0
+    traj: int = 0
+    dest: int = 0
+    legs: int = 0
+
+    @property
+    def present(self) -> bool:
+        return self.busy and not self.resv and self.wait == 0 and not self.held
+
+    @property
+    def releasable(self) -> bool:
+        return (self.busy and not self.resv and self.wait == 0 and not self.held
+                and not self.comp and not self.computing and not self.send and self.tx == 0)
+
+
+def arrive(p: DatapathParams, c: int, h: Header) -> dict:
+    """Slot fields of micro-slice ``h`` stored at chiplet ``c`` (station or transit)."""
+    if h.dest == c:                     # a station: compute here, then the next ring leg
+        if h.legs:
+            nxt = next(m for m in ((c + s) % p.chiplets for s in range(1, p.chiplets + 1))
+                       if h.traj >> m & 1)
+            return dict(comp=True, send=True, final=False, dest=nxt, legs=h.legs - 1,
+                        dir=p.direction(c, nxt), r=h.r)
+        return dict(comp=True, send=False, final=True, dest=c, legs=0, dir=0, r=h.r)
+    return dict(comp=False, send=True, final=False, dest=h.dest, legs=h.legs,
+                dir=p.direction(c, h.dest), r=h.r)
+
+
+@dataclass
+class StepIn:
+    """Inputs of one cycle."""
+
+    dispatch: Dispatch | None = None      # beat presented on the dispatch stream
+    done_ready: bool = True
+    stall: tuple[int, ...] = ()           # per chiplet, 4-bit mask of stalled output links
+    ddr_stall: bool = False
+    tokens: tuple[int, int, int] | None = None   # (chiplet, expert, count) table write
+
+
+@dataclass
+class StepOut:
+    """Outputs of one cycle (what the RTL shows before the clock edge)."""
+
+    dispatch_ready: bool
+    done: int                              # done.valid = done != 0; payload = done
+    events: list                           # per chiplet: None or (expert, index, final)
+    occupancy: list[int]                   # busy slots per chiplet (registered)
+    transfers: list                        # (src, dir, Header) accepted on links this cycle
+    ddr_issue: tuple | None                # (target, slot, Header, held)
+    ddr_deliver: tuple | None              # (target, slot, Header, held)
+
+
+@dataclass
+class Job:
+    valid: bool = False
+    expert: int = 0
+    traj: int = 0
+    loaded: int = 0
+    retired: int = 0
+
+
+@dataclass
+class Preload:
+    valid: bool = False
+    expert: int = 0
+    traj: int = 0
+    chiplet: int = 0
+    loaded: int = 0
+
+
+@dataclass
+class Chiplet:
+    slots: list
+    link_busy: list = field(default_factory=lambda: [0, 0, 0, 0])
+    rr: int = 0
+    cnt: int = 0
+    cslot: int = 0
+    cexpert: int = 0
+    cindex: int = 0
+    cfinal: bool = False
+
+
+class StreamingArray:
+    """Cycle model of a ``rows x cols`` chiplet array and its DDR controller."""
+
+    def __init__(self, p: DatapathParams, admission: bool = True):
+        self.p = p
+        #: ``False`` replaces forward-count admission by "any free slot" (the naive rule);
+        #: only for showing the deadlock it prevents (``tests/test_streaming.py``).
+        self.admission = admission
+        self.age_bits = bits_for(p.ddr_latency + 1) + 8
+        self.fifo_depth = -(-p.ddr_latency // p.ddr_interval) + 2
+        self.tokens = [[0] * p.experts for _ in range(p.chiplets)]
+        self.reset()
+
+    def reset(self):
+        """Synchronous reset: empty buffers, no jobs, DDR pipeline flushed (the token tables
+        are memories and keep their contents)."""
+        p = self.p
+        self.chips = [Chiplet([Slot() for _ in range(p.slots)]) for _ in range(p.chiplets)]
+        self.jobs = [Job() for _ in range(p.chiplets)]
+        self.pre = [Preload() for _ in range(p.preload_entries)]
+        self.ddr_rr = 0
+        self.gap = 0
+        self.now = 0
+        self.fifo: deque = deque()
+        self.done_pending = 0
+        self.bad_dispatch = False
+        self.orphan = False
+        self.cycle = 0
+
+    # -- views ------------------------------------------------------------------------
+    def free(self, c: int) -> int:
+        return sum(not s.busy for s in self.chips[c].slots)
+
+    @property
+    def idle(self) -> bool:
+        return (not any(s.busy for ch in self.chips for s in ch.slots)
+                and not any(j.valid for j in self.jobs) and not any(q.valid for q in self.pre)
+                and not self.fifo and not self.done_pending
+                and all(ch.cnt == 0 for ch in self.chips))
+
+    def _offer(self, c: int, d: int, stall: int):
+        p, ch = self.p, self.chips[c]
+        if p.neighbour(c, d) is None or ch.link_busy[d] or stall >> d & 1:
+            return None
+        best = None
+        for i, s in enumerate(ch.slots):
+            if s.present and s.send and s.tx == 0 and s.dir == d:
+                if best is None or s.r < ch.slots[best].r:
+                    best = i
+        return best
+
+    # -- one clock cycle --------------------------------------------------------------
+    def step(self, inp: StepIn) -> StepOut:
+        p = self.p
+        n = p.chiplets
+        stall = inp.stall or (0,) * n
+        free = [self.free(c) for c in range(n)]
+
+        # 1. offers
+        offers = [[self._offer(c, d, stall[c]) for d in range(4)] for c in range(n)]
+
+        # 2. accepts: input port d of chiplet c is fed by its neighbour in direction d
+        accepts = [None] * n          # (input dir, src chiplet, src slot, Header)
+        for c in range(n):
+            ch = self.chips[c]
+            for k in range(4):
+                d = (ch.rr + k) % 4
+                src = p.neighbour(c, d)
+                if src is None:
+                    continue
+                s = offers[src][OPPOSITE[d]]
+                if s is None:
+                    continue
+                sl = self.chips[src].slots[s]
+                h = Header(sl.expert, sl.index, sl.traj, sl.dest, sl.legs, sl.r - 1)
+                if (h.r if self.admission else 0) < free[c]:
+                    slot = min(i for i, x in enumerate(ch.slots) if not x.busy)
+                    accepts[c] = (d, src, s, h, slot)
+                    break
+        free2 = [free[c] - (accepts[c] is not None) for c in range(n)]
+
+        # 3. DDR issue
+        issue = None
+        if self.gap == 0 and not inp.ddr_stall and len(self.fifo) < self.fifo_depth:
+            for k in range(n):
+                j = (self.ddr_rr + k) % n
+                job = self.jobs[j]
+                if not job.valid or job.loaded >= p.micro_slices:
+                    continue
+                target = self._ddr_target(j, job, free2)
+                if target is not None:
+                    issue = ("job", j, target, job.expert, job.traj, job.loaded)
+                    break
+            if issue is None:
+                for k, q in enumerate(self.pre):
+                    if q.valid and q.loaded < p.micro_slices and free2[q.chiplet] > p.max_hops + 1:
+                        issue = ("pre", k, q.chiplet, q.expert, q.traj, q.loaded)
+                        break
+        issue_out = None
+        if issue is not None:
+            kind, idx, target, expert, traj, index = issue
+            slots = self.chips[target].slots
+            slot = max(i for i, s in enumerate(slots) if not s.busy)
+            h = Header(expert, index, traj, target, bin(traj).count("1") - 1,
+                       p.path_hops(traj, target))
+            issue_out = (target, slot, h, kind == "pre")
+
+        # 4. DDR delivery
+        dispatch_e = (inp.dispatch.expert if inp.dispatch is not None
+                      and inp.dispatch.kind == DISPATCH else None)
+        deliver = None
+        if self.fifo and not inp.ddr_stall:
+            target, slot, h, held, ts = self.fifo[0]
+            if (self.now - ts) % (1 << self.age_bits) >= p.ddr_latency:
+                if held and (any(j.valid and j.expert == h.expert for j in self.jobs)
+                             or dispatch_e == h.expert):
+                    held = False
+                deliver = (target, slot, h, held)
+
+        # 5. compute
+        events = [None] * n
+        starts = [None] * n
+        for c in range(n):
+            ch = self.chips[c]
+            if ch.cnt == 1:
+                events[c] = (ch.cexpert, ch.cindex, ch.cfinal)
+            if ch.cnt <= 1:
+                cand = [i for i, s in enumerate(ch.slots) if s.present and s.comp]
+                pick = next((i for i in cand if not ch.slots[i].ddr), None)
+                if pick is None and cand:
+                    pick = cand[0]
+                if pick is not None:
+                    s = ch.slots[pick]
+                    starts[c] = (pick, max(1, self.tokens[c][s.expert]) * p.cycles_per_token)
+
+        # 6. retire, done
+        done_new = 0
+        retired = [0] * n
+        for c in range(n):
+            ev = events[c]
+            if ev is not None and ev[2]:
+                j = next((j for j in range(n) if self.jobs[j].valid and self.jobs[j].expert == ev[0]),
+                         None)
+                if j is None:
+                    self.orphan = True
+                else:
+                    retired[j] += 1
+        done_valid = self.done_pending != 0
+        out = StepOut(dispatch_ready=True, done=self.done_pending, events=events,
+                      occupancy=[p.slots - f for f in free],
+                      transfers=[(a[1], OPPOSITE[a[0]], a[3]) for a in accepts if a is not None],
+                      ddr_issue=issue_out, ddr_deliver=deliver)
+
+        # ---- next state -------------------------------------------------------------
+        # slots: release (registered condition), counters
+        for ch in self.chips:
+            for s in ch.slots:
+                if s.releasable:
+                    s.busy = False
+                if s.wait:
+                    s.wait -= 1
+                if s.tx:
+                    s.tx -= 1
+            ch.link_busy = [max(0, b - 1) for b in ch.link_busy]
+        # transfers
+        for c in range(n):
+            a = accepts[c]
+            if a is None:
+                continue
+            d, src, s, h, slot = a
+            sch = self.chips[src]
+            sch.slots[s].send = False
+            sch.slots[s].tx = p.link_cycles - 1
+            sch.link_busy[OPPOSITE[d]] = p.link_cycles - 1
+            self.chips[c].rr = (d + 1) % 4
+            self._store(c, slot, h, wait=p.link_cycles - 1, ddr=False, held=False)
+        # DDR
+        if deliver is not None:
+            target, slot, h, held = deliver
+            self.fifo.popleft()
+            self._store(target, slot, h, wait=0, ddr=True, held=held)
+        if issue is not None:
+            kind, idx, target, expert, traj, index = issue
+            t, slot, h, held = issue_out
+            sl = self.chips[t].slots[slot]
+            sl.busy, sl.resv = True, True
+            self.fifo.append((t, slot, h, held, self.now))
+            self.gap = p.ddr_interval - 1
+            if kind == "job":
+                self.jobs[idx].loaded += 1
+                self.ddr_rr = (idx + 1) % n
+            else:
+                self.pre[idx].loaded += 1
+        elif self.gap:
+            self.gap -= 1
+        # compute
+        for c in range(n):
+            ch = self.chips[c]
+            if ch.cnt == 1:
+                ch.slots[ch.cslot].computing = False
+            if starts[c] is not None:
+                i, cycles = starts[c]
+                s = ch.slots[i]
+                s.comp, s.computing = False, True
+                ch.cnt, ch.cslot = cycles, i
+                ch.cexpert, ch.cindex, ch.cfinal = s.expert, s.index, s.final
+            elif ch.cnt:
+                ch.cnt -= 1
+        # dispatch beat (sees the jobs as registered: a job retiring now is still busy)
+        if inp.dispatch is not None:
+            self._take_dispatch(inp.dispatch, issue)
+        # jobs
+        for j in range(n):
+            if retired[j]:
+                job = self.jobs[j]
+                job.retired += retired[j]
+                if job.retired >= p.micro_slices:
+                    job.valid = False
+                    done_new |= 1 << j
+        self.done_pending = (0 if done_valid and inp.done_ready else self.done_pending) | done_new
+        # token table
+        if inp.tokens is not None:
+            c, e, cnt = inp.tokens
+            if 0 <= c < n and 0 <= e < p.experts:
+                self.tokens[c][e] = cnt & (2**p.count_width - 1)
+        self.now = (self.now + 1) % (1 << self.age_bits)
+        self.cycle += 1
+        return out
+
+    def _ddr_target(self, j: int, job: Job, free2: list[int]) -> int | None:
+        p = self.p
+        if not p.rule5:
+            return j if free2[j] > self._need(job.traj, j) else None
+        best = None
+        for a in range(p.chiplets):
+            if job.traj >> a & 1 and free2[a] > self._need(job.traj, a):
+                if best is None or free2[a] > free2[best]:
+                    best = a
+        return best
+
+    def _need(self, traj: int, a: int) -> int:
+        return self.p.path_hops(traj, a) if self.admission else 0
+
+    def _store(self, c: int, slot: int, h: Header, wait: int, ddr: bool, held: bool):
+        s = self.chips[c].slots[slot]
+        f = arrive(self.p, c, h)
+        s.busy, s.resv, s.wait, s.held, s.ddr = True, False, wait, held, ddr
+        s.computing, s.tx = False, 0
+        s.comp, s.send, s.final, s.dir, s.r = f["comp"], f["send"], f["final"], f["dir"], f["r"]
+        s.expert, s.index, s.traj, s.dest, s.legs = h.expert, h.index, h.traj, f["dest"], f["legs"]
+
+    def _take_dispatch(self, b: Dispatch, issue):
+        p = self.p
+        n = p.chiplets
+        if b.traj == 0 or b.traj >> n or not 0 <= b.entry < n or not b.traj >> b.entry & 1 \
+                or not 0 <= b.expert < p.experts:
+            self.bad_dispatch = True
+            return
+        if b.kind == PRELOAD:
+            k = next((k for k, q in enumerate(self.pre) if not q.valid), None)
+            if k is not None:
+                self.pre[k] = Preload(True, b.expert, b.traj, b.entry, 0)
+            return
+        if self.jobs[b.entry].valid:
+            self.bad_dispatch = True
+            return
+        loaded = 0
+        k = next((k for k, q in enumerate(self.pre) if q.valid and q.expert == b.expert), None)
+        if k is not None:
+            q = self.pre[k]
+            loaded = q.loaded       # already includes an issue of this cycle
+            q.valid = False
+            for s in self.chips[q.chiplet].slots:
+                if s.busy and s.held and s.expert == b.expert:
+                    s.held = False
+        self.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0)
