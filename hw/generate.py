@@ -4,7 +4,12 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-from ..sw.params import SchedulerParams
+from ..sw.params import DatapathParams, SchedulerParams
+from .chiplet import Chiplet
+from .chiplet_array import ChipletArray
+from .ddr_ctrl import DDRController
+from .ring_buffer import RingBuffer
+from .router import Router
 from .eit import EIT
 from .icv import ICV
 from .matcher import ECMatcher
@@ -13,7 +18,7 @@ from .scheduler import Scheduler
 from .sorter import BitonicSorter
 from .token_buffer import TokenBufferUnit
 
-__all__ = ["BLOCKS", "top_name", "verilog_text", "write_verilog"]
+__all__ = ["BLOCKS", "DATAPATH_BLOCKS", "top_name", "verilog_text", "write_verilog"]
 
 #: block name -> component class; the name is shared by RTL, golden model, testbench
 #: (``tb/tb_<name>.py``) and doc page (``docs/blocks/<name>.md``).
@@ -28,17 +33,32 @@ BLOCKS = {
 }
 
 
+#: datapath blocks (generics: :class:`DatapathParams`); per-chiplet blocks are generated for
+#: chiplet 0 (the others differ only in their XY direction constants).
+DATAPATH_BLOCKS = {
+    "ring_buffer": lambda p: RingBuffer(p, 0),
+    "router": lambda p: Router(p, 0),
+    "chiplet": lambda p: Chiplet(p, 0),
+    "ddr_ctrl": DDRController,
+    "chiplet_array": ChipletArray,
+}
+
+
 def top_name(block: str) -> str:
     return f"fsedp_{block}"
 
 
-def verilog_text(block: str, p: SchedulerParams) -> str:
-    if block not in BLOCKS:
-        raise ValueError(f"unknown block {block!r}; choose from {', '.join(BLOCKS)}")
-    return verilog.convert(BLOCKS[block](p), name=top_name(block), emit_src=False)
+def verilog_text(block: str, p) -> str:
+    """Verilog of ``block``: a scheduler block takes :class:`SchedulerParams`, a datapath
+    block :class:`DatapathParams`."""
+    table = DATAPATH_BLOCKS if isinstance(p, DatapathParams) else BLOCKS
+    if block not in table:
+        raise ValueError(f"unknown block {block!r} for {type(p).__name__}; "
+                         f"choose from {', '.join(table)}")
+    return verilog.convert(table[block](p), name=top_name(block), emit_src=False)
 
 
-def write_verilog(block: str, p: SchedulerParams, out_dir) -> Path:
+def write_verilog(block: str, p, out_dir) -> Path:
     """Write ``fsedp_<block>.v`` into ``out_dir`` (atomically) and return its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

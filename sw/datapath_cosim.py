@@ -99,6 +99,14 @@ class LayerDriver:
         self.layer_cycles = 0
         self.dispatched = 0
 
+    def reset(self):
+        """A reset of the whole system in the middle of a layer: the scheduler, the queues
+        and the scoreboard of the layer start afresh (counts and peaks are kept)."""
+        self.sched.reset()
+        self.token_writes.clear()
+        self.beats.clear()
+        self.check.expected.clear()
+
     def start_layer(self, records, req_inits=()):
         """Front half of a round in the scheduler; queue the token tables and dispatches."""
         for r, t in req_inits:
