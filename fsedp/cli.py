@@ -236,6 +236,58 @@ def cmd_report(args):
     return 0
 
 
+# -- fsedp rtl datapath ----------------------------------------------------------------------
+def _mesh(text: str) -> tuple[int, int]:
+    try:
+        r, c = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--mesh: expected ROWSxCOLS such as 2x2, not {text!r}") from None
+    return r, c
+
+
+def cmd_datapath(args):
+    from .datapath_report import cells_table, format_markdown, long_run, ring_table, run_params
+
+    doc, runs = {}, []
+    if args.ring:
+        doc["ring"] = ring_table()
+    cells_params = None
+    if args.cells:
+        _, cells_params = run_params(2, 2)
+        doc["cells"] = cells_table(cells_params)
+    for mesh in args.mesh or []:
+        r, c = _mesh(mesh)
+        try:
+            sp, p = run_params(r, c, slots=args.slots, micro_slices=args.micro_slices,
+                               link_cycles=args.link_cycles, ddr_interval=args.ddr_interval,
+                               ddr_latency=args.ddr_latency, preload_entries=args.preload,
+                               rule5=args.rule5 or None)
+        except ParamError as e:
+            raise UsageError(f"--{e.field.replace('_', '-')}: {e.reason}") from None
+        _require_sim(args.sim)
+        if not args.json:
+            print(f"cosimulating {args.layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)
+        res = long_run(sp, p, args.layers, sim=args.sim, seed=args.seed, stall=args.stall,
+                       reset_every=args.reset_every, opt=args.build_opt)
+        res.update(params=dataclasses.asdict(p), sim=args.sim,
+                   command=f"fsedp rtl datapath --mesh {mesh} --layers {args.layers} "
+                           f"--sim {args.sim} --seed {args.seed} --stall {args.stall}"
+                           + (f" --reset-every {args.reset_every}" if args.reset_every else ""))
+        runs.append(res)
+    doc["runs"] = runs
+    text = format_markdown(doc.get("ring"), doc.get("cells"), cells_params, runs)
+    if args.out:
+        out = Path(args.out)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text("# Chiplet datapath report\n\nProduced by `fsedp rtl datapath` on "
+                       f"{time.strftime('%Y-%m-%d')}.\n\n" + text + "\n")
+        tmp.replace(out)
+    _emit(args, doc, text)
+    ok = all(r.get("failed") == 0 and r.get("mismatches") == 0 and not r.get("violations")
+             for r in runs)
+    return 0 if ok else 1
+
+
 def build_parser() -> Parser:
     ap = Parser(prog="fsedp", description="FSE-DP co-design toolkit: golden model, RTL, cosimulation.")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
@@ -291,6 +343,29 @@ def build_parser() -> Parser:
     r.add_argument("--no-latency", action="store_true")
     r.add_argument("--out", help="also write the table (Markdown) to this file")
     r.set_defaults(func=cmd_report)
+
+    d = rsub.add_parser("datapath", help="chiplet datapath: ring streaming time, cells, "
+                                         "long random cosimulation")
+    d.add_argument("--no-ring", dest="ring", action="store_false")
+    d.add_argument("--no-cells", dest="cells", action="store_false")
+    d.add_argument("--mesh", action="append", help="cosimulate this mesh (ROWSxCOLS), repeatable")
+    d.add_argument("--layers", type=int, default=100)
+    d.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    d.add_argument("--seed", type=int, default=1)
+    d.add_argument("--stall", type=float, default=0.25,
+                   help="probability of a stall per link, DDR, dispatch and done each cycle")
+    d.add_argument("--reset-every", type=int, default=0)
+    d.add_argument("--slots", type=int)
+    d.add_argument("--micro-slices", type=int)
+    d.add_argument("--link-cycles", type=int)
+    d.add_argument("--ddr-interval", type=int)
+    d.add_argument("--ddr-latency", type=int)
+    d.add_argument("--preload", type=int)
+    d.add_argument("--rule5", action="store_true")
+    d.add_argument("--build-opt", default="-O0", choices=["-O0", "-O1", "-O2"])
+    d.add_argument("--out", help="also write the report (Markdown) to this file")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_datapath)
     return ap
 
 

@@ -47,12 +47,18 @@ def yosys_cells(block: str, p: SchedulerParams, blackbox: tuple[str, ...] = ()) 
 def sram_bits(block: str, p: SchedulerParams) -> int:
     """Bits of the single-cycle SRAMs: EIT banks ``R x E x (C + W)`` and the scheduler's
     trajectory memory ``E x C``."""
+    if not isinstance(p, SchedulerParams):
+        return None     # datapath: reported as the number of SRAM macros
     eit = p.requests * p.experts * (p.chiplets + p.count_width)
     return {"eit": eit, "scheduler": eit + p.experts * p.chiplets}.get(block, 0)
 
 
-def _key(p: SchedulerParams) -> str:
-    return f"e{p.experts}-c{p.chiplets}-r{p.requests}-w{p.count_width}"
+def _key(p) -> str:
+    if isinstance(p, SchedulerParams):
+        return f"e{p.experts}-c{p.chiplets}-r{p.requests}-w{p.count_width}"
+    import hashlib
+    import json
+    return "dp-" + hashlib.sha1(json.dumps(dataclasses.asdict(p), sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _tb(block, p, sim, knobs):

@@ -6,6 +6,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from fsedp.datapath_report import one_expert_cycles
 from fsedp.sw.cosim import random_round
 from fsedp.sw.datapath_cosim import Conservation, LayerDriver, Violation
 from fsedp.sw.params import DatapathParams, ParamError, SchedulerParams
@@ -225,22 +226,6 @@ def test_rule5_spreads_loads_over_the_trajectory():
 
 
 # -- streaming time ---------------------------------------------------------------------------
-def one_expert_cycles(p: DatapathParams, tokens: int) -> int:
-    """Cycles from the dispatch of one expert on every chiplet to its ``done``."""
-    arr = StreamingArray(p)
-    n = p.chiplets
-    for c in range(n):
-        arr.step(StepIn(tokens=(c, 0, tokens)))
-    arr.step(StepIn(dispatch=Dispatch(DISPATCH, 0, tokens * n, (1 << n) - 1, 0,
-                                      tuple((c + 1) % n for c in range(n)))))
-    cycles = 1
-    while True:
-        out = arr.step(StepIn())
-        cycles += 1
-        if out.done:
-            return cycles
-
-
 @pytest.mark.parametrize("rows,cols", [(2, 2), (3, 3), (4, 4)])
 @pytest.mark.parametrize("tokens,link", [(1, 4), (4, 2), (8, 8)])
 def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
