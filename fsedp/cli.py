@@ -142,17 +142,29 @@ def cmd_run(args):
 
 # -- fsedp rtl verilog -----------------------------------------------------------------------
 def cmd_verilog(args):
-    from .hw.generate import BLOCKS, write_verilog
+    from .hw.generate import BLOCKS, DATAPATH_BLOCKS, write_verilog
 
     p = _params(args)
-    blocks = list(BLOCKS) if args.block == "all" else [args.block]
+    blocks = list(BLOCKS) if args.block == "all" else [args.block] if args.block in BLOCKS else []
+    dp_blocks = [b for b in DATAPATH_BLOCKS if args.block in ("all", b)]
+    if dp_blocks and getattr(args, "chiplets", None) is not None:
+        if args.block != "all":
+            raise UsageError(f"--chiplets: does not apply to {args.block}; its mesh is "
+                             "hardware.rows x hardware.cols of the run config")
+        dp_blocks = []          # --chiplets reshapes the scheduler only
     out = Path(args.out)
     files, lint = [], {}
     for b in blocks:
         files.append(str(write_verilog(b, p, out)))
+    dp = None
+    if dp_blocks:
+        dp = dataclasses.replace(_load(args).datapath_params(), experts=p.experts)
+        for b in dp_blocks:
+            files.append(str(write_verilog(b, dp, out)))
     if args.lint:
         lint = lint_files(files)
-    doc = {"params": dataclasses.asdict(p), "files": files, "lint": lint}
+    doc = {"params": dataclasses.asdict(p), "files": files, "lint": lint,
+           "datapath_params": dataclasses.asdict(dp) if dp else None}
     text = "\n".join(f"wrote {f}" + (f"  lint: {lint[f]}" if f in lint else "") for f in files)
     _emit(args, doc, text)
     return 0 if all(v == "clean" for v in lint.values()) else 1
@@ -237,12 +249,18 @@ def cmd_report(args):
 
 
 # -- fsedp rtl datapath ----------------------------------------------------------------------
-def _mesh(text: str) -> tuple[int, int]:
+def _mesh(text: str, layers: int) -> tuple[int, int, int]:
+    """``ROWSxCOLS[:LAYERS]``."""
     try:
-        r, c = (int(x) for x in text.lower().split("x"))
+        shape, _, n = text.lower().partition(":")
+        r, c = (int(x) for x in shape.split("x"))
+        n = int(n) if n else layers
     except ValueError:
-        raise UsageError(f"--mesh: expected ROWSxCOLS such as 2x2, not {text!r}") from None
-    return r, c
+        raise UsageError(f"--mesh: expected ROWSxCOLS[:LAYERS] such as 2x2 or 4x4:100, "
+                         f"not {text!r}") from None
+    if n < 1:
+        raise UsageError(f"--mesh: the number of layers must be at least 1, not {n}")
+    return r, c, n
 
 
 def cmd_datapath(args):
@@ -256,7 +274,7 @@ def cmd_datapath(args):
         _, cells_params = run_params(2, 2)
         doc["cells"] = cells_table(cells_params)
     for mesh in args.mesh or []:
-        r, c = _mesh(mesh)
+        r, c, layers = _mesh(mesh, args.layers)
         try:
             sp, p = run_params(r, c, slots=args.slots, micro_slices=args.micro_slices,
                                link_cycles=args.link_cycles, ddr_interval=args.ddr_interval,
@@ -266,11 +284,11 @@ def cmd_datapath(args):
             raise UsageError(f"--{e.field.replace('_', '-')}: {e.reason}") from None
         _require_sim(args.sim)
         if not args.json:
-            print(f"cosimulating {args.layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)
-        res = long_run(sp, p, args.layers, sim=args.sim, seed=args.seed, stall=args.stall,
+            print(f"cosimulating {layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)
+        res = long_run(sp, p, layers, sim=args.sim, seed=args.seed, stall=args.stall,
                        reset_every=args.reset_every, opt=args.build_opt)
         res.update(params=dataclasses.asdict(p), sim=args.sim,
-                   command=f"fsedp rtl datapath --mesh {mesh} --layers {args.layers} "
+                   command=f"fsedp rtl datapath --mesh {r}x{c}:{layers} "
                            f"--sim {args.sim} --seed {args.seed} --stall {args.stall}"
                            + (f" --reset-every {args.reset_every}" if args.reset_every else ""))
         runs.append(res)
@@ -310,12 +328,12 @@ def build_parser() -> Parser:
             p.add_argument("--chiplets", type=int, help="override the number of chiplets (4..16)")
         p.add_argument("--json", action="store_true")
 
-    from .hw.generate import BLOCKS
+    from .hw.generate import BLOCKS, DATAPATH_BLOCKS
 
     v = rsub.add_parser("verilog", help="write the Verilog of every block")
     common(v)
     v.add_argument("--out", required=True, help="output folder")
-    v.add_argument("--block", default="all", choices=["all", *BLOCKS])
+    v.add_argument("--block", default="all", choices=["all", *BLOCKS, *DATAPATH_BLOCKS])
     v.add_argument("--lint", action="store_true", help="also run verilator --lint-only -Wall")
     v.set_defaults(func=cmd_verilog)
 
@@ -348,8 +366,9 @@ def build_parser() -> Parser:
                                          "long random cosimulation")
     d.add_argument("--no-ring", dest="ring", action="store_false")
     d.add_argument("--no-cells", dest="cells", action="store_false")
-    d.add_argument("--mesh", action="append", help="cosimulate this mesh (ROWSxCOLS), repeatable")
-    d.add_argument("--layers", type=int, default=100)
+    d.add_argument("--mesh", action="append",
+                   help="cosimulate this mesh, ROWSxCOLS[:LAYERS] (repeatable)")
+    d.add_argument("--layers", type=int, default=100, help="layers of a --mesh without :LAYERS")
     d.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--stall", type=float, default=0.25,

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from fsedp.errors import InputError
-from fsedp.sw.params import ParamError, SchedulerParams
+from fsedp.sw.params import DatapathParams, ParamError, SchedulerParams
 
 __all__ = [
     "CONFIG_DIR",
@@ -58,6 +58,12 @@ __all__ = [
     "config_to_dict",
     "named_configs",
 ]
+
+#: Bytes per expert weight assumed when micro-slice sizes are derived (the paper does not
+#: give the precision of its test chip; 8-bit weights).
+WEIGHT_BYTES = 1
+#: DDR access latency assumed for the datapath's DDR controller (not given in the paper).
+DDR_LATENCY_NS = 100.0
 
 #: The repository's ``configs/`` folder, where named hardware/model/scheduler configs live.
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -277,6 +283,54 @@ class RunConfig:
                 reason = (f"rows x cols = {self.hardware.rows} x {self.hardware.cols} "
                           f"= {self.hardware.chiplets}, but the scheduler's chiplets {reason}")
             raise ConfigError(self.source, where, reason) from None
+
+    def microslice_bytes(self) -> int:
+        """Bytes of one micro-slice: the expert's three projections (``3 x d_model x d_ffn``
+        weights of :data:`WEIGHT_BYTES`) over ``hardware.microslices_per_expert``."""
+        m, h = self.model, self.hardware
+        return math.ceil(3 * m.d_model * m.d_ffn * WEIGHT_BYTES / h.microslices_per_expert)
+
+    def datapath_params(self, **overrides) -> DatapathParams:
+        """Generics of the chiplet datapath RTL for this run, in clock cycles.
+
+        ``slots`` = micro-slices that fit in ``onchip_buffer_kib`` (at most 64);
+        ``link_cycles`` = micro-slice bytes over the link's bytes per cycle plus the D2D
+        latency; ``ddr_interval`` = micro-slice bytes over the package's DDR bytes per cycle;
+        ``ddr_latency`` = :data:`DDR_LATENCY_NS`; ``cycles_per_token`` = MACs of one token on
+        one micro-slice over ``macs_per_chiplet``.
+
+        Raises
+        ------
+        ConfigError
+            Naming ``hardware.onchip_buffer_kib`` when the buffer holds fewer micro-slices
+            than deadlock freedom needs on this mesh (``max_hops + 1``).
+        """
+        h, m = self.hardware, self.model
+        sp = self.scheduler_params()
+        ms = self.microslice_bytes()
+        per_cycle = 1e6 * h.clock_mhz
+        gen = {
+            "slots": min(64, (h.onchip_buffer_kib * 1024) // ms),
+            "micro_slices": h.microslices_per_expert,
+            "link_cycles": math.ceil(ms / (h.d2d_bandwidth_gbps * 1e9 / per_cycle))
+            + math.ceil(h.d2d_latency_ns * h.clock_mhz / 1000),
+            "ddr_interval": math.ceil(ms / (h.ddr_bandwidth_gbps * 1e9 / per_cycle)),
+            "ddr_latency": math.ceil(DDR_LATENCY_NS * h.clock_mhz / 1000),
+            "cycles_per_token": math.ceil(3 * m.d_model * m.d_ffn / h.microslices_per_expert
+                                          / h.macs_per_chiplet),
+        }
+        gen.update(overrides)
+        need = DatapathParams(rows=h.rows, cols=h.cols, slots=64).max_hops + 1
+        if gen["slots"] < need:
+            raise ConfigError(self.source, "hardware.onchip_buffer_kib",
+                              f"{h.onchip_buffer_kib} KiB holds {gen['slots']} micro-slices "
+                              f"of {ms / 1024:.0f} KiB, but a {h.rows}x{h.cols} mesh needs at "
+                              f"least {need} for deadlock-free streaming (raise the buffer or "
+                              f"hardware.microslices_per_expert)")
+        try:
+            return DatapathParams.for_scheduler(sp, h.rows, h.cols, **gen)
+        except ParamError as e:
+            raise ConfigError(self.source, f"<datapath>.{e.field}", e.reason) from None
 
     def trace_path(self) -> Path | None:
         """Path of the scenario's routing trace, or ``None`` for a synthetic trace.

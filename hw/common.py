@@ -52,7 +52,9 @@ def rr_pick(eligible: list, pointer: Value, out_width: int) -> tuple[Value, Valu
     any_after = Const(0)
     for i in reversed(range(n)):
         first_any = Mux(eligible[i], i, first_any)
-        take = eligible[i] & (i >= pointer)
+        # (a comparison that is always true for the largest index is left out: lint-clean)
+        at_or_after = (pointer <= i) if i < (1 << len(pointer)) - 1 else Const(1)
+        take = eligible[i] & at_or_after
         after_any = Mux(take, i, after_any)
         any_after = any_after | take
     anyv = Const(0)

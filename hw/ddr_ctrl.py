@@ -124,8 +124,13 @@ class DDRController(wiring.Component):
         b_legs = Signal(p.chiplet_bits)
         m.d.comb += b_legs.eq(sum(b.traj[a] for a in range(n)) - 1)
         b_ok = Signal()
-        m.d.comb += b_ok.eq((b.traj != 0) & (b.entry < n) & (b.expert < p.experts)
-                            & b.traj.bit_select(b.entry, 1))
+        # range checks only where the field can encode an out-of-range value
+        in_range = Const(1)
+        if n < 2**p.chiplet_bits:
+            in_range = in_range & (b.entry < n)
+        if p.experts < 2**p.expert_bits:
+            in_range = in_range & (b.expert < p.experts)
+        m.d.comb += b_ok.eq((b.traj != 0) & in_range & b.traj.bit_select(b.entry, 1))
 
         # -- job and pre-load tables ------------------------------------------------------
         def table(name, count, width):

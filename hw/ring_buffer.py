@@ -175,7 +175,7 @@ class RingBuffer(wiring.Component):
                 ni = Signal(p.slot_bits, name=f"tx{d}_i{i}")
                 m.d.comb += [
                     cand.eq(present[i] & send[i] & (tx[i] == 0) & (dirr[i] == d)),
-                    take.eq(cand & (~best_v | (hops[i] < best_r))),
+                    take.eq(cand if i == 0 else cand & (~best_v | (hops[i] < best_r))),
                     nv.eq(best_v | cand), nr.eq(Mux(take, hops[i], best_r)),
                     ni.eq(Mux(take, i, best_i)),
                 ]

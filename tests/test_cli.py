@@ -73,3 +73,48 @@ scenario: {tokens_per_iteration: 16, rounds: 3, seed: 5, trace: synthetic, skew:
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["mismatches"] == 0 and doc["rounds"] == 3
     assert len(doc["schedule"]) == 3 and doc["latency_first_dispatch_cycles"]["max"] > 0
+
+
+TINY_HW = ("{name: tiny2x2, rows: 2, cols: 2, clock_mhz: 800, macs_per_chiplet: 2048, "
+           "onchip_buffer_kib: %d, d2d_bandwidth_gbps: 288, d2d_latency_ns: 4.02, "
+           "ddr_channels: 4, ddr_bandwidth_gbps_per_channel: 25.6, microslices_per_expert: 8}")
+TINY_RUN = """\
+hardware: %s
+model: {name: tiny, d_model: 64, d_ffn: 128, experts: 16, top_k: 2, shared_experts: 0,
+        layers: 2, heads: 2, params_b: 0.01}
+scheduler: default
+scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew: 1.2,
+           prefill_fraction: 0.5}
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["rtl", "datapath", "--mesh", "2by2"],
+    ["rtl", "datapath", "--mesh", "2x2:0"],
+    ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2", "--slots", "3"],
+    ["rtl", "verilog", "--out", "build/never", "--block", "router", "--chiplets", "9"],
+])
+def test_bad_datapath_arguments_one_line_exit_2(args):
+    proc = fsedp(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_datapath_buffer_too_small_names_the_field(tmp_path, capsys):
+    cfg = tmp_path / "small-buffer.yaml"
+    cfg.write_text(TINY_RUN % (TINY_HW % 4))        # 4 KiB: one 3 KiB micro-slice
+    assert main(["rtl", "verilog", "--config", str(cfg), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "hardware.onchip_buffer_kib" in err and "deadlock" in err
+    assert not list(tmp_path.glob("*.v.tmp"))
+
+
+def test_datapath_verilog_lint_clean(tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY_RUN % (TINY_HW % 18))       # 6 slots of 3 KiB
+    rc = main(["rtl", "verilog", "--config", str(cfg), "--out", str(tmp_path), "--block",
+               "chiplet_array", "--lint", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0, doc["lint"]
+    assert doc["datapath_params"]["slots"] == 6 and len(doc["files"]) == 1
+    assert "module fsedp_chiplet_array" in (tmp_path / "fsedp_chiplet_array.v").read_text()
