@@ -79,6 +79,9 @@ class DDRController(wiring.Component):
     def __init__(self, p: DatapathParams):
         if not isinstance(p, DatapathParams):
             raise TypeError(f"p must be DatapathParams, not {p!r}")
+        if p.ddr_channels != 1:
+            raise ValueError(f"the RTL DDR controller has one package-level channel; "
+                             f"ddr_channels must be 1, not {p.ddr_channels}")
         self.p = p
         n = p.chiplets
         super().__init__({

@@ -206,6 +206,10 @@ class DatapathParams:
     rule5 : bool
         Rule 5: a dispatched expert's DDR loads go to the trajectory chiplet with the most
         free slots instead of the entry chiplet.
+    ddr_channels : int
+        1: one package-level DDR controller issuing every ``ddr_interval`` cycles (the RTL);
+        ``rows * cols``: one channel per chiplet, each issuing every ``ddr_interval`` cycles
+        into its own chiplet (golden model and simulator only).
     """
 
     rows: int = 2
@@ -220,6 +224,7 @@ class DatapathParams:
     ddr_latency: int = 8
     preload_entries: int = 2
     rule5: bool = False
+    ddr_channels: int = 1
 
     def __post_init__(self):
         def check(field, lo, hi):
@@ -243,6 +248,9 @@ class DatapathParams:
         check("ddr_interval", 1, 2**20)
         check("ddr_latency", 1, 2**20)
         check("preload_entries", 0, 16)
+        if self.ddr_channels not in (1, self.rows * self.cols) or isinstance(self.ddr_channels, bool):
+            raise ParamError("ddr_channels", f"must be 1 or rows x cols = {self.rows * self.cols}, "
+                                             f"not {self.ddr_channels!r}")
         if not isinstance(self.rule5, bool):
             raise ParamError("rule5", f"must be true or false, not {self.rule5!r}")
         if self.slots < self.max_hops + 1:

@@ -140,8 +140,8 @@ class StepOut:
     events: list                           # per chiplet: None or (expert, index, final)
     occupancy: list[int]                   # busy slots per chiplet (registered)
     transfers: list                        # (src, dir, Header) accepted on links this cycle
-    ddr_issue: tuple | None                # (target, slot, Header, held)
-    ddr_deliver: tuple | None              # (target, slot, Header, held)
+    ddr_issues: list                       # (target, slot, Header, held) per load issued
+    ddr_deliveries: list                   # (target, slot, Header, held) per load delivered
 
 
 @dataclass
@@ -184,6 +184,8 @@ class StreamingArray:
         self.admission = admission
         self.age_bits = bits_for(p.ddr_latency + 1) + 8
         self.fifo_depth = -(-p.ddr_latency // p.ddr_interval) + 2
+        #: DDR channels: 1 = one package-level controller (the RTL), or one per chiplet
+        self.channels = p.ddr_channels
         self.tokens = [[0] * p.experts for _ in range(p.chiplets)]
         self.reset()
 
@@ -195,9 +197,13 @@ class StreamingArray:
         self.jobs = [Job() for _ in range(p.chiplets)]
         self.pre = [Preload() for _ in range(p.preload_entries)]
         self.ddr_rr = 0
-        self.gap = 0
+        self.gaps = [0] * self.channels
         self.now = 0
-        self.fifo: deque = deque()
+        self.fifos: list[deque] = [deque() for _ in range(self.channels)]
+        #: whether the last :meth:`step` changed anything but counters, and (when it did
+        #: not) how many cycles from its start no predicate can change (see :meth:`fast_forward`)
+        self.last_active = True
+        self._horizon = 0
         self.done_pending = 0
         self.bad_dispatch = False
         self.orphan = False
@@ -211,7 +217,7 @@ class StreamingArray:
     def idle(self) -> bool:
         return (not any(s.busy for ch in self.chips for s in ch.slots)
                 and not any(j.valid for j in self.jobs) and not any(q.valid for q in self.pre)
-                and not self.fifo and not self.done_pending
+                and not any(self.fifos) and not self.done_pending
                 and all(ch.cnt == 0 for ch in self.chips))
 
     def _offer(self, c: int, d: int, stall: int):
@@ -255,43 +261,49 @@ class StreamingArray:
                     break
         free2 = [free[c] - (accepts[c] is not None) for c in range(n)]
 
-        # 3. DDR issue
-        issue = None
-        if self.gap == 0 and not inp.ddr_stall and len(self.fifo) < self.fifo_depth:
-            for k in range(n):
-                j = (self.ddr_rr + k) % n
-                job = self.jobs[j]
-                if not job.valid or job.loaded >= p.micro_slices:
-                    continue
-                target = self._ddr_target(j, job, free2)
-                if target is not None:
-                    issue = ("job", j, target, job.expert, job.traj, job.loaded)
-                    break
-            if issue is None:
-                for k, q in enumerate(self.pre):
-                    if q.valid and q.loaded < p.micro_slices and free2[q.chiplet] > p.max_hops + 1:
-                        issue = ("pre", k, q.chiplet, q.expert, q.traj, q.loaded)
-                        break
-        issue_out = None
-        if issue is not None:
-            kind, idx, target, expert, traj, index = issue
+        # 3. DDR issue: running experts round-robin, then pre-loads; one load per channel
+        issues = []                   # (kind, index, target, expert, traj, micro-slice)
+        used = [False] * self.channels
+        def channel_ok(target):
+            ch = target if self.channels > 1 else 0
+            return (not used[ch] and self.gaps[ch] == 0 and not inp.ddr_stall
+                    and len(self.fifos[ch]) < self.fifo_depth)
+        for k in range(n):
+            j = (self.ddr_rr + k) % n
+            job = self.jobs[j]
+            if not job.valid or job.loaded >= p.micro_slices:
+                continue
+            target = self._ddr_target(j, job, free2, channel_ok)
+            if target is not None:
+                issues.append(("job", j, target, job.expert, job.traj, job.loaded))
+                used[target if self.channels > 1 else 0] = True
+                free2[target] -= 1
+        for k, q in enumerate(self.pre):
+            if q.valid and q.loaded < p.micro_slices and channel_ok(q.chiplet) \
+                    and free2[q.chiplet] > p.max_hops + 1:
+                issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded))
+                used[q.chiplet if self.channels > 1 else 0] = True
+                free2[q.chiplet] -= 1
+        issue_out = []
+        for kind, idx, target, expert, traj, index in issues:
             slots = self.chips[target].slots
-            slot = max(i for i, s in enumerate(slots) if not s.busy)
+            slot = max(i for i, x in enumerate(slots) if not x.busy)
             h = Header(expert, index, traj, target, bin(traj).count("1") - 1,
                        p.path_hops(traj, target))
-            issue_out = (target, slot, h, kind == "pre")
+            issue_out.append((target, slot, h, kind == "pre"))
 
         # 4. DDR delivery
         dispatch_e = (inp.dispatch.expert if inp.dispatch is not None
                       and inp.dispatch.kind == DISPATCH else None)
-        deliver = None
-        if self.fifo and not inp.ddr_stall:
-            target, slot, h, held, ts = self.fifo[0]
-            if (self.now - ts) % (1 << self.age_bits) >= p.ddr_latency:
-                if held and (any(j.valid and j.expert == h.expert for j in self.jobs)
-                             or dispatch_e == h.expert):
-                    held = False
-                deliver = (target, slot, h, held)
+        deliveries = []
+        for ch, fifo in enumerate(self.fifos):
+            if fifo and not inp.ddr_stall:
+                target, slot, h, held, ts = fifo[0]
+                if (self.now - ts) % (1 << self.age_bits) >= p.ddr_latency:
+                    if held and (any(j.valid and j.expert == h.expert for j in self.jobs)
+                                 or dispatch_e == h.expert):
+                        held = False
+                    deliveries.append((ch, (target, slot, h, held)))
 
         # 5. compute
         events = [None] * n
@@ -325,7 +337,15 @@ class StreamingArray:
         out = StepOut(dispatch_ready=True, done=self.done_pending, events=events,
                       occupancy=[p.slots - f for f in free],
                       transfers=[(a[1], OPPOSITE[a[0]], a[3]) for a in accepts if a is not None],
-                      ddr_issue=issue_out, ddr_deliver=deliver)
+                      ddr_issues=issue_out, ddr_deliveries=[d for _, d in deliveries])
+        released = False
+        self.last_active = bool(any(a is not None for a in accepts) or issues or deliveries
+                                or any(x is not None for x in starts)
+                                or any(e is not None for e in events) or done_valid
+                                or inp.dispatch is not None or inp.tokens is not None
+                                or any(sl.releasable for c in self.chips for sl in c.slots))
+        if not self.last_active:
+            self._horizon = self._counters_horizon()
 
         # ---- next state -------------------------------------------------------------
         # slots: release (registered condition), counters
@@ -333,6 +353,7 @@ class StreamingArray:
             for s in ch.slots:
                 if s.releasable:
                     s.busy = False
+                    released = True
                 if s.wait:
                     s.wait -= 1
                 if s.tx:
@@ -351,24 +372,24 @@ class StreamingArray:
             self.chips[c].rr = (d + 1) % 4
             self._store(c, slot, h, wait=p.link_cycles - 1, ddr=False, held=False)
         # DDR
-        if deliver is not None:
-            target, slot, h, held = deliver
-            self.fifo.popleft()
+        for ch, (target, slot, h, held) in deliveries:
+            self.fifos[ch].popleft()
             self._store(target, slot, h, wait=0, ddr=True, held=held)
-        if issue is not None:
-            kind, idx, target, expert, traj, index = issue
-            t, slot, h, held = issue_out
+        for (kind, idx, *_), (t, slot, h, held) in zip(issues, issue_out):
+            ch = t if self.channels > 1 else 0
             sl = self.chips[t].slots[slot]
             sl.busy, sl.resv = True, True
-            self.fifo.append((t, slot, h, held, self.now))
-            self.gap = p.ddr_interval - 1
+            self.fifos[ch].append((t, slot, h, held, self.now))
             if kind == "job":
                 self.jobs[idx].loaded += 1
                 self.ddr_rr = (idx + 1) % n
             else:
                 self.pre[idx].loaded += 1
-        elif self.gap:
-            self.gap -= 1
+        for ch in range(self.channels):
+            if used[ch]:
+                self.gaps[ch] = p.ddr_interval - 1
+            elif self.gaps[ch]:
+                self.gaps[ch] -= 1
         # compute
         for c in range(n):
             ch = self.chips[c]
@@ -384,7 +405,7 @@ class StreamingArray:
                 ch.cnt -= 1
         # dispatch beat (sees the jobs as registered: a job retiring now is still busy)
         if inp.dispatch is not None:
-            self._take_dispatch(inp.dispatch, issue)
+            self._take_dispatch(inp.dispatch)
         # jobs
         for j in range(n):
             if retired[j]:
@@ -403,13 +424,65 @@ class StreamingArray:
         self.cycle += 1
         return out
 
-    def _ddr_target(self, j: int, job: Job, free2: list[int]) -> int | None:
+    # -- event skipping -------------------------------------------------------------------
+    def _counters_horizon(self) -> int:
+        """Cycles from now until a counter reaches the value at which a decision can change
+        (0: none is counting)."""
+        h = None
+        def low(v):
+            nonlocal h
+            h = v if h is None or v < h else h
+        for ch in self.chips:
+            for sl in ch.slots:
+                if sl.wait:
+                    low(sl.wait)
+                if sl.tx:
+                    low(sl.tx)
+            for b in ch.link_busy:
+                if b:
+                    low(b)
+            if ch.cnt > 1:
+                low(ch.cnt - 1)
+        for g in self.gaps:
+            if g:
+                low(g)
+        for fifo in self.fifos:
+            if fifo:
+                age = (self.now - fifo[0][4]) % (1 << self.age_bits)
+                if age < self.p.ddr_latency:
+                    low(self.p.ddr_latency - age)
+        return h or 0
+
+    def fast_forward(self) -> int:
+        """After a :meth:`step` in which nothing but counters changed, jump over the cycles
+        that would repeat it (with no inputs and no stalls): the next :meth:`step` is the
+        first one that can decide anything.  Returns the cycles skipped; the result is
+        exactly that of stepping them one by one (``tests/test_streaming.py``)."""
+        if self.last_active or self._horizon <= 1:
+            return 0
+        k = self._horizon - 1
+        for ch in self.chips:
+            for sl in ch.slots:
+                if sl.wait:
+                    sl.wait -= k
+                if sl.tx:
+                    sl.tx -= k
+            ch.link_busy = [b - k if b else 0 for b in ch.link_busy]
+            if ch.cnt:
+                ch.cnt -= k
+        self.gaps = [g - k if g else 0 for g in self.gaps]
+        self.now = (self.now + k) % (1 << self.age_bits)
+        self.cycle += k
+        self.last_active = True
+        return k
+
+    def _ddr_target(self, j: int, job: Job, free2: list[int], channel_ok) -> int | None:
         p = self.p
         if not p.rule5:
-            return j if free2[j] > self._need(job.traj, j) else None
+            return j if channel_ok(j) and free2[j] > self._need(job.traj, j) else None
         best = None
         for a in range(p.chiplets):
-            if job.traj >> a & 1 and free2[a] > self._need(job.traj, a):
+            if job.traj >> a & 1 and channel_ok(a) and free2[a] > self._need(job.traj, a):
                 if best is None or free2[a] > free2[best]:
                     best = a
         return best
@@ -425,7 +498,7 @@ class StreamingArray:
         s.comp, s.send, s.final, s.dir, s.r = f["comp"], f["send"], f["final"], f["dir"], f["r"]
         s.expert, s.index, s.traj, s.dest, s.legs = h.expert, h.index, h.traj, f["dest"], f["legs"]
 
-    def _take_dispatch(self, b: Dispatch, issue):
+    def _take_dispatch(self, b: Dispatch):
         p = self.p
         n = p.chiplets
         if b.traj == 0 or b.traj >> n or not 0 <= b.entry < n or not b.traj >> b.entry & 1 \
