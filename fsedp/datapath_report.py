@@ -40,6 +40,33 @@ def one_expert_cycles(p: DatapathParams, tokens: int) -> int:
     return cycles + 1
 
 
+def one_expert_ideal(p: DatapathParams, tokens: int) -> tuple[int, int]:
+    """``(ideal, fill)`` of :func:`one_expert_cycles`: *ideal* is the busiest resource --
+    one chiplet's compute (``M x tokens x cycles_per_token``), the busiest link (micro-slices
+    crossing it, Rule 4 striping the loads over the ring from chiplet 0, times
+    ``link_cycles``), the DDR (loads per channel times ``ddr_interval``); *fill* is the DDR
+    latency, the longest path's hops times ``link_cycles`` and one compute."""
+    from .sw.params import _ring_after
+
+    n, traj = p.chiplets, (1 << p.chiplets) - 1
+    load: dict = {}
+    for i in range(p.micro_slices):
+        c = i % n                          # ring order from chiplet 0 is 0, 1, ..., n-1
+        for _ in range(n - 1):
+            nxt = _ring_after(traj, c, n)
+            a = c
+            while a != nxt:                # XY hops of the leg
+                d = p.direction(a, nxt)
+                load[(a, d)] = load.get((a, d), 0) + 1
+                a = p.neighbour(a, d)
+            c = nxt
+    compute = p.micro_slices * tokens * p.cycles_per_token
+    link = max(load.values(), default=0) * p.link_cycles
+    ddr = -(-p.micro_slices // p.ddr_channels) * p.ddr_interval
+    fill = p.ddr_latency + p.path_hops(traj, 0) * p.link_cycles + tokens * p.cycles_per_token
+    return max(compute, link, ddr), fill
+
+
 def ring_table(meshes=((2, 2), (3, 3), (4, 4)), cases=((1, 4), (4, 2), (8, 8)),
                micro_slices: int = 16, ddr_interval: int = 1, ddr_latency: int = 4) -> list[dict]:
     rows = []
@@ -50,9 +77,7 @@ def ring_table(meshes=((2, 2), (3, 3), (4, 4)), cases=((1, 4), (4, 2), (8, 8)),
                         ddr_interval=ddr_interval, ddr_latency=ddr_latency)
             p_min = DatapathParams(slots=hops + 1, **base)
             p_more = DatapathParams(slots=hops + 3, **base)
-            step = max(tokens, link, ddr_interval)
-            ideal = micro_slices * step
-            fill = ddr_latency + p_min.path_hops((1 << p_min.chiplets) - 1, 0) * link + tokens
+            ideal, fill = one_expert_ideal(p_min, tokens)
             at_min, more = one_expert_cycles(p_min, tokens), one_expert_cycles(p_more, tokens)
             rows.append({"mesh": f"{r}x{c}", "tokens": tokens, "link_cycles": link,
                          "ideal": ideal, "fill": fill, "slots_min": hops + 1,
@@ -96,9 +121,11 @@ def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
     if ring:
         out += ["## Streaming one expert around a ring of every chiplet", "",
                 "Golden model (the lockstep cosimulation makes the RTL take the same cycles); "
-                "16 micro-slices, DDR interval 1, DDR latency 4 cycles, 1 cycle per token. "
-                "*ideal* = micro-slices x max(compute, link, DDR interval); *fill* = DDR "
-                "latency + XY hops of the ring x link cycles + one compute.", "",
+                "16 micro-slices, one DDR channel with interval 1 and latency 4 cycles, 1 cycle "
+                "per token; Rule 4 stripes the loads over the ring. *ideal* = the busiest "
+                "resource: one chiplet's compute, the busiest link (micro-slices crossing it x "
+                "link cycles) or the DDR; *fill* = DDR latency + XY hops of the longest path x "
+                "link cycles + one compute.", "",
                 "| mesh | tokens/chiplet | link cycles | ideal | fill | slots (min) | cycles | "
                 "x (ideal+fill) | slots (min+2) | cycles | x (ideal+fill) |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

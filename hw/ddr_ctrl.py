@@ -142,6 +142,8 @@ class DDRController(wiring.Component):
         jvalid, jexpert = table("job_valid", n, 1), table("job_expert", n, p.expert_bits)
         jtraj, jlegs = table("job_traj", n, n), table("job_legs", n, p.chiplet_bits)
         jloaded, jretired = table("job_loaded", n, ld_bits), table("job_retired", n, ld_bits)
+        # chiplet of the job's next load: Rule 4 stripes an expert's loads over its trajectory
+        jnext = table("job_next", n, p.chiplet_bits)
         # hops of a load on each chiplet (only the entry's is used without Rule 5)
         jneed = [table(f"job{j}_need", n, p.hop_bits) for j in range(n)]
         pvalid, pexpert = table("pre_valid", P, 1), table("pre_expert", P, p.expert_bits)
@@ -162,7 +164,8 @@ class DDRController(wiring.Component):
             tgt = Signal(p.chiplet_bits, name=f"job_tgt{j}")
             room = jvalid[j] & (jloaded[j] < M)
             if not p.rule5:
-                m.d.comb += [ok.eq(room & (free2[j] > jneed[j][j])), tgt.eq(j)]
+                m.d.comb += [ok.eq(room & (Array(free2)[jnext[j]] > jneed[j][jnext[j]])),
+                             tgt.eq(jnext[j])]
             else:
                 best_v, best_f, best_a = Const(0), Const(0, p.free_bits), Const(0, p.chiplet_bits)
                 for a in range(n):
@@ -230,8 +233,14 @@ class DDRController(wiring.Component):
             m.d.sync += gap.eq(p.ddr_interval - 1)
         with m.Elif(gap != 0):
             m.d.sync += gap.eq(gap - 1)
+        # the chiplet after the target on the picked job's ring
+        after = Signal(p.chiplet_bits)
+        picked_traj = Signal(n)
+        m.d.comb += picked_traj.eq(jtraj[jpick])
+        hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits)
+        m.d.comb += after.eq(Array(hops_after)[target])
         with m.If(issue_job):
-            m.d.sync += [jloaded[jpick].eq(jloaded[jpick] + 1),
+            m.d.sync += [jloaded[jpick].eq(jloaded[jpick] + 1), jnext[jpick].eq(after),
                          rr.eq(Mux(jpick == n - 1, 0, jpick + 1))]
         with m.If(issue_pre):
             m.d.sync += pload[ppick].eq(pload[ppick] + 1)
@@ -291,7 +300,8 @@ class DDRController(wiring.Component):
                         with m.Case(j):
                             m.d.sync += [jvalid[j].eq(1), jexpert[j].eq(b.expert),
                                          jtraj[j].eq(b.traj), jlegs[j].eq(b_legs),
-                                         jloaded[j].eq(loaded), jretired[j].eq(0)]
+                                         jloaded[j].eq(loaded), jretired[j].eq(0),
+                                         jnext[j].eq(j)]
                             m.d.sync += [jneed[j][a].eq(b_hops[a]) for a in range(n)]
 
         # -- retirement and done --------------------------------------------------------------

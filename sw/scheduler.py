@@ -82,8 +82,16 @@ class RoundPlan:
 
 
 class Scheduler:
-    def __init__(self, p: SchedulerParams):
+    #: ``order="paired"``: Algorithm 1 with the paired-load order and Rule 4 pre-loads of the
+    #: partner (the RTL); ``"sorted"``: descending token count, no pre-loads (the paper's
+    #: ablation A2, golden model and simulator only).
+    ORDERS = ("paired", "sorted")
+
+    def __init__(self, p: SchedulerParams, order: str = "paired"):
+        if order not in self.ORDERS:
+            raise ValueError(f"order must be one of {self.ORDERS}, not {order!r}")
         self.p = p
+        self.order = order
         self.eit = EIT(p)
         self.tb = TokenBuffer(p)
         self.icv = ICV(p)
@@ -136,7 +144,10 @@ class Scheduler:
         keys = bitonic_sort(sorter_keys(counts, p.sorter_lanes))
         n = sum(1 for c in counts if c)
         plan = RoundPlan(defer, cold_hit, present, counts, trajs, keys, n)
-        plan.order = [keys[paired_index(k, n)][1] for k in range(n)]
+        if self.order == "paired":
+            plan.order = [keys[paired_index(k, n)][1] for k in range(n)]
+        else:
+            plan.order = [keys[k][1] for k in range(n)]
         self.plan = plan
         self.scheduled = [False] * n
         self.preloaded = [False] * n
@@ -168,7 +179,7 @@ class Scheduler:
             self.scheduled[k] = True
             self.running[entry] = traj
             self.icv.update(alloc=traj)
-            q = partner(k, n)
+            q = partner(k, n) if self.order == "paired" else None
             if q is not None and not self.scheduled[q] and not self.preloaded[q]:
                 qtraj = self.plan.trajs[self.plan.order[q]]
                 if not qtraj & self.icv.value:

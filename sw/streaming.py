@@ -30,10 +30,12 @@ Per cycle (all decisions from the registered state and this cycle's inputs)
    round-robin over its four inputs among the *admissible* offers: a micro-slice that will
    still have ``r`` hops to go is admitted only while the buffer has more than ``r`` free
    slots (forward-count admission [D]; this is what makes streaming deadlock-free).
-3. **DDR issue** (Rule 4): every ``ddr_interval`` cycles the controller loads the next
-   micro-slice of a running expert (round-robin over the running experts) into its entry
-   chiplet, or with Rule 5 into the trajectory chiplet with the most free slots, reserving a
-   slot under the same admission (``r`` = hops of its whole path).  Pre-loads (Rule 4 of
+3. **DDR issue** (Rule 4): every ``ddr_interval`` cycles (per channel) the controller loads
+   the next micro-slice of a running expert (round-robin over the running experts) into the
+   next chiplet of its trajectory in ring order, starting at the entry -- every chiplet of
+   the trajectory loads its share, as chiplet 1 loads slice 1 in Figure 6 [D] -- or with
+   Rule 5 into the trajectory chiplet with the most free slots, reserving a slot under the
+   same admission (``r`` = hops of its whole path).  Pre-loads (Rule 4 of
    Algorithm 1) come after running experts and are admitted only while more than ``H + 1``
    slots are free; their slots are *held* until the expert is dispatched.
 4. **DDR delivery**: ``ddr_latency`` cycles after its issue (later while DDR is stalled).
@@ -55,7 +57,7 @@ in cycle ``t`` is usable from ``t + 1``.
 from collections import deque
 from dataclasses import dataclass, field
 
-from .params import DatapathParams, bits_for
+from .params import DatapathParams, _ring_after, bits_for
 from .scheduler import DISPATCH, PRELOAD, Dispatch
 
 __all__ = ["Header", "Slot", "StepIn", "StepOut", "StreamingArray", "arrive", "OPPOSITE"]
@@ -151,6 +153,7 @@ class Job:
     traj: int = 0
     loaded: int = 0
     retired: int = 0
+    target: int = 0         # chiplet of the next load (Rule 4 striping), starts at the entry
 
 
 @dataclass
@@ -381,7 +384,9 @@ class StreamingArray:
             sl.busy, sl.resv = True, True
             self.fifos[ch].append((t, slot, h, held, self.now))
             if kind == "job":
-                self.jobs[idx].loaded += 1
+                job = self.jobs[idx]
+                job.loaded += 1
+                job.target = _ring_after(job.traj, t, n)
                 self.ddr_rr = (idx + 1) % n
             else:
                 self.pre[idx].loaded += 1
@@ -479,7 +484,8 @@ class StreamingArray:
     def _ddr_target(self, j: int, job: Job, free2: list[int], channel_ok) -> int | None:
         p = self.p
         if not p.rule5:
-            return j if channel_ok(j) and free2[j] > self._need(job.traj, j) else None
+            t = job.target
+            return t if channel_ok(t) and free2[t] > self._need(job.traj, t) else None
         best = None
         for a in range(p.chiplets):
             if job.traj >> a & 1 and channel_ok(a) and free2[a] > self._need(job.traj, a):
@@ -522,4 +528,4 @@ class StreamingArray:
             for s in self.chips[q.chiplet].slots:
                 if s.busy and s.held and s.expert == b.expert:
                     s.held = False
-        self.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0)
+        self.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0, b.entry)

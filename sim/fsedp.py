@@ -1,0 +1,102 @@
+"""One MoE layer under FSE-DP: every decision from the scheduler golden model
+(:class:`fsedp.sw.scheduler.Scheduler`), every micro-slice from the streaming golden model
+(:class:`fsedp.sw.streaming.StreamingArray`, with exact event skipping).
+
+Ablations (Section VI-C):
+
+* ``A1`` naive FSE-DP, no fine-grained flow: an expert is one unit (``micro_slices = 1``)
+  that is loaded whole and passed around the ring; the buffer gets the slots deadlock
+  freedom needs whatever their size (the memory column shows the cost);
+* ``A2`` micro-slice flows under Rules 1-4, experts in descending token count;
+* ``A3`` A2 with the paired-load order and the partner pre-loads (Algorithm 1);
+* ``A4`` A3 with Rule 5.
+"""
+
+import dataclasses
+from collections import deque
+
+from ..sw.datapath_cosim import layer_tokens
+from ..sw.scheduler import DISPATCH, Scheduler
+from ..sw.streaming import StepIn, StreamingArray
+from .result import LayerResult
+from .setup import Setup
+
+__all__ = ["VARIANTS", "variant_params", "fsedp_layer"]
+
+VARIANTS = ("A1", "A2", "A3", "A4")
+
+
+def variant_params(setup: Setup, variant: str):
+    dp = setup.dp
+    if variant == "A1":
+        return dataclasses.replace(dp, micro_slices=1, ddr_interval=dp.ddr_interval * dp.micro_slices,
+                                   cycles_per_token=dp.cycles_per_token * dp.micro_slices,
+                                   link_cycles=(dp.link_cycles - setup.link_latency_cycles)
+                                   * dp.micro_slices + setup.link_latency_cycles,
+                                   slots=max(dp.max_hops + 1, 1), preload_entries=0)
+    if variant == "A4":
+        return dataclasses.replace(dp, rule5=True)
+    if variant in ("A2", "A3"):
+        return dp
+    raise ValueError(f"unknown FSE-DP variant {variant!r}; choose from {VARIANTS}")
+
+
+def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> LayerResult:
+    sp = setup.sp
+    dp = variant_params(setup, variant)
+    sched = Scheduler(sp, order="sorted" if variant == "A2" else "paired")
+    arr = StreamingArray(dp)
+    plan = sched.start_round(records)
+    tokens = layer_tokens(sp, records, plan.defer)
+    for (c, e), n in tokens.items():
+        arr.tokens[c][e] = n          # the gate fills the tables with the records
+    beats = deque(sched.decide())
+    n = dp.chiplets
+    busy = [0] * n
+    peak = [0] * n
+    timeline = [(0, 0)]
+    loads = transfers = decisions = 0
+    link_bytes: dict = {}
+    slot_bytes = setup.expert_bytes // dp.micro_slices
+    while sched.in_round or beats or not arr.idle:
+        cycle = arr.cycle
+        beat = beats[0] if beats else None
+        out = arr.step(StepIn(dispatch=beat))
+        if beat is not None:
+            beats.popleft()
+            decisions += 1
+        for c, ev in enumerate(out.events):
+            if ev is not None:
+                busy[c] += max(1, arr.tokens[c][ev[0]]) * dp.cycles_per_token
+        for c, o in enumerate(out.occupancy):
+            if o > peak[c]:
+                peak[c] = o
+        loads += len(out.ddr_issues)
+        for src, d, _ in out.transfers:
+            transfers += 1
+            link_bytes[(src, d)] = link_bytes.get((src, d), 0) + slot_bytes
+        computing = sum(ch.cnt > 0 for ch in arr.chips)
+        if computing != timeline[-1][1]:
+            timeline.append((cycle + 1, computing))
+        if out.done:
+            sched.complete(out.done)
+            beats.extend(sched.decide())
+        if not beats:
+            arr.fast_forward()
+    cycles = arr.cycle
+    counts = [0] * sp.experts
+    for (c, e), t in tokens.items():
+        counts[e] += t
+    per_chiplet_tokens = [0] * n
+    for (c, e), t in tokens.items():
+        per_chiplet_tokens[c] += t
+    active = sum(1 for x in counts if x)
+    ddr_cycles = -(-active * setup.expert_load_cycles() // n)
+    compute_cycles = -(-sum(counts) * setup.dp.micro_slices * setup.dp.cycles_per_token // n)
+    return LayerResult(
+        strategy=f"FSE-DP {variant}", cycles=cycles, bound=max(ddr_cycles, compute_cycles),
+        busy=busy, ddr_bytes=loads * slot_bytes, d2d_bytes=transfers * slot_bytes,
+        peak_weight_bytes=max(peak) * slot_bytes,
+        peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
+        ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
+        decisions=decisions, link_bytes=link_bytes)

@@ -1,0 +1,39 @@
+"""Per-layer results shared by every strategy."""
+
+from dataclasses import dataclass, field
+
+__all__ = ["LayerResult"]
+
+
+@dataclass
+class LayerResult:
+    """One MoE layer under one strategy (cycles and bytes).
+
+    ``busy`` is each chiplet's compute-busy cycles; ``timeline`` the number of computing
+    chiplets as ``(cycle, count)`` steps; ``bound`` the hardware lower bound of the layer
+    (the larger of the DDR time, every active expert loaded once over all channels, and the
+    compute time, all MACs spread evenly).
+    """
+
+    strategy: str
+    cycles: int
+    bound: int
+    busy: list[int]
+    ddr_bytes: int
+    d2d_bytes: int
+    peak_weight_bytes: int          # largest over chiplets
+    peak_token_bytes: int           # largest over chiplets
+    ddr_cycles: int                 # bound components, for the breakdown
+    compute_cycles: int
+    timeline: list[tuple[int, int]] = field(default_factory=list)
+    decisions: int = 0
+    link_bytes: dict = field(default_factory=dict)
+
+    @property
+    def utilization(self) -> float:
+        n = len(self.busy)
+        return sum(self.busy) / (n * self.cycles) if self.cycles else 0.0
+
+    @property
+    def x_bound(self) -> float:
+        return self.cycles / self.bound if self.bound else float("nan")

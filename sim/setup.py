@@ -1,0 +1,86 @@
+"""Hardware and model timing of a simulation, all derived from one :class:`RunConfig`."""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ..config import ConfigError, RunConfig
+from ..sw.params import DatapathParams, SchedulerParams
+
+__all__ = ["Setup", "make_setup", "ACT_BYTES"]
+
+#: Bytes of one activation element (bf16 activations; weights are 8-bit, see
+#: ``fsedp.config.WEIGHT_BYTES``).
+ACT_BYTES = 2
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a strategy needs, in clock cycles and bytes.
+
+    ``dp`` are the FSE-DP datapath generics with one DDR channel per chiplet (Table I: four
+    DDR channels on the 2x2 chip), so that every strategy sees the same DDR, D2D, compute and
+    on-chip memory.
+    """
+
+    cfg: RunConfig
+    sp: SchedulerParams
+    dp: DatapathParams
+    microslice_bytes: int
+    expert_bytes: int
+    buffer_bytes: int               # on-chip memory per chiplet
+    act_bytes: int                  # one token's activation vector
+    link_bytes_per_cycle: float
+    link_latency_cycles: int
+    attention_weight_bytes: int     # per layer, all heads
+
+    @property
+    def chiplets(self) -> int:
+        return self.dp.chiplets
+
+    @property
+    def ns_per_cycle(self) -> float:
+        return 1000.0 / self.cfg.hardware.clock_mhz
+
+    def expert_load_cycles(self) -> int:
+        """Cycles one DDR channel needs for a whole expert (``micro_slices`` loads)."""
+        return self.dp.micro_slices * self.dp.ddr_interval
+
+    def expert_compute_cycles(self, tokens: int) -> int:
+        """Cycles one chiplet needs to run ``tokens`` tokens through a whole expert."""
+        return self.dp.micro_slices * max(1, tokens) * self.dp.cycles_per_token
+
+    def attention_cycles(self, tokens: int) -> int:
+        """One attention block with its heads split over the chiplets (head parallelism):
+        the Q/K/V/O projections (``4 d_model^2`` MACs per token; the score part, which
+        depends on the context length, is left out) and the loading of their weights over all
+        DDR channels, overlapped.  The same for every strategy."""
+        n, m, hw = self.chiplets, self.cfg.model, self.cfg.hardware
+        compute = math.ceil(tokens * 4 * m.d_model * m.d_model / (n * hw.macs_per_chiplet))
+        load = math.ceil(self.attention_weight_bytes / self.microslice_bytes / n) * self.dp.ddr_interval
+        return max(compute, load) + self.dp.ddr_latency
+
+
+def make_setup(cfg: RunConfig, **overrides) -> Setup:
+    """Setup of a run; ``overrides`` replace ``DatapathParams`` fields (e.g. ``rule5``)."""
+    hw, m = cfg.hardware, cfg.model
+    if hw.ddr_channels % hw.chiplets:
+        raise ConfigError(cfg.source, "hardware.ddr_channels",
+                          f"{hw.ddr_channels} channels cannot be split evenly over "
+                          f"{hw.chiplets} chiplets")
+    per_channel = hw.ddr_bandwidth_gbps_per_channel * (hw.ddr_channels // hw.chiplets)
+    ms = cfg.microslice_bytes()
+    interval = math.ceil(ms / (per_channel * 1e9 / (hw.clock_mhz * 1e6)))
+    dp = cfg.datapath_params(ddr_channels=hw.chiplets, ddr_interval=interval)
+    if overrides:
+        dp = dataclasses.replace(dp, **overrides)
+    from ..config import WEIGHT_BYTES
+    return Setup(
+        cfg=cfg, sp=cfg.scheduler_params(), dp=dp, microslice_bytes=ms,
+        expert_bytes=ms * hw.microslices_per_expert,
+        buffer_bytes=hw.onchip_buffer_kib * 1024,
+        act_bytes=m.d_model * ACT_BYTES,
+        link_bytes_per_cycle=hw.d2d_bandwidth_gbps * 1e9 / (hw.clock_mhz * 1e6),
+        link_latency_cycles=math.ceil(hw.d2d_latency_ns * hw.clock_mhz / 1000),
+        attention_weight_bytes=4 * m.d_model * m.d_model * WEIGHT_BYTES,
+    )
