@@ -56,6 +56,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
     peak = [0] * n
     timeline = [(0, 0)]
     loads = transfers = decisions = 0
+    ddr_per = [0] * n
     link_bytes: dict = {}
     slot_bytes = setup.expert_bytes // dp.micro_slices
     while sched.in_round or beats or not arr.idle:
@@ -72,6 +73,8 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
             if o > peak[c]:
                 peak[c] = o
         loads += len(out.ddr_issues)
+        for target, *_ in out.ddr_issues:
+            ddr_per[target] += slot_bytes
         for src, d, _ in out.transfers:
             transfers += 1
             link_bytes[(src, d)] = link_bytes.get((src, d), 0) + slot_bytes
@@ -99,4 +102,4 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
         peak_weight_bytes=max(peak) * slot_bytes,
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
-        decisions=decisions, link_bytes=link_bytes)
+        decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per)

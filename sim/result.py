@@ -28,6 +28,7 @@ class LayerResult:
     timeline: list[tuple[int, int]] = field(default_factory=list)
     decisions: int = 0
     link_bytes: dict = field(default_factory=dict)
+    ddr_per_chiplet: list = field(default_factory=list)   # bytes loaded into each chiplet
 
     @property
     def utilization(self) -> float:

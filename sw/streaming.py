@@ -35,7 +35,10 @@ Per cycle (all decisions from the registered state and this cycle's inputs)
    next chiplet of its trajectory in ring order, starting at the entry -- every chiplet of
    the trajectory loads its share, as chiplet 1 loads slice 1 in Figure 6 [D] -- or with
    Rule 5 into the trajectory chiplet with the most free slots, reserving a slot under the
-   same admission (``r`` = hops of its whole path).  Pre-loads (Rule 4 of
+   same admission (``r`` = hops of its whole path).  With one DDR channel per chiplet
+   (``ddr_channels = rows x cols``, simulator only) Rule 4 is chiplet-driven: every chiplet
+   whose channel is free and that has room loads the next micro-slice of a running expert
+   covering it.  Pre-loads (Rule 4 of
    Algorithm 1) come after running experts and are admitted only while more than ``H + 1``
    slots are free; their slots are *held* until the expert is dispatched.
 4. **DDR delivery**: ``ddr_latency`` cycles after its issue (later while DDR is stalled).
@@ -271,16 +274,35 @@ class StreamingArray:
             ch = target if self.channels > 1 else 0
             return (not used[ch] and self.gaps[ch] == 0 and not inp.ddr_stall
                     and len(self.fifos[ch]) < self.fifo_depth)
-        for k in range(n):
-            j = (self.ddr_rr + k) % n
-            job = self.jobs[j]
-            if not job.valid or job.loaded >= p.micro_slices:
-                continue
-            target = self._ddr_target(j, job, free2, channel_ok)
-            if target is not None:
-                issues.append(("job", j, target, job.expert, job.traj, job.loaded))
-                used[target if self.channels > 1 else 0] = True
-                free2[target] -= 1
+        if self.channels > 1 and not p.rule5:
+            # Rule 4 with a channel per chiplet: every chiplet with room loads the next
+            # micro-slice of a running expert that covers it (round-robin over experts)
+            extra = [0] * n
+            for c in range(n):
+                if not channel_ok(c):
+                    continue
+                for k in range(n):
+                    j = (self.ddr_rr + k) % n
+                    job = self.jobs[j]
+                    if job.valid and job.traj >> c & 1 \
+                            and job.loaded + extra[j] < p.micro_slices \
+                            and free2[c] > self._need(job.traj, c):
+                        issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j]))
+                        extra[j] += 1
+                        used[c] = True
+                        free2[c] -= 1
+                        break
+        else:
+            for k in range(n):
+                j = (self.ddr_rr + k) % n
+                job = self.jobs[j]
+                if not job.valid or job.loaded >= p.micro_slices:
+                    continue
+                target = self._ddr_target(j, job, free2, channel_ok)
+                if target is not None:
+                    issues.append(("job", j, target, job.expert, job.traj, job.loaded))
+                    used[target if self.channels > 1 else 0] = True
+                    free2[target] -= 1
         for k, q in enumerate(self.pre):
             if q.valid and q.loaded < p.micro_slices and channel_ok(q.chiplet) \
                     and free2[q.chiplet] > p.max_hops + 1:

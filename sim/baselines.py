@@ -1,0 +1,160 @@
+"""EP and Hydra: the baselines, given the same DDR channels, links, compute and on-chip
+memory as FSE-DP and the best streaming their buffers allow.
+
+**EP** (expert parallelism): expert ``e`` lives on chiplet ``e mod C``.  Every token is sent
+to the home chiplet of each of its experts (all-to-all over the die-to-die links) and its
+result sent back.  Each chiplet streams the weights of its active experts from its own DDR
+channel in micro-slice chunks into a ring of ``buffer / micro-slice`` slots (double
+buffering and deeper: a chunk is loaded while earlier ones are computed) and computes each
+chunk for all the expert's tokens.  The order of a chiplet's experts is Johnson's rule for
+the two-stage flow shop (load, compute), which minimises its makespan.
+
+**Hydra** (our reading of He et al., DAC 2025): EP whose expert-to-chiplet placement is
+recomputed from the expert popularity seen before -- the same layer of the previous iteration,
+or for the first iteration the previous layer -- by a greedy longest-processing-time packing
+that balances each chiplet's ``max(load, compute)`` estimate.  Weights are streamed from DDR
+every layer in this offloaded setting, so relocating an expert costs nothing extra.
+"""
+
+import math
+
+import numpy as np
+
+from .result import LayerResult
+from .setup import Setup
+
+__all__ = ["ep_home", "hydra_home", "ep_layer", "bounds"]
+
+
+def ep_home(experts: int, chiplets: int) -> list[int]:
+    return [e % chiplets for e in range(experts)]
+
+
+def hydra_home(setup: Setup, predicted: np.ndarray) -> list[int]:
+    """Greedy LPT placement balancing ``max(load, compute)`` per chiplet."""
+    n = setup.chiplets
+    load_one = setup.expert_load_cycles()
+    order = sorted(range(len(predicted)), key=lambda e: -int(predicted[e]))
+    load = [0] * n
+    comp = [0] * n
+    home = [0] * len(predicted)
+    for e in order:
+        t = int(predicted[e])
+        l_e = load_one if t else load_one // 2       # unseen experts: half likely active
+        c_e = setup.expert_compute_cycles(t) if t else 0
+        best = min(range(n), key=lambda c: (max(load[c] + l_e, comp[c] + c_e), c))
+        home[e] = best
+        load[best] += l_e
+        comp[best] += c_e
+    return home
+
+
+def bounds(setup: Setup, counts: np.ndarray) -> tuple[int, int]:
+    """(DDR, compute) lower bounds of a layer, in cycles, for any strategy."""
+    n = setup.chiplets
+    active = int(np.count_nonzero(counts))
+    ddr = math.ceil(active * setup.expert_load_cycles() / n)
+    compute = math.ceil(int(counts.sum()) * setup.dp.micro_slices * setup.dp.cycles_per_token / n)
+    return ddr, compute
+
+
+def _flow_shop(chunks: list[tuple[int, int]], slots: int, interval: int, latency: int,
+               start: int) -> tuple[int, list[tuple[int, int]]]:
+    """Two-stage pipeline over chunks ``(load_cycles, compute_cycles)`` with ``slots``
+    buffer slots: a load is issued when the channel is free and a slot is free (the chunk
+    ``slots`` earlier has been computed); compute starts when the chunk has arrived, the
+    previous compute is done and the tokens are there (``start``).  Returns the makespan and
+    the compute intervals."""
+    issue_free = 0
+    comp_end: list[int] = []
+    intervals = []
+    prev = start
+    for k, (load, comp) in enumerate(chunks):
+        slot_free = comp_end[k - slots] if k >= slots else 0
+        issue = max(issue_free, slot_free)
+        issue_free = issue + load
+        arrive = issue + load + latency
+        begin = max(arrive, prev)
+        prev = begin + comp
+        comp_end.append(prev)
+        intervals.append((begin, prev))
+    return (comp_end[-1] if comp_end else start), intervals
+
+
+def _all_to_all(setup: Setup, records, home: list[int]) -> tuple[int, int]:
+    """Cycles to send every (token, expert) activation to the expert's home chiplet (and,
+    the same again, back), limited by the busiest chiplet's links; and the bytes sent."""
+    n = setup.chiplets
+    out_bytes = [0] * n
+    in_bytes = [0] * n
+    total = hops = 0
+    for _, c, e in records:
+        h = home[e]
+        if h != c:
+            out_bytes[c] += setup.act_bytes
+            in_bytes[h] += setup.act_bytes
+            total += setup.act_bytes
+            hops = max(hops, setup.dp.distance(c, h))
+    degree = [sum(setup.dp.neighbour(c, d) is not None for d in range(4)) for c in range(n)]
+    busiest = max(max(out_bytes[c], in_bytes[c]) / degree[c] for c in range(n))
+    cycles = math.ceil(busiest / setup.link_bytes_per_cycle) + hops * setup.link_latency_cycles
+    return cycles, total
+
+
+def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerResult:
+    n = setup.chiplets
+    dp = setup.dp
+    counts = np.zeros(setup.sp.experts, dtype=np.int64)
+    for _, _, e in records:
+        counts[e] += 1
+    slots = max(2, setup.buffer_bytes // setup.microslice_bytes)
+    dispatch, a2a_bytes = _all_to_all(setup, records, home)
+    finish = [0] * n
+    busy = [0] * n
+    intervals_all = []
+    peak_tokens = [0] * n
+    chunks_per_chiplet = [0] * n
+    ddr_per_chiplet = [0] * n
+    for c in range(n):
+        mine = [e for e in range(len(counts)) if counts[e] and home[e] == c]
+        jobs = [(setup.expert_load_cycles(), setup.expert_compute_cycles(int(counts[e])), e)
+                for e in mine]
+        first = sorted((j for j in jobs if j[0] < j[1]), key=lambda j: j[0])
+        last = sorted((j for j in jobs if j[0] >= j[1]), key=lambda j: -j[1])
+        chunks = [(dp.ddr_interval, int(counts[e]) * dp.cycles_per_token)
+                  for _, _, e in first + last for _ in range(dp.micro_slices)]
+        finish[c], iv = _flow_shop(chunks, slots, dp.ddr_interval, dp.ddr_latency, dispatch)
+        busy[c] = sum(b - a for a, b in iv)
+        intervals_all.append(iv)
+        peak_tokens[c] = int(sum(counts[e] for e in mine))
+        chunks_per_chiplet[c] = len(chunks)
+        ddr_per_chiplet[c] = len(mine) * setup.expert_bytes
+    cycles = max(finish) + dispatch       # results travel back like the tokens came
+    ddr_b, comp_b = bounds(setup, counts)
+    timeline = _timeline(intervals_all)
+    active = int(np.count_nonzero(counts))
+    return LayerResult(
+        strategy=name, cycles=cycles, bound=max(ddr_b, comp_b), busy=busy,
+        ddr_bytes=active * setup.expert_bytes, d2d_bytes=2 * a2a_bytes,
+        peak_weight_bytes=min(slots, max(chunks_per_chiplet)) * setup.microslice_bytes,
+        peak_token_bytes=max(peak_tokens) * setup.act_bytes * 2,
+        ddr_cycles=ddr_b, compute_cycles=comp_b, timeline=timeline, decisions=active,
+        ddr_per_chiplet=ddr_per_chiplet)
+
+
+def _timeline(intervals_per_chiplet) -> list[tuple[int, int]]:
+    edges = []
+    for iv in intervals_per_chiplet:
+        for a, b in iv:
+            edges.append((a, 1))
+            edges.append((b, -1))
+    edges.sort()
+    out = [(0, 0)]
+    level = 0
+    for t, d in edges:
+        level += d
+        if out[-1][0] == t:
+            out[-1] = (t, level)
+        else:
+            out.append((t, level))
+    return out

@@ -1,0 +1,218 @@
+"""The main job: strategies side by side on a run config's workload; metrics, a terminal
+table and a report folder (JSON, Markdown, PNG plots)."""
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..config import RunConfig, config_to_dict
+from .baselines import ep_home, ep_layer, hydra_home
+from .fsedp import VARIANTS, fsedp_layer
+from .result import LayerResult
+from .setup import Setup, make_setup
+from .workload import iterations
+
+__all__ = ["STRATEGIES", "run_experiment", "summarize", "format_table", "write_report"]
+
+STRATEGIES = ("EP", "Hydra", *VARIANTS)
+DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3")
+
+
+def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 1,
+                   layers: int | None = None, progress: bool = True, setup: Setup | None = None,
+                   on_layer=None) -> dict:
+    """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy.
+
+    Returns ``{"setup": Setup, "layers": [Layer], "results": {strategy: [LayerResult]},
+    "attention": [cycles per layer], "wall_s": {strategy: s}}``.  ``on_layer(strategy,
+    layer, result)`` is called after each simulated layer (the RTL check hooks in here).
+    """
+    for s in strategies:
+        if s not in STRATEGIES:
+            raise ValueError(f"unknown strategy {s!r}; choose from {', '.join(STRATEGIES)}")
+    setup = setup or make_setup(cfg)
+    its = iterations(cfg, n_iter, layers)
+    flat = [l for it in its for l in it]
+    results = {s: [] for s in strategies}
+    wall = {s: 0.0 for s in strategies}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(flat) * len(strategies), unit="layer", leave=False,
+                   desc=f"{cfg.model.name} on {cfg.hardware.name}")
+    history: dict[int, np.ndarray] = {}       # layer -> counts seen in the last iteration
+    experts = setup.sp.experts
+    for lay in flat:
+        counts = lay.expert_counts(experts)
+        for s in strategies:
+            t0 = time.perf_counter()
+            if s == "EP":
+                r = ep_layer(setup, lay.records, ep_home(experts, setup.chiplets), "EP")
+            elif s == "Hydra":
+                pred = history.get(lay.layer)
+                if pred is None:
+                    pred = history.get(("prev",), None)
+                home = (hydra_home(setup, pred) if pred is not None
+                        else ep_home(experts, setup.chiplets))
+                r = ep_layer(setup, lay.records, home, "Hydra")
+            else:
+                r = fsedp_layer(setup, lay.records, s)
+            wall[s] += time.perf_counter() - t0
+            results[s].append(r)
+            if on_layer is not None:
+                on_layer(s, lay, r)
+            if bar is not None:
+                bar.update(1)
+        history[lay.layer] = counts
+        history[("prev",)] = counts
+    if bar is not None:
+        bar.close()
+    attention = [setup.attention_cycles(l.tokens) for l in flat]
+    return {"setup": setup, "layers": flat, "results": results, "attention": attention,
+            "wall_s": {s: round(w, 2) for s, w in wall.items()}}
+
+
+def _imbalance(xs) -> float:
+    xs = [x for x in xs]
+    mean = sum(xs) / len(xs) if xs else 0
+    return round(max(xs) / mean, 3) if mean else 1.0
+
+
+def summarize(run: dict) -> dict:
+    """Per strategy: MoE-layer latency, speedup over EP, x-of-bound, utilization, on-chip
+    memory, end-to-end throughput, traffic, and the breakdown of where time goes."""
+    setup: Setup = run["setup"]
+    ns = setup.ns_per_cycle
+    att = sum(run["attention"])
+    tokens = sum(l.tokens for l in run["layers"] if l.layer == 0)
+    out = {}
+    base = sum(r.cycles for r in run["results"].get("EP", [])) or None
+    for s, rs in run["results"].items():
+        cyc = sum(r.cycles for r in rs)
+        bound = sum(r.bound for r in rs)
+        busy = [sum(r.busy[c] for r in rs) for c in range(setup.chiplets)]
+        ddr_per = [sum(r.ddr_per_chiplet[c] for r in rs if r.ddr_per_chiplet)
+                   for c in range(setup.chiplets)]
+        e2e_s = (cyc + att) * ns * 1e-9
+        out[s] = {
+            "moe_layer_us": round(cyc / len(rs) * ns / 1000, 2),
+            "speedup_vs_ep": round(base / cyc, 3) if base else None,
+            "x_bound": round(cyc / bound, 3) if bound else None,
+            "utilization": round(sum(busy) / (setup.chiplets * cyc), 4) if cyc else 0,
+            "onchip_mb": round(max(r.peak_weight_bytes + r.peak_token_bytes for r in rs) / 2**20, 2),
+            "weights_mb": round(max(r.peak_weight_bytes for r in rs) / 2**20, 2),
+            "tokens_mb": round(max(r.peak_token_bytes for r in rs) / 2**20, 3),
+            "throughput_tok_s": round(tokens / e2e_s, 1) if e2e_s else None,
+            "ddr_gb": round(sum(r.ddr_bytes for r in rs) / 1e9, 3),
+            "d2d_gb": round(sum(r.d2d_bytes for r in rs) / 1e9, 3),
+            "breakdown": {
+                "ddr_bound_share": round(sum(r.ddr_cycles for r in rs) / cyc, 3) if cyc else None,
+                "compute_bound_share": round(sum(r.compute_cycles for r in rs) / cyc, 3) if cyc else None,
+                "compute_imbalance": _imbalance(busy),
+                "ddr_imbalance": _imbalance(ddr_per) if any(ddr_per) else None,
+            },
+            "decisions": sum(r.decisions for r in rs),
+            "layers": len(rs),
+            "wall_s": run["wall_s"].get(s),
+        }
+    return out
+
+
+def format_table(summary: dict, title: str) -> str:
+    head = (f"{'strategy':<10} {'MoE layer':>10} {'speedup':>8} {'x bound':>8} {'util':>6} "
+            f"{'on-chip':>8} {'e2e tok/s':>10} {'DDR imb':>8} {'PE imb':>7}")
+    lines = [title, head, f"{'':<10} {'(us)':>10} {'vs EP':>8} {'':>8} {'':>6} {'(MB)':>8}"]
+    for s, m in summary.items():
+        b = m["breakdown"]
+        lines.append(f"{s:<10} {m['moe_layer_us']:>10.1f} {m['speedup_vs_ep'] or 0:>7.2f}x "
+                     f"{m['x_bound']:>7.2f}x {m['utilization'] * 100:>5.1f}% {m['onchip_mb']:>8.2f} "
+                     f"{m['throughput_tok_s']:>10.1f} {b['ddr_imbalance'] or 0:>8.2f} "
+                     f"{b['compute_imbalance']:>7.2f}")
+    lines.append("x bound: latency over the layer's lower bound (every active expert loaded once "
+                 "over all DDR channels, or all MACs spread evenly, whichever is larger); "
+                 "imb: busiest chiplet over the mean (DDR bytes, compute cycles)")
+    return "\n".join(lines)
+
+
+def _label(s: str) -> str:
+    return s if s in ("EP", "Hydra") else f"FSE-DP {s}"
+
+
+def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[str]:
+    """Write ``summary.json``, ``report.md``, ``utilization.png``, ``chiplets.png`` into
+    ``out_dir`` (all or nothing: written to a temporary folder that is then renamed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    setup: Setup = run["setup"]
+    cfg = setup.cfg
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir.parent))
+    try:
+        doc = {"command": command, "config": config_to_dict(cfg), "summary": summary,
+               "datapath": {k: v for k, v in vars(setup.dp).items()},
+               "layers": {s: [{"iteration": l.iteration, "layer": l.layer, "cycles": r.cycles,
+                               "bound": r.bound, "utilization": round(r.utilization, 4)}
+                              for l, r in zip(run["layers"], rs)]
+                          for s, rs in run["results"].items()}}
+        (tmp / "summary.json").write_text(json.dumps(doc, indent=1))
+        md = [f"# {cfg.model.name} on {cfg.hardware.name}", "", f"`{command}`", "",
+              "| strategy | MoE layer (us) | speedup vs EP | x bound | utilization | on-chip (MB) "
+              "| e2e tokens/s | DDR imbalance | compute imbalance |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for s, m in summary.items():
+            b = m["breakdown"]
+            md.append(f"| {_label(s)} | {m['moe_layer_us']} | {m['speedup_vs_ep']} | {m['x_bound']} "
+                      f"| {m['utilization'] * 100:.1f} % | {m['onchip_mb']} | {m['throughput_tok_s']} "
+                      f"| {b['ddr_imbalance']} | {b['compute_imbalance']} |")
+        md += ["", "![utilization](utilization.png)", "", "![per-chiplet activity](chiplets.png)", ""]
+        (tmp / "report.md").write_text("\n".join(md))
+
+        # utilization timeline of one layer (the first layer of the last iteration)
+        idx = max(i for i, l in enumerate(run["layers"]) if l.layer == 0)
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        for s, rs in run["results"].items():
+            r = rs[idx]
+            xs = [t * setup.ns_per_cycle / 1000 for t, _ in r.timeline] + [r.cycles * setup.ns_per_cycle / 1000]
+            ys = [v / setup.chiplets * 100 for _, v in r.timeline] + [0]
+            ax.step(xs, ys, where="post", label=_label(s))
+        ax.set_xlabel("time in the MoE layer (us)")
+        ax.set_ylabel("chiplets computing (%)")
+        ax.set_title(f"Compute utilization over one MoE layer ({cfg.model.name}, "
+                     f"{run['layers'][idx].tokens} tokens)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(tmp / "utilization.png", dpi=120)
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        names = list(run["results"])
+        width = 0.8 / max(1, len(names))
+        for k, s in enumerate(names):
+            rs = run["results"][s]
+            total = sum(r.cycles for r in rs)
+            frac = [sum(r.busy[c] for r in rs) / total * 100 for c in range(setup.chiplets)]
+            ax.bar(np.arange(setup.chiplets) + k * width, frac, width, label=_label(s))
+        ax.set_xlabel("chiplet")
+        ax.set_ylabel("busy (% of MoE time)")
+        ax.set_title("Per-chiplet compute activity over all simulated layers")
+        ax.set_xticks(np.arange(setup.chiplets) + 0.4 - width / 2)
+        ax.set_xticklabels([str(c) for c in range(setup.chiplets)])
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(tmp / "chiplets.png", dpi=120)
+        plt.close(fig)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [str(out_dir / f) for f in ("summary.json", "report.md", "utilization.png", "chiplets.png")]
