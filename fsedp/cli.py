@@ -77,6 +77,51 @@ def _stats(xs):
 
 # -- fsedp run ---------------------------------------------------------------------------
 def cmd_run(args):
+    """The main job: EP, Hydra and FSE-DP side by side on the run config's workload."""
+    from .sim.run import STRATEGIES, format_table, run_experiment, summarize, write_report
+
+    cfg = _load(args)
+    strategies = [x.strip() for x in args.strategies.split(",") if x.strip()]
+    bad = [x for x in strategies if x not in STRATEGIES]
+    if bad or not strategies:
+        raise UsageError(f"--strategies: unknown {', '.join(bad) or '(none given)'}; "
+                         f"choose from {', '.join(STRATEGIES)}")
+    if args.iterations < 1:
+        raise UsageError(f"--iterations: must be at least 1, not {args.iterations}")
+    if args.layers is not None and args.layers < 1:
+        raise UsageError(f"--layers: must be at least 1, not {args.layers}")
+    check = None
+    if args.scheduler == "rtl":
+        _require_sim("verilator")
+        from .sim.rtl_check import RTLSchedulerCheck
+        check = RTLSchedulerCheck(cfg, BUILD / "run-rtl")
+    t0 = time.time()
+    run = run_experiment(cfg, strategies, n_iter=args.iterations, layers=args.layers,
+                         progress=not args.json, on_layer=check.record if check else None)
+    summary = summarize(run)
+    doc = {"config": config_to_dict(cfg), "summary": summary,
+           "wall_s": round(time.time() - t0, 1)}
+    if check is not None:
+        doc["rtl_check"] = check.finish()
+    command = "fsedp " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else "fsedp run"
+    out = Path(args.out) if args.out else ROOT / "build" / "run" / Path(cfg.source).stem.strip("<>")
+    doc["report"] = write_report(run, summary, out, command)
+    title = (f"{cfg.model.name} on {cfg.hardware.name}: {cfg.scenario.tokens_per_iteration} tokens "
+             f"per iteration, {args.iterations} iteration(s) x {len(run['layers']) // args.iterations} "
+             f"MoE layers (simulated, golden models)")
+    text = format_table(summary, title) + f"\nreport: {out}/ (summary.json, report.md, *.png)"
+    if check is not None:
+        rc = doc["rtl_check"]
+        text += (f"\nscheduler RTL (Verilator) vs golden model: {rc['layers']} layers, "
+                 f"{rc['beats']} decisions, {'AGREE' if rc['mismatches'] == 0 else 'DISAGREE'}")
+        if rc["first_mismatch"]:
+            text += f"\n  first difference: {rc['first_mismatch']}"
+    _emit(args, doc, text)
+    return 0 if check is None or doc["rtl_check"]["mismatches"] == 0 else 1
+
+
+# -- fsedp rtl rounds ------------------------------------------------------------------------
+def cmd_rounds(args):
     from .scenario import build_rounds
 
     cfg = _load(args)
@@ -310,16 +355,30 @@ def build_parser() -> Parser:
     ap = Parser(prog="fsedp", description="FSE-DP co-design toolkit: golden model, RTL, cosimulation.")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
 
-    run = sub.add_parser("run", help="main job: the scheduling scenario through golden model and RTL")
+    run = sub.add_parser("run", help="main job: EP, Hydra and FSE-DP simulated side by side")
     run.add_argument("--config", help="run config YAML (default: the embedded default)")
-    run.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
-    run.add_argument("--show-rounds", type=int, default=1, metavar="N",
-                     help="print the full schedule of the first N rounds (default 1)")
+    run.add_argument("--iterations", type=int, default=1, help="forward iterations (default 1)")
+    run.add_argument("--layers", type=int, help="MoE layers per iteration (default: the model's)")
+    run.add_argument("--strategies", default="EP,Hydra,A1,A2,A3",
+                     help="comma-separated: EP, Hydra, A1..A4 (FSE-DP ablations)")
+    run.add_argument("--scheduler", default="golden", choices=["golden", "rtl"],
+                     help="rtl: also replay every FSE-DP layer's decisions through the "
+                          "scheduler RTL under Verilator and stop at the first difference")
+    run.add_argument("--out", help="report folder (default build/run/<config name>)")
     run.add_argument("--json", action="store_true")
     run.set_defaults(func=cmd_run)
 
     rtl = sub.add_parser("rtl", help="hardware: Verilog, cosimulation, latency and area report")
     rsub = rtl.add_subparsers(dest="rtl_cmd", required=True, parser_class=Parser)
+
+    rr = rsub.add_parser("rounds", help="the run config's scheduling rounds through the "
+                                        "scheduler RTL and its golden model, schedule printed")
+    rr.add_argument("--config", help="run config YAML (default: the embedded default)")
+    rr.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    rr.add_argument("--show-rounds", type=int, default=1, metavar="N",
+                    help="print the full schedule of the first N rounds (default 1)")
+    rr.add_argument("--json", action="store_true")
+    rr.set_defaults(func=cmd_rounds)
 
     def common(p, sizes=True):
         p.add_argument("--config", help="run config YAML whose scheduler parameters to use")

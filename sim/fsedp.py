@@ -57,6 +57,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
     timeline = [(0, 0)]
     loads = transfers = decisions = 0
     ddr_per = [0] * n
+    script, made = [], []
     link_bytes: dict = {}
     slot_bytes = setup.expert_bytes // dp.micro_slices
     while sched.in_round or beats or not arr.idle:
@@ -66,6 +67,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
         if beat is not None:
             beats.popleft()
             decisions += 1
+            made.append([beat.kind, beat.expert, beat.entry, beat.traj])
         for c, ev in enumerate(out.events):
             if ev is not None:
                 busy[c] += max(1, arr.tokens[c][ev[0]]) * dp.cycles_per_token
@@ -82,6 +84,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
         if computing != timeline[-1][1]:
             timeline.append((cycle + 1, computing))
         if out.done:
+            script.append(out.done)
             sched.complete(out.done)
             beats.extend(sched.decide())
         if not beats:
@@ -102,4 +105,5 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
         peak_weight_bytes=max(peak) * slot_bytes,
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
-        decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per)
+        decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per,
+        script=script, beats=made)

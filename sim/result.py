@@ -29,6 +29,8 @@ class LayerResult:
     decisions: int = 0
     link_bytes: dict = field(default_factory=dict)
     ddr_per_chiplet: list = field(default_factory=list)   # bytes loaded into each chiplet
+    script: list = field(default_factory=list)    # FSE-DP: completion masks, in order
+    beats: list = field(default_factory=list)     # FSE-DP: [kind, expert, entry, traj] decisions
 
     @property
     def utilization(self) -> float:

@@ -75,8 +75,11 @@ def make_setup(cfg: RunConfig, **overrides) -> Setup:
     if overrides:
         dp = dataclasses.replace(dp, **overrides)
     from ..config import WEIGHT_BYTES
+    # token buffering (Algorithm 2, ablation A5) defers work to later iterations, which this
+    # simulator does not carry over: it is switched off (theta_min = 0) for A1-A4
+    sp = dataclasses.replace(cfg.scheduler_params(), theta_min=0)
     return Setup(
-        cfg=cfg, sp=cfg.scheduler_params(), dp=dp, microslice_bytes=ms,
+        cfg=cfg, sp=sp, dp=dp, microslice_bytes=ms,
         expert_bytes=ms * hw.microslices_per_expert,
         buffer_bytes=hw.onchip_buffer_kib * 1024,
         act_bytes=m.d_model * ACT_BYTES,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .params import SchedulerParams
 from .scheduler import Dispatch, Scheduler
 
-__all__ = ["Round", "random_round", "DatapathModel", "RoundChecker", "Mismatch"]
+__all__ = ["Round", "random_round", "DatapathModel", "ScriptedDatapath", "RoundChecker", "Mismatch"]
 
 
 @dataclass
@@ -85,6 +85,31 @@ class DatapathModel:
         for s in range(self.chiplets):
             if mask >> s & 1:
                 self.due.pop(s, None)
+
+
+class ScriptedDatapath:
+    """Replays a recorded sequence of completion masks (e.g. from the simulator): the next
+    mask is presented as soon as every slot in it is running.  Because the scheduler's
+    decisions are a function of the sequence of completion masks, the RTL fed this script
+    must make the recorded decisions."""
+
+    def __init__(self, chiplets: int, script: list[int]):
+        self.chiplets = chiplets
+        self.script = list(script)
+        self.running = 0
+
+    def on_dispatch(self, entry: int, now: int, count: int = 0, traj: int = 1):
+        self.running |= 1 << entry
+
+    def ready_mask(self, now: int) -> int:
+        if self.script and self.script[0] & ~self.running == 0:
+            return self.script[0]
+        return 0
+
+    def on_done(self, mask: int):
+        self.running &= ~mask
+        if self.script and self.script[0] == mask:
+            self.script.pop(0)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import dispatch_from_bits, gate_bits, req_init_bits
-from fsedp.sw.cosim import DatapathModel, Round, RoundChecker, random_round
+from fsedp.sw.cosim import DatapathModel, Round, RoundChecker, ScriptedDatapath, random_round
 from streams import knobs, params, resolved, start, u, write_report
 
 
@@ -37,8 +37,13 @@ async def wait_idle(dut):
 def make_rounds(p, k, rng):
     if k.get("rounds_file"):
         with open(k["rounds_file"]) as f:
-            return [Round([tuple(x) for x in d["records"]], [tuple(x) for x in d.get("req_inits", [])])
-                    for d in json.load(f)]
+            data = json.load(f)
+        rounds = [Round([tuple(x) for x in d["records"]], [tuple(x) for x in d.get("req_inits", [])])
+                  for d in data]
+        for r, d in zip(rounds, data):      # optional: scripted completions, expected beats
+            r.done_script = d.get("done_script")
+            r.expected = d.get("expected")
+        return rounds
     rounds = []
     for i in range(k.get("rounds", 20)):
         kind = i % 10
@@ -87,10 +92,15 @@ async def scheduler_vs_golden(dut):
 
     now = 0
     lat_first, lat_done, resets, rounds_done, logs = [], [], 0, 0, []
+    expected_diffs = []
     gaps, last_beat = [], None         # cycles between back-to-back dispatch beats
     for index, rnd in enumerate(rounds):
-        dp = DatapathModel(p.chiplets, rng, max_delay=k.get("max_delay", 12),
-                           per_token=k.get("per_token", 0))
+        script = getattr(rnd, "done_script", None)
+        expected = getattr(rnd, "expected", None)
+        seen = []
+        dp = (ScriptedDatapath(p.chiplets, script) if script is not None else
+              DatapathModel(p.chiplets, rng, max_delay=k.get("max_delay", 12),
+                            per_token=k.get("per_token", 0)))
         log = [] if index < k.get("log_rounds", 0) else None
         queue = [("init", x) for x in rnd.req_inits]
         queue += [("rec", x, i == len(rnd.records) - 1) for i, x in enumerate(rnd.records)]
@@ -141,6 +151,9 @@ async def scheduler_vs_golden(dut):
                                   {"overflow": u(dut.overflow), "bad_record": u(dut.bad_record),
                                    "spurious_done": u(dut.spurious_done)})
                 rounds_done += 1
+                if expected is not None and len(seen) != len(expected) and len(expected_diffs) < 10:
+                    expected_diffs.append(f"round {index}: simulator made {len(expected)} "
+                                          f"decisions, RTL {len(seen)}")
             if k.get("debug") and now < k["debug"]:
                 dut._log.info(f"c{now} gv={gv} gr={dut.gate__ready.value} idle={idle} qi={qi} "
                               f"st={dut.fsm_state.value} sent_last={sent_last} dv={d_v.value} dn={done_mask} dnr={dn_r.value}")
@@ -172,6 +185,14 @@ async def scheduler_vs_golden(dut):
                     gaps.append(now - last_beat)
                 last_beat = now
                 checker.on_dispatch(got)
+                if expected is not None:
+                    i = len(seen)
+                    seen.append(got)
+                    want = expected[i] if i < len(expected) else None
+                    have = [got.kind, got.expert, got.entry, got.traj]
+                    if want != have and len(expected_diffs) < 10:
+                        expected_diffs.append(f"round {index}, decision {i}: simulator {want}, "
+                                              f"RTL {have}")
                 if got.kind == 0:
                     dp.on_dispatch(got.entry, now, got.count, got.traj)
                 if log is not None:
@@ -196,10 +217,11 @@ async def scheduler_vs_golden(dut):
         "first_mismatches": [str(m) for m in checker.mismatches[:10]],
         "latency_first_dispatch": [x for _, x in lat_first],
         "latency_done_to_dispatch": lat_done, "cycles": now, "logs": logs,
-        "dispatch_gaps": gaps,
+        "dispatch_gaps": gaps, "expected_mismatches": expected_diffs,
     }
     write_report(report)
     assert not checker.mismatches, "\n".join(report["first_mismatches"])
+    assert not expected_diffs, "\n".join(expected_diffs)
     assert rounds_done + resets == len(rounds)
 
 
