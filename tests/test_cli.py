@@ -43,6 +43,9 @@ def test_bad_config_one_line_exit_2(path, capsys):
     ["rtl", "report", "--experts", "16,x"],
     ["bogus"],
     ["run", "--config", "/nonexistent/run.yaml"],
+    ["run", "--strategies", "EP,XX"],
+    ["run", "--iterations", "0"],
+    ["run", "--layers", "-1"],
 ])
 def test_bad_arguments_one_line_exit_2(args):
     proc = fsedp(*args)
@@ -59,7 +62,7 @@ def test_verilog_written_and_lint_clean(tmp_path, capsys):
     assert "module fsedp_scheduler" in (tmp_path / "fsedp_scheduler.v").read_text()
 
 
-def test_run_small_config_agrees(tmp_path, capsys):
+def test_rtl_rounds_small_config_agrees(tmp_path, capsys):
     cfg = tmp_path / "small.yaml"
     cfg.write_text("""\
 hardware: chip2x2
@@ -69,7 +72,7 @@ scheduler: {count_width: 6, requests: 4, theta_min: 2, n_threshold: 2, qos_width
 scenario: {tokens_per_iteration: 16, rounds: 3, seed: 5, trace: synthetic, skew: 1.2,
            prefill_fraction: 0.5}
 """)
-    rc = main(["run", "--config", str(cfg), "--json"])
+    rc = main(["rtl", "rounds", "--config", str(cfg), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["mismatches"] == 0 and doc["rounds"] == 3
     assert len(doc["schedule"]) == 3 and doc["latency_first_dispatch_cycles"]["max"] > 0
@@ -118,3 +121,29 @@ def test_datapath_verilog_lint_clean(tmp_path, capsys):
     assert rc == 0, doc["lint"]
     assert doc["datapath_params"]["slots"] == 6 and len(doc["files"]) == 1
     assert "module fsedp_chiplet_array" in (tmp_path / "fsedp_chiplet_array.v").read_text()
+
+
+def test_run_main_job_writes_report(tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY_RUN % (TINY_HW % 24))
+    out = tmp_path / "report"
+    rc = main(["run", "--config", str(cfg), "--layers", "3", "--out", str(out), "--json",
+               "--strategies", "EP,Hydra,A1,A2,A3,A4"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert set(doc["summary"]) == {"EP", "Hydra", "A1", "A2", "A3", "A4"}
+    for m in doc["summary"].values():
+        assert m["x_bound"] >= 1.0 and 0 < m["utilization"] <= 1 and m["layers"] == 3
+    assert sorted(p.name for p in out.iterdir()) == ["chiplets.png", "report.md", "summary.json",
+                                                     "utilization.png"]
+    assert json.loads((out / "summary.json").read_text())["summary"] == doc["summary"]
+
+
+def test_run_with_rtl_scheduler_agrees(tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY_RUN % (TINY_HW % 24))
+    rc = main(["run", "--config", str(cfg), "--layers", "2", "--strategies", "A3",
+               "--scheduler", "rtl", "--out", str(tmp_path / "r"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["rtl_check"]["mismatches"] == 0
+    assert doc["rtl_check"]["layers"] == 2 and doc["rtl_check"]["beats"] > 0
