@@ -351,6 +351,45 @@ def cmd_datapath(args):
     return 0 if ok else 1
 
 
+# -- fsedp sweep -----------------------------------------------------------------------------
+def cmd_sweep(args):
+    from .sim.sweep import TABLE1, figure9, format_figure9
+
+    try:
+        tokens = [int(x) for x in args.tokens.split(",")]
+    except ValueError:
+        raise UsageError(f"--tokens: expected comma-separated integers, not {args.tokens!r}") from None
+    models = [x.strip() for x in args.models.split(",")] if args.models else list(TABLE1)
+    if args.layers < 1:
+        raise UsageError(f"--layers: must be at least 1, not {args.layers}")
+    t0 = time.time()
+    rows = figure9(models, tokens, layers=args.layers, progress=not args.json)
+    command = f"fsedp sweep figure9 --layers {args.layers} --tokens {args.tokens}" + (
+        f" --models {args.models}" if args.models else "")
+    text = (f"Figure 9 sweep ({time.time() - t0:.0f} s): `{command}`\n\n" + format_figure9(rows))
+    if args.out:
+        out = Path(args.out)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(out)
+    _emit(args, {"rows": rows, "command": command}, text)
+    return 0
+
+
+# -- fsedp bench ------------------------------------------------------------------------------
+def cmd_bench(args):
+    from .sim.bench import bench, format_bench
+
+    if args.layers < 1:
+        raise UsageError(f"--layers: must be at least 1, not {args.layers}")
+    t0 = time.time()
+    rows = bench(layers=args.layers)
+    text = (f"Simulator speed (`fsedp bench --layers {args.layers}`, {time.time() - t0:.0f} s, "
+            f"{time.strftime('%Y-%m-%d')}):\n\n" + format_bench(rows))
+    _emit(args, {"rows": rows}, text)
+    return 0
+
+
 def build_parser() -> Parser:
     ap = Parser(prog="fsedp", description="FSE-DP co-design toolkit: golden model, RTL, cosimulation.")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
@@ -367,6 +406,21 @@ def build_parser() -> Parser:
     run.add_argument("--out", help="report folder (default build/run/<config name>)")
     run.add_argument("--json", action="store_true")
     run.set_defaults(func=cmd_run)
+
+    sw = sub.add_parser("sweep", help="paper experiments as sweeps (figure9: speedup of every "
+                                      "Table I model at 16 and 64 tokens)")
+    sw.add_argument("experiment", choices=["figure9"])
+    sw.add_argument("--models", help="comma-separated model configs (default: Table I)")
+    sw.add_argument("--tokens", default="16,64")
+    sw.add_argument("--layers", type=int, default=8, help="MoE layers simulated per point")
+    sw.add_argument("--out", help="also write the table (Markdown) to this file")
+    sw.add_argument("--json", action="store_true")
+    sw.set_defaults(func=cmd_sweep)
+
+    bn = sub.add_parser("bench", help="simulator speed: seconds per MoE layer, steps per second")
+    bn.add_argument("--layers", type=int, default=3, help="MoE layers measured per point")
+    bn.add_argument("--json", action="store_true")
+    bn.set_defaults(func=cmd_bench)
 
     rtl = sub.add_parser("rtl", help="hardware: Verilog, cosimulation, latency and area report")
     rsub = rtl.add_subparsers(dest="rtl_cmd", required=True, parser_class=Parser)

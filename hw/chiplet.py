@@ -8,6 +8,7 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .common import check_chiplet
 from ..sw.params import DatapathParams
 from .layouts import delivery_layout, event_layout, tokens_layout
 from .ring_buffer import LinkSignature, RingBuffer
@@ -109,10 +110,7 @@ class Chiplet(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams, chiplet: int):
-        if not isinstance(p, DatapathParams):
-            raise TypeError(f"p must be DatapathParams, not {p!r}")
-        if not 0 <= chiplet < p.chiplets:
-            raise ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}")
+        check_chiplet(p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
         super().__init__({

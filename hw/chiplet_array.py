@@ -9,6 +9,7 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .common import check_chiplet
 from ..sw.params import DatapathParams
 from ..sw.streaming import OPPOSITE
 from .chiplet import Chiplet
@@ -45,8 +46,7 @@ class ChipletArray(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams):
-        if not isinstance(p, DatapathParams):
-            raise TypeError(f"p must be DatapathParams, not {p!r}")
+        check_chiplet(p)
         self.p = p
         n = p.chiplets
         super().__init__({

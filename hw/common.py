@@ -2,7 +2,18 @@
 
 from amaranth import Const, Mux, Value
 
-__all__ = ["lowest_bit", "ring_next_hops", "sat_add", "ring_after", "rr_pick"]
+__all__ = ["check_chiplet", "lowest_bit", "ring_next_hops", "sat_add", "ring_after", "rr_pick"]
+
+
+def check_chiplet(p, chiplet: int | None = None):
+    """Eager checks of a datapath component's generics (``p`` must be ``DatapathParams``,
+    ``chiplet`` one of its chiplets)."""
+    from ..sw.params import DatapathParams
+
+    if not isinstance(p, DatapathParams):
+        raise TypeError(f"p must be DatapathParams, not {p!r}")
+    if chiplet is not None and not 0 <= chiplet < p.chiplets:
+        raise ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}")
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

@@ -11,7 +11,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..sw.params import DatapathParams, bits_for
-from .common import lowest_bit, ring_next_hops, rr_pick
+from .common import check_chiplet, lowest_bit, ring_next_hops, rr_pick
 from .layouts import delivery_layout, dispatch_layout
 
 __all__ = ["DDRController", "path_hops"]
@@ -77,8 +77,7 @@ class DDRController(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams):
-        if not isinstance(p, DatapathParams):
-            raise TypeError(f"p must be DatapathParams, not {p!r}")
+        check_chiplet(p)
         if p.ddr_channels != 1:
             raise ValueError(f"the RTL DDR controller has one package-level channel; "
                              f"ddr_channels must be 1, not {p.ddr_channels}")

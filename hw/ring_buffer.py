@@ -9,7 +9,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..sw.params import DatapathParams
-from .common import lowest_bit, ring_after
+from .common import check_chiplet, lowest_bit, ring_after
 from .layouts import delivery_layout, packet_layout, store_layout
 
 __all__ = ["RingBuffer", "LinkSignature", "arrive_fields"]
@@ -91,10 +91,7 @@ class RingBuffer(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams, chiplet: int):
-        if not isinstance(p, DatapathParams):
-            raise TypeError(f"p must be DatapathParams, not {p!r}")
-        if not 0 <= chiplet < p.chiplets:
-            raise ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}")
+        check_chiplet(p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
         super().__init__({

@@ -9,7 +9,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..sw.params import DatapathParams
-from .common import rr_pick
+from .common import check_chiplet, rr_pick
 from .layouts import packet_layout
 from .ring_buffer import LinkSignature
 
@@ -50,10 +50,7 @@ class Router(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams, chiplet: int):
-        if not isinstance(p, DatapathParams):
-            raise TypeError(f"p must be DatapathParams, not {p!r}")
-        if not 0 <= chiplet < p.chiplets:
-            raise ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}")
+        check_chiplet(p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
         super().__init__({

@@ -60,7 +60,9 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
     script, made = [], []
     link_bytes: dict = {}
     slot_bytes = setup.expert_bytes // dp.micro_slices
+    steps = 0
     while sched.in_round or beats or not arr.idle:
+        steps += 1
         cycle = arr.cycle
         beat = beats[0] if beats else None
         out = arr.step(StepIn(dispatch=beat))
@@ -106,4 +108,4 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
         decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per,
-        script=script, beats=made)
+        script=script, beats=made, steps=steps)

@@ -31,6 +31,7 @@ class LayerResult:
     ddr_per_chiplet: list = field(default_factory=list)   # bytes loaded into each chiplet
     script: list = field(default_factory=list)    # FSE-DP: completion masks, in order
     beats: list = field(default_factory=list)     # FSE-DP: [kind, expert, entry, traj] decisions
+    steps: int = 0                                # golden-model steps simulated
 
     @property
     def utilization(self) -> float:

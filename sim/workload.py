@@ -37,7 +37,8 @@ class Layer:
 def iterations(cfg: RunConfig, count: int, layers: int | None = None) -> list[list[Layer]]:
     """``count`` iterations of ``tokens_per_iteration`` tokens, ``layers`` MoE layers each
     (default: the model's).  Synthetic traces get one popularity order per layer; a trace
-    file is cycled over its own layers.  Tokens stay on their request's chiplet."""
+    file is cycled over its own layers.  Token ``i`` of an iteration is held by chiplet
+    ``i mod C`` (the even sharding of Figure 3)."""
     sc, m = cfg.scenario, cfg.model
     layers = layers or m.layers
     tokens = sc.tokens_per_iteration
@@ -58,7 +59,9 @@ def iterations(cfg: RunConfig, count: int, layers: int | None = None) -> list[li
     for i, window in enumerate(iteration_windows(trace, tokens)):
         if i == count:
             break
-        chip = shard(window, sp.chiplets)
+        # Fully sharded data parallelism: the tokens of an iteration are spread evenly over
+        # the chiplets (Figure 3), whatever request they belong to
+        chip = shard(window, sp.chiplets, mode="token")
         slots = dense_request_slots(window, sp.requests)
         out.append([Layer(i, l, gate_records(window, l % window.layers, chip, slots,
                                              table_depth=sp.requests), window.tokens)

@@ -20,6 +20,16 @@ class ParamError(ValueError):
         self.reason = reason
 
 
+def check_int(obj, field: str, lo: int, hi: int):
+    """Eager check of an integer generic: :class:`ParamError` naming ``field`` and showing
+    the bad value."""
+    v = getattr(obj, field)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ParamError(field, f"must be an integer, not {v!r}")
+    if not lo <= v <= hi:
+        raise ParamError(field, f"must be in {lo}..{hi}, not {v}")
+
+
 def bits_for(n: int) -> int:
     """Bits needed to encode the values ``0 .. n-1`` (at least 1)."""
     return max(1, (n - 1).bit_length())
@@ -66,11 +76,7 @@ class SchedulerParams:
 
     def __post_init__(self):
         def check(field, lo, hi):
-            v = getattr(self, field)
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise ParamError(field, f"must be an integer, not {v!r}")
-            if not lo <= v <= hi:
-                raise ParamError(field, f"must be in {lo}..{hi}, not {v}")
+            check_int(self, field, lo, hi)
 
         check("chiplets", 4, 16)
         check("experts", 8, 256)
@@ -228,11 +234,7 @@ class DatapathParams:
 
     def __post_init__(self):
         def check(field, lo, hi):
-            v = getattr(self, field)
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise ParamError(field, f"must be an integer, not {v!r}")
-            if not lo <= v <= hi:
-                raise ParamError(field, f"must be in {lo}..{hi}, not {v}")
+            check_int(self, field, lo, hi)
 
         check("rows", 1, 16)
         check("cols", 1, 16)

@@ -1,0 +1,63 @@
+"""``fsedp bench``: speed of the simulator (wall time per simulated MoE layer, golden-model
+steps per second) and how it grows with tokens and chiplets.  A benchmark, not a test: the
+figures go to ``docs/results.md`` with the command."""
+
+import time
+
+from ..config import CONFIG_DIR, _read_yaml, run_from_dict
+from .fsedp import fsedp_layer
+from .baselines import ep_home, ep_layer
+from .setup import make_setup
+from .workload import iterations
+
+__all__ = ["bench"]
+
+
+def _cfg(hardware: str, tokens: int, model: str = "qwen3-30b-a3b"):
+    hw = _read_yaml(CONFIG_DIR / "hardware" / f"{hardware}.yaml")
+    return run_from_dict({"hardware": hw, "model": model,
+                          "scheduler": {"count_width": 11, "requests": 16, "theta_min": 2,
+                                        "n_threshold": 4, "qos_width": 4, "t_qos_init": 0},
+                          "scenario": {"tokens_per_iteration": tokens, "rounds": 1, "seed": 1,
+                                       "trace": "synthetic", "skew": 1.1,
+                                       "prefill_fraction": 0.5}}, f"<bench {hardware} {tokens}>")
+
+
+def bench(points=(("chip2x2", 16), ("chip2x2", 64), ("chip2x2", 256), ("mesh4x4", 64),
+                  ("mesh4x4", 256)), layers: int = 3) -> list[dict]:
+    rows = []
+    for hw, tokens in points:
+        cfg = _cfg(hw, tokens)
+        setup = make_setup(cfg)
+        lays = iterations(cfg, 1, layers)[0]
+        t0 = time.perf_counter()
+        steps = cycles = 0
+        for lay in lays:
+            r = fsedp_layer(setup, lay.records, "A3")
+            cycles += r.cycles
+            steps += r.steps
+        fsedp_s = (time.perf_counter() - t0) / len(lays)
+        t0 = time.perf_counter()
+        for lay in lays:
+            ep_layer(setup, lay.records, ep_home(setup.sp.experts, setup.chiplets))
+        ep_s = (time.perf_counter() - t0) / len(lays)
+        per_iter = fsedp_s * cfg.model.layers
+        rows.append({"hardware": hw, "chiplets": setup.chiplets, "tokens": tokens,
+                     "experts": setup.sp.experts, "fsedp_s_per_layer": round(fsedp_s, 3),
+                     "ep_s_per_layer": round(ep_s, 4),
+                     "steps_per_layer": steps // len(lays),
+                     "steps_per_s": round(steps / (fsedp_s * len(lays))),
+                     "simulated_cycles_per_layer": cycles // len(lays),
+                     "projected_100_iterations_s": round(100 * per_iter)})
+    return rows
+
+
+def format_bench(rows) -> str:
+    out = ["| hardware | tokens | FSE-DP A3 s/layer | EP s/layer | golden steps/layer | steps/s "
+           "| simulated cycles/layer | 100 iterations x 48 layers, projected |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['hardware']} | {r['tokens']} | {r['fsedp_s_per_layer']} | "
+                   f"{r['ep_s_per_layer']} | {r['steps_per_layer']} | {r['steps_per_s']} | "
+                   f"{r['simulated_cycles_per_layer']} | {r['projected_100_iterations_s']} s |")
+    return "\n".join(out)
