@@ -89,7 +89,9 @@ def summarize(run: dict) -> dict:
     setup: Setup = run["setup"]
     ns = setup.ns_per_cycle
     att = sum(run["attention"])
-    tokens = sum(l.tokens for l in run["layers"] if l.layer == 0)
+    cfg = setup.cfg
+    tokens = sum(l.tokens for l in run["layers"] if l.layer == 0) / max(
+        1, len({l.iteration for l in run["layers"]}))
     out = {}
     base = sum(r.cycles for r in run["results"].get("EP", [])) or None
     for s, rs in run["results"].items():
@@ -98,7 +100,9 @@ def summarize(run: dict) -> dict:
         busy = [sum(r.busy[c] for r in rs) for c in range(setup.chiplets)]
         ddr_per = [sum(r.ddr_per_chiplet[c] for r in rs if r.ddr_per_chiplet)
                    for c in range(setup.chiplets)]
-        e2e_s = (cyc + att) * ns * 1e-9
+        # one forward iteration of the whole model: the simulated layers' mean, times the
+        # model's layers (MoE layer plus attention each)
+        e2e_s = (cyc + att) / len(rs) * cfg.model.layers * ns * 1e-9
         out[s] = {
             "moe_layer_us": round(cyc / len(rs) * ns / 1000, 2),
             "speedup_vs_ep": round(base / cyc, 3) if base else None,
