@@ -80,6 +80,10 @@ def cmd_run(args):
     """The main job: EP, Hydra and FSE-DP side by side on the run config's workload."""
     from .sim.run import STRATEGIES, format_table, run_experiment, summarize, write_report
 
+    if args.config:
+        from .config import _read_yaml
+        if "experiment" in _read_yaml(args.config):
+            return _run_experiment_file(args)
     cfg = _load(args)
     strategies = [x.strip() for x in args.strategies.split(",") if x.strip()]
     bad = [x for x in strategies if x not in STRATEGIES]
@@ -118,6 +122,25 @@ def cmd_run(args):
             text += f"\n  first difference: {rc['first_mismatch']}"
     _emit(args, doc, text)
     return 0 if check is None or doc["rtl_check"]["mismatches"] == 0 else 1
+
+
+def _run_experiment_file(args):
+    """``fsedp run --config configs/experiments/figN.yaml``: a paper figure as a sweep."""
+    from .sim.sweep import load_experiment, run_experiment_file
+
+    exp = load_experiment(args.config)
+    t0 = time.time()
+    rows, table = run_experiment_file(exp, progress=not args.json)
+    text = (f"Figure {exp['figure']} ({exp['table']}), `fsedp run --config {args.config}`, "
+            f"{time.time() - t0:.0f} s:\n\n{table}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(out)
+    _emit(args, {"experiment": exp, "rows": rows, "table": table}, text)
+    return 0
 
 
 # -- fsedp rtl rounds ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Figure 9 of the paper as a sweep: every Table I model at 16 and 64 tokens per iteration
-on the 2x2 test chip, EP, Hydra and FSE-DP side by side.
+"""Paper figures as sweeps over models and token counts, described by experiment files
+(``configs/experiments/*.yaml``, run by ``fsedp run --config FILE``) or by
+``fsedp sweep figure9``.
 
 Micro-slices per expert: the smallest count (at least the hardware config's) for which the
 chiplet's buffer holds 7 micro-slices (the default run's), capped at 256; the paper leaves
@@ -11,7 +12,7 @@ import math
 from ..config import CONFIG_DIR, WEIGHT_BYTES, _read_yaml, run_from_dict
 from .run import run_experiment, summarize
 
-__all__ = ["TABLE1", "figure9"]
+__all__ = ["TABLE1", "figure9", "load_experiment", "run_experiment_file", "FORMATS"]
 
 TABLE1 = ("phi-3.5-moe", "yuan2.0-m32", "deepseek-moe-16b", "qwen3-30b-a3b")
 
@@ -23,8 +24,8 @@ def microslices_for(model: dict, hardware: dict, slots: int = 7) -> int:
 
 
 def figure9(models=TABLE1, tokens=(16, 64), layers: int = 8, strategies=("EP", "Hydra", "A2", "A3"),
-            progress: bool = True, seed: int = 1) -> list[dict]:
-    hw = _read_yaml(CONFIG_DIR / "hardware" / "chip2x2.yaml")
+            progress: bool = True, seed: int = 1, hardware: str = "chip2x2") -> list[dict]:
+    hw = _read_yaml(CONFIG_DIR / "hardware" / f"{hardware}.yaml")
     rows = []
     for name in models:
         model = _read_yaml(CONFIG_DIR / "models" / f"{name}.yaml")
@@ -44,18 +45,92 @@ def figure9(models=TABLE1, tokens=(16, 64), layers: int = 8, strategies=("EP", "
 
 
 def format_figure9(rows, strategies=("EP", "Hydra", "A2", "A3")) -> str:
-    out = ["| model | tokens | M | A3 vs EP | A3 vs Hydra | A2 vs EP | x bound EP / Hydra / A3 "
-           "| on-chip MB EP / A3 | utilization EP / A3 |",
-           "|---|---:|---:|---:|---:|---:|---|---|---|"]
+    """Figure 9: each strategy's speedup over EP (MoE-layer latency), x bound, memory."""
+    others = [x for x in strategies if x != "EP"]
+    out = ["| model | tokens | M | " + " | ".join(f"{x} vs EP" for x in others)
+           + " | x bound " + " / ".join(strategies) + " | on-chip MB " + " / ".join(strategies)
+           + " | utilization " + " / ".join(strategies) + " |",
+           "|---|---:|---:|" + "---:|" * len(others) + "---|---|---|"]
     for r in rows:
-        ep, hy, a3 = r["EP"], r["Hydra"], r["A3"]
-        a2 = r["A2"]
+        ep = r["EP"]["moe_layer_us"]
         out.append(
             f"| {r['model']} | {r['tokens']} | {r['micro_slices']} | "
-            f"{ep['moe_layer_us'] / a3['moe_layer_us']:.3f} | "
-            f"{hy['moe_layer_us'] / a3['moe_layer_us']:.3f} | "
-            f"{ep['moe_layer_us'] / a2['moe_layer_us']:.3f} | "
-            f"{ep['x_bound']} / {hy['x_bound']} / {a3['x_bound']} | "
-            f"{ep['onchip_mb']} / {a3['onchip_mb']} | "
-            f"{ep['utilization'] * 100:.1f} % / {a3['utilization'] * 100:.1f} % |")
+            + " | ".join(f"{ep / r[x]['moe_layer_us']:.3f}" for x in others) + " | "
+            + " / ".join(str(r[x]["x_bound"]) for x in strategies) + " | "
+            + " / ".join(str(r[x]["onchip_mb"]) for x in strategies) + " | "
+            + " / ".join(f"{r[x]['utilization'] * 100:.1f} %" for x in strategies) + " |")
     return "\n".join(out)
+
+
+def format_memory(rows, strategies) -> str:
+    """Figure 12: peak on-chip memory (weights + tokens) per strategy."""
+    out = ["| model | tokens | " + " | ".join(f"{s} MB (weights + tokens)" for s in strategies)
+           + " | FSE-DP A3 saving vs EP |", "|---|---:|" + "---:|" * (len(strategies) + 1)]
+    for r in rows:
+        cells = [f"{r[s]['weights_mb']} + {r[s]['tokens_mb']}" for s in strategies]
+        saving = (1 - r["A3"]["onchip_mb"] / r["EP"]["onchip_mb"]) * 100 if "A3" in r and "EP" in r else float("nan")
+        out.append(f"| {r['model']} | {r['tokens']} | " + " | ".join(cells) + f" | {saving:.0f} % |")
+    return "\n".join(out)
+
+
+def format_ablation(rows, strategies) -> str:
+    """Figure 15: compute utilization and speedup over EP of each configuration."""
+    out = ["| model | tokens | " + " | ".join(f"{s} util / vs EP" for s in strategies) + " |",
+           "|---|---:|" + "---|" * len(strategies)]
+    for r in rows:
+        cells = [f"{r[s]['utilization'] * 100:.1f} % / {r[s]['speedup_vs_ep'] or 0:.3f}"
+                 for s in strategies]
+        out.append(f"| {r['model']} | {r['tokens']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+FORMATS = {"latency": format_figure9,
+           "memory": format_memory, "ablation": format_ablation}
+
+_FIELDS = {"experiment": str, "figure": str, "table": str, "hardware": str, "models": list,
+           "tokens": list, "layers": int, "strategies": list, "seed": int}
+
+
+def load_experiment(path) -> dict:
+    """An experiment file: ``experiment: sweep``, the ``figure`` it reproduces, the ``table``
+    to print (``latency``, ``memory``, ``ablation``), ``hardware``, ``models``, ``tokens``,
+    ``layers``, ``strategies``, ``seed``.  Errors name the file and the field."""
+    from ..config import ConfigError, named_configs
+    from .run import STRATEGIES
+
+    file = str(path)
+    d = _read_yaml(path)
+    for k in d:
+        if k not in _FIELDS:
+            raise ConfigError(file, k, f"unknown field; expected one of {', '.join(_FIELDS)}")
+    for k, t in _FIELDS.items():
+        if k not in d:
+            raise ConfigError(file, k, "missing")
+        if not isinstance(d[k], t) or isinstance(d[k], bool):
+            raise ConfigError(file, k, f"must be a {t.__name__}, not {d[k]!r}")
+    if d["experiment"] != "sweep":
+        raise ConfigError(file, "experiment", f"must be 'sweep', not {d['experiment']!r}")
+    if d["table"] not in FORMATS:
+        raise ConfigError(file, "table", f"must be one of {', '.join(FORMATS)}, not {d['table']!r}")
+    if d["hardware"] not in named_configs("hardware"):
+        raise ConfigError(file, "hardware", f"no configs/hardware/{d['hardware']}.yaml")
+    for m in d["models"]:
+        if m not in named_configs("models"):
+            raise ConfigError(file, "models", f"no configs/models/{m}.yaml")
+    for t in d["tokens"]:
+        if not isinstance(t, int) or isinstance(t, bool) or not 1 <= t <= 4096:
+            raise ConfigError(file, "tokens", f"each must be an integer in 1..4096, not {t!r}")
+    for s in d["strategies"]:
+        if s not in STRATEGIES:
+            raise ConfigError(file, "strategies", f"unknown {s!r}; choose from {', '.join(STRATEGIES)}")
+    if "EP" not in d["strategies"]:
+        raise ConfigError(file, "strategies", "must include EP (speedups are over EP)")
+    if d["layers"] < 1:
+        raise ConfigError(file, "layers", f"must be at least 1, not {d['layers']}")
+    return d
+
+
+def run_experiment_file(d: dict, progress: bool = True) -> tuple[list[dict], str]:
+    rows = figure9(d["models"], d["tokens"], layers=d["layers"], strategies=d["strategies"],
+                   progress=progress, seed=d["seed"], hardware=d["hardware"])
+    return rows, FORMATS[d["table"]](rows, d["strategies"])

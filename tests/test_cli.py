@@ -147,3 +147,39 @@ def test_run_with_rtl_scheduler_agrees(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["rtl_check"]["mismatches"] == 0
     assert doc["rtl_check"]["layers"] == 2 and doc["rtl_check"]["beats"] > 0
+
+
+EXPERIMENT = """\
+experiment: sweep
+figure: "test"
+table: %s
+hardware: chip2x2
+models: [deepseek-moe-16b]
+tokens: [16]
+layers: 1
+strategies: [EP, Hydra, A3]
+seed: 1
+"""
+
+
+@pytest.mark.parametrize("change,field", [("models: [deepseek-moe-16b]", "models: [nope]"),
+                                          ("layers: 1", "layers: 0"),
+                                          ("strategies: [EP, Hydra, A3]", "strategies: [A3]"),
+                                          ("seed: 1", "seed: 1\nextra: 2")])
+def test_bad_experiment_file_one_line_exit_2(tmp_path, capsys, change, field):
+    f = tmp_path / "exp.yaml"
+    f.write_text((EXPERIMENT % "latency").replace(change, field))
+    assert main(["run", "--config", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(f) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("table", ["latency", "memory"])
+def test_experiment_file_runs(tmp_path, capsys, table):
+    f = tmp_path / "exp.yaml"
+    f.write_text(EXPERIMENT % table)
+    out = tmp_path / "table.md"
+    assert main(["run", "--config", str(f), "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 1 and doc["rows"][0]["micro_slices"] == 15
+    assert "deepseek-moe-16b" in out.read_text()
