@@ -23,9 +23,13 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# Latency in cycles and Yosys cell counts per block (writes docs/rtl-report.md).
+# Benchmarks (figures, not pass/fail): scheduler latency and cells (docs/rtl-report.md),
+# datapath streaming time, cells and long cosimulations (docs/datapath-report.md), and the
+# simulator's speed (printed; recorded in docs/results.md).
 bench: $(STAMP)
 	$(BIN)/fsedp rtl report --out docs/rtl-report.md
+	$(BIN)/fsedp rtl datapath --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report.md
+	$(BIN)/fsedp bench
 
 verilog: $(STAMP)
 	$(BIN)/fsedp rtl verilog --out build/verilog --lint

@@ -177,6 +177,29 @@ def _max_hops(rows: int, cols: int) -> int:
 
 
 _HOPS_CACHE: dict[tuple[int, int], int] = {}
+_PATH_CACHE: dict[tuple[int, int, int, int], int] = {}
+_GEOMETRY: dict = {}
+
+
+def _geometry(rows: int, cols: int):
+    """Neighbour and XY-direction tables of a mesh (computed once per shape)."""
+    key = (rows, cols)
+    if key not in _GEOMETRY:
+        n = rows * cols
+        pos = [mesh_position(c, cols) for c in range(n)]
+        nb = []
+        for c in range(n):
+            row = []
+            for d in range(4):
+                r, k = pos[c][0] + _STEP[d][0], pos[c][1] + _STEP[d][1]
+                if 0 <= r < rows and 0 <= k < cols:
+                    row.append(r * cols + (k if r % 2 == 0 else cols - 1 - k))
+                else:
+                    row.append(None)
+            nb.append(row)
+        dirs = [[xy_direction(pos[a], pos[b]) for b in range(n)] for a in range(n)]
+        _GEOMETRY[key] = (nb, dirs)
+    return _GEOMETRY[key]
 
 
 @dataclass(frozen=True)
@@ -316,22 +339,23 @@ class DatapathParams:
 
     def neighbour(self, c: int, d: int) -> int | None:
         """Chiplet next to ``c`` in direction ``d`` (``None`` at the mesh edge)."""
-        r, k = self.position(c)
-        dr, dk = _STEP[d]
-        r, k = r + dr, k + dk
-        if not (0 <= r < self.rows and 0 <= k < self.cols):
-            return None
-        row_start = r * self.cols
-        return row_start + (k if r % 2 == 0 else self.cols - 1 - k)
+        return _geometry(self.rows, self.cols)[0][c][d]
 
     def distance(self, a: int, b: int) -> int:
         (r, k), (r2, k2) = self.position(a), self.position(b)
         return abs(r - r2) + abs(k - k2)
 
     def direction(self, src: int, dst: int) -> int:
-        return xy_direction(self.position(src), self.position(dst))
+        return _geometry(self.rows, self.cols)[1][src][dst]
 
     def path_hops(self, traj: int, start: int) -> int:
+        key = (self.rows, self.cols, traj, start)
+        h = _PATH_CACHE.get(key)
+        if h is None:
+            h = _PATH_CACHE[key] = self._path_hops(traj, start)
+        return h
+
+    def _path_hops(self, traj: int, start: int) -> int:
         """Physical hops of a micro-slice of ``traj`` loaded on ``start``: every ring leg
         except the one that would return to ``start``."""
         n = self.chiplets

@@ -193,6 +193,7 @@ class StreamingArray:
         #: DDR channels: 1 = one package-level controller (the RTL), or one per chiplet
         self.channels = p.ddr_channels
         self.tokens = [[0] * p.experts for _ in range(p.chiplets)]
+        self.nb = [[p.neighbour(c, d) for d in range(4)] for c in range(p.chiplets)]
         self.reset()
 
     def reset(self):
@@ -226,16 +227,20 @@ class StreamingArray:
                 and not any(self.fifos) and not self.done_pending
                 and all(ch.cnt == 0 for ch in self.chips))
 
-    def _offer(self, c: int, d: int, stall: int):
-        p, ch = self.p, self.chips[c]
-        if p.neighbour(c, d) is None or ch.link_busy[d] or stall >> d & 1:
-            return None
-        best = None
+    def _offers(self, c: int, stall: int) -> list:
+        """Per direction, the slot offered on that output link (or None): one pass over the
+        slots, fewest hops left first, ties to the lower slot."""
+        ch = self.chips[c]
+        best = [None, None, None, None]
+        best_r = [0, 0, 0, 0]
         for i, s in enumerate(ch.slots):
-            if s.present and s.send and s.tx == 0 and s.dir == d:
-                if best is None or s.r < ch.slots[best].r:
-                    best = i
-        return best
+            if s.send and s.busy and not s.resv and s.wait == 0 and not s.held and s.tx == 0:
+                d = s.dir
+                if best[d] is None or s.r < best_r[d]:
+                    best[d], best_r[d] = i, s.r
+        nb, busy = self.nb[c], ch.link_busy
+        return [b if b is not None and nb[d] is not None and not busy[d] and not stall >> d & 1
+                else None for d, b in enumerate(best)]
 
     # -- one clock cycle --------------------------------------------------------------
     def step(self, inp: StepIn) -> StepOut:
@@ -245,7 +250,7 @@ class StreamingArray:
         free = [self.free(c) for c in range(n)]
 
         # 1. offers
-        offers = [[self._offer(c, d, stall[c]) for d in range(4)] for c in range(n)]
+        offers = [self._offers(c, stall[c]) for c in range(n)]
 
         # 2. accepts: input port d of chiplet c is fed by its neighbour in direction d
         accepts = [None] * n          # (input dir, src chiplet, src slot, Header)
@@ -253,7 +258,7 @@ class StreamingArray:
             ch = self.chips[c]
             for k in range(4):
                 d = (ch.rr + k) % 4
-                src = p.neighbour(c, d)
+                src = self.nb[c][d]
                 if src is None:
                     continue
                 s = offers[src][OPPOSITE[d]]
