@@ -8,7 +8,6 @@ stderr and exits with status 2.
 import argparse
 import dataclasses
 import json
-import shutil
 import sys
 import tempfile
 import time

@@ -5,7 +5,7 @@ Golden model: :class:`fsedp.sw.streaming.StreamingArray`.  Testbench:
 ``tb/tb_chiplet_array.py``.  Doc page: ``docs/blocks/datapath.md``.
 """
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 

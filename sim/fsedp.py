@@ -16,7 +16,7 @@ import dataclasses
 from collections import deque
 
 from ..sw.datapath_cosim import layer_tokens
-from ..sw.scheduler import DISPATCH, Scheduler
+from ..sw.scheduler import Scheduler
 from ..sw.streaming import StepIn, StreamingArray
 from .result import LayerResult
 from .setup import Setup

@@ -2,7 +2,6 @@
 table and a report folder (JSON, Markdown, PNG plots)."""
 
 import json
-import math
 import shutil
 import tempfile
 import time

@@ -4,7 +4,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..config import ConfigError, RunConfig
+from ..config import WEIGHT_BYTES, ConfigError, RunConfig
 from ..sw.params import DatapathParams, SchedulerParams
 
 __all__ = ["Setup", "make_setup", "ACT_BYTES"]
@@ -74,7 +74,6 @@ def make_setup(cfg: RunConfig, **overrides) -> Setup:
     dp = cfg.datapath_params(ddr_channels=hw.chiplets, ddr_interval=interval)
     if overrides:
         dp = dataclasses.replace(dp, **overrides)
-    from ..config import WEIGHT_BYTES
     # token buffering (Algorithm 2, ablation A5) defers work to later iterations, which this
     # simulator does not carry over: it is switched off (theta_min = 0) for A1-A4
     sp = dataclasses.replace(cfg.scheduler_params(), theta_min=0)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ConfigError, RunConfig
-from ..trace import (RoutingTrace, dense_request_slots, gate_records, iteration_windows,
+from ..trace import (dense_request_slots, gate_records, iteration_windows,
                      load_flame, shard, synthetic)
 
 __all__ = ["Layer", "iterations"]
