@@ -28,7 +28,14 @@ from fsedp.config import (
 from fsedp.sw.params import SchedulerParams
 
 BAD_DIR = CONFIG_DIR / "bad"
-LOADERS = {"hardware": load_hardware, "models": load_model, "scheduler": load_scheduler}
+def _load_experiment(path):
+    from fsedp.sim.sweep import load_experiment
+
+    return load_experiment(path)
+
+
+LOADERS = {"hardware": load_hardware, "models": load_model, "scheduler": load_scheduler,
+           "experiments": _load_experiment}
 
 
 def good_files():
