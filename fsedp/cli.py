@@ -127,10 +127,20 @@ def _run_experiment_file(args):
     """``fsedp run --config configs/experiments/figN.yaml``: a paper figure as a sweep."""
     from .sim.sweep import load_experiment, run_experiment_file
 
-    exp = load_experiment(args.config)
+    from .config import _read_yaml
+    from .sim.sweep import load_grid, run_grid
+
+    kind = _read_yaml(args.config).get("experiment")
     t0 = time.time()
-    rows, table = run_experiment_file(exp, progress=not args.json)
-    text = (f"Figure {exp['figure']} ({exp['table']}), `fsedp run --config {args.config}`, "
+    if kind == "grid":
+        exp = load_grid(args.config)
+        rows, table = run_grid(exp, progress=not args.json)
+        what = "grid over " + ", ".join(exp["vary"])
+    else:
+        exp = load_experiment(args.config)
+        rows, table = run_experiment_file(exp, progress=not args.json)
+        what = exp["table"]
+    text = (f"Figure {exp['figure']} ({what}), `fsedp run --config {args.config}`, "
             f"{time.time() - t0:.0f} s:\n\n{table}")
     if args.out:
         out = Path(args.out)
@@ -421,7 +431,7 @@ def build_parser() -> Parser:
     run.add_argument("--iterations", type=int, default=1, help="forward iterations (default 1)")
     run.add_argument("--layers", type=int, help="MoE layers per iteration (default: the model's)")
     run.add_argument("--strategies", default="EP,Hydra,A1,A2,A3",
-                     help="comma-separated: EP, Hydra, A1..A4 (FSE-DP ablations)")
+                     help="comma-separated: EP, Hydra, A1..A5 (FSE-DP ablations)")
     run.add_argument("--scheduler", default="golden", choices=["golden", "rtl"],
                      help="rtl: also replay every FSE-DP layer's decisions through the "
                           "scheduler RTL under Verilator and stop at the first difference")

@@ -9,7 +9,10 @@ Ablations (Section VI-C):
   freedom needs whatever their size (the memory column shows the cost);
 * ``A2`` micro-slice flows under Rules 1-4, experts in descending token count;
 * ``A3`` A2 with the paired-load order and the partner pre-loads (Algorithm 1);
-* ``A4`` A3 with Rule 5.
+* ``A4`` A3 with Rule 5;
+* ``A5`` A3 with token buffering (Algorithm 2, 20 % slack): a deferred request pauses at the
+  layer and its tokens of that layer and the following ones move to the next iteration
+  (``sim/run.py``); what is still deferred after the last iteration runs at the end.
 """
 
 import dataclasses
@@ -23,7 +26,7 @@ from .setup import Setup
 
 __all__ = ["VARIANTS", "variant_params", "fsedp_layer"]
 
-VARIANTS = ("A1", "A2", "A3", "A4")
+VARIANTS = ("A1", "A2", "A3", "A4", "A5")
 
 
 def variant_params(setup: Setup, variant: str):
@@ -36,17 +39,35 @@ def variant_params(setup: Setup, variant: str):
                                    slots=max(dp.max_hops + 1, 1), preload_entries=0)
     if variant == "A4":
         return dataclasses.replace(dp, rule5=True)
-    if variant in ("A2", "A3"):
+    if variant in ("A2", "A3", "A5"):
         return dp
     raise ValueError(f"unknown FSE-DP variant {variant!r}; choose from {VARIANTS}")
 
 
-def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> LayerResult:
-    sp = setup.sp
-    dp = variant_params(setup, variant)
-    sched = Scheduler(sp, order="sorted" if variant == "A2" else "paired")
+def a5_params(setup: Setup, slack: float = 0.2):
+    """Scheduler generics of A5: Algorithm 2 with the config's ``theta_min`` (at least 2) and
+    one buffering opportunity per ``1 / slack`` forward passes (``N_threshold``; 20 % slack:
+    one deferral per 5 rounds a request goes through)."""
+    sp = setup.cfg.scheduler_params()
+    return dataclasses.replace(sp, theta_min=max(2, sp.theta_min),
+                               n_threshold=max(1, round(1 / slack)))
+
+
+def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | None = None
+                ) -> LayerResult:
+    """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
+    table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
+    requests Algorithm 2 deferred."""
+    sp = sched.p if sched is not None else setup.sp
+    dp = variant_params(setup, "A3" if variant == "A5" else variant)
+    if sched is None:
+        sched = Scheduler(sp, order="sorted" if variant == "A2" else "paired")
     arr = StreamingArray(dp)
     plan = sched.start_round(records)
+    if plan.n == 0:                   # everything deferred (or no records): nothing to run
+        return LayerResult(strategy=f"FSE-DP {variant}", cycles=0, bound=0, busy=[0] * dp.chiplets,
+                           ddr_bytes=0, d2d_bytes=0, peak_weight_bytes=0, peak_token_bytes=0,
+                           ddr_cycles=0, compute_cycles=0, defer=plan.defer)
     tokens = layer_tokens(sp, records, plan.defer)
     for (c, e), n in tokens.items():
         arr.tokens[c][e] = n          # the gate fills the tables with the records
@@ -108,4 +129,4 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", defer_mask=None) -> 
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
         decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per,
-        script=script, beats=made, steps=steps)
+        script=script, beats=made, steps=steps, defer=plan.defer)

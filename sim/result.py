@@ -32,6 +32,7 @@ class LayerResult:
     script: list = field(default_factory=list)    # FSE-DP: completion masks, in order
     beats: list = field(default_factory=list)     # FSE-DP: [kind, expert, entry, traj] decisions
     steps: int = 0                                # golden-model steps simulated
+    defer: int = 0                                # requests deferred by Algorithm 2
 
     @property
     def utilization(self) -> float:

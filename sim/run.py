@@ -46,6 +46,7 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
                    desc=f"{cfg.model.name} on {cfg.hardware.name}")
     history: dict[int, np.ndarray] = {}       # layer -> counts seen in the last iteration
     experts = setup.sp.experts
+    a5 = _A5(setup) if "A5" in strategies else None
     for lay in flat:
         counts = lay.expert_counts(experts)
         for s in strategies:
@@ -59,6 +60,8 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
                 home = (hydra_home(setup, pred) if pred is not None
                         else ep_home(experts, setup.chiplets))
                 r = ep_layer(setup, lay.records, home, "Hydra")
+            elif s == "A5":
+                r = a5.layer(lay)
             else:
                 r = fsedp_layer(setup, lay.records, s)
             wall[s] += time.perf_counter() - t0
@@ -69,11 +72,56 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
                 bar.update(1)
         history[lay.layer] = counts
         history[("prev",)] = counts
+    if a5 is not None:
+        t0 = time.perf_counter()
+        results["A5"] += a5.flush()
+        wall["A5"] += time.perf_counter() - t0
     if bar is not None:
         bar.close()
     attention = [setup.attention_cycles(l.tokens) for l in flat]
     return {"setup": setup, "layers": flat, "results": results, "attention": attention,
             "wall_s": {s: round(w, 2) for s, w in wall.items()}}
+
+
+class _A5:
+    """Token buffering across iterations: a request deferred at layer ``l`` of iteration
+    ``i`` skips layers ``l ..`` of ``i``; its records of those layers join layer ``l ..`` of
+    iteration ``i + 1``.  The scheduler (and its request table) persists."""
+
+    def __init__(self, setup: Setup):
+        from ..sw.scheduler import Scheduler
+        from .fsedp import a5_params
+
+        self.setup = setup
+        self.sched = Scheduler(a5_params(setup))
+        self.carry: dict[int, list] = {}      # layer -> records carried into the next iteration
+        self.next_carry: dict[int, list] = {}
+        self.paused = 0                       # requests paused in this iteration
+        self.iteration = None
+
+    def layer(self, lay):
+        if lay.iteration != self.iteration:
+            self.iteration = lay.iteration
+            self.carry, self.next_carry, self.paused = self.next_carry, {}, 0
+        records = self.carry.pop(lay.layer, []) + list(lay.records)
+        held = [r for r in records if self.paused >> r[0] & 1]
+        live = [r for r in records if not self.paused >> r[0] & 1]
+        r = fsedp_layer(self.setup, live, "A5", sched=self.sched)
+        if r.defer:
+            self.paused |= r.defer
+        held += [x for x in live if r.defer >> x[0] & 1]
+        if held:
+            self.next_carry.setdefault(lay.layer, []).extend(held)
+        return r
+
+    def flush(self) -> list:
+        """What is still deferred after the last iteration, run without buffering."""
+        out = []
+        for layer in sorted(set(self.carry) | set(self.next_carry)):
+            recs = self.carry.get(layer, []) + self.next_carry.get(layer, [])
+            if recs:
+                out.append(fsedp_layer(self.setup, recs, "A3"))
+        return out
 
 
 def _imbalance(xs) -> float:
@@ -93,6 +141,7 @@ def summarize(run: dict) -> dict:
         1, len({l.iteration for l in run["layers"]}))
     out = {}
     base = sum(r.cycles for r in run["results"].get("EP", [])) or None
+    n_layers = len(run["layers"])
     for s, rs in run["results"].items():
         cyc = sum(r.cycles for r in rs)
         bound = sum(r.bound for r in rs)
@@ -101,13 +150,14 @@ def summarize(run: dict) -> dict:
                    for c in range(setup.chiplets)]
         # one forward iteration of the whole model: the simulated layers' mean, times the
         # model's layers (MoE layer plus attention each)
-        e2e_s = (cyc + att) / len(rs) * cfg.model.layers * ns * 1e-9
+        e2e_s = (cyc + att) / n_layers * cfg.model.layers * ns * 1e-9
         out[s] = {
-            "moe_layer_us": round(cyc / len(rs) * ns / 1000, 2),
+            "moe_layer_us": round(cyc / n_layers * ns / 1000, 2),
             "speedup_vs_ep": round(base / cyc, 3) if base else None,
             "x_bound": round(cyc / bound, 3) if bound else None,
             "utilization": round(sum(busy) / (setup.chiplets * cyc), 4) if cyc else 0,
             "onchip_mb": round(max(r.peak_weight_bytes + r.peak_token_bytes for r in rs) / 2**20, 2),
+            "deferrals": sum(bin(r.defer).count("1") for r in rs),
             "weights_mb": round(max(r.peak_weight_bytes for r in rs) / 2**20, 2),
             "tokens_mb": round(max(r.peak_token_bytes for r in rs) / 2**20, 3),
             "throughput_tok_s": round(tokens / e2e_s, 1) if e2e_s else None,
@@ -120,7 +170,7 @@ def summarize(run: dict) -> dict:
                 "ddr_imbalance": _imbalance(ddr_per) if any(ddr_per) else None,
             },
             "decisions": sum(r.decisions for r in rs),
-            "layers": len(rs),
+            "layers": n_layers,
             "wall_s": run["wall_s"].get(s),
         }
     return out

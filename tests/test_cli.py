@@ -156,6 +156,7 @@ table: %s
 hardware: chip2x2
 models: [deepseek-moe-16b]
 tokens: [16]
+iterations: 1
 layers: 1
 strategies: [EP, Hydra, A3]
 seed: 1

@@ -29,9 +29,10 @@ from fsedp.sw.params import SchedulerParams
 
 BAD_DIR = CONFIG_DIR / "bad"
 def _load_experiment(path):
-    from fsedp.sim.sweep import load_experiment
+    from fsedp.sim.sweep import load_experiment, load_grid
 
-    return load_experiment(path)
+    kind = yaml.safe_load(Path(path).read_text())["experiment"]
+    return load_grid(path) if kind == "grid" else load_experiment(path)
 
 
 LOADERS = {"hardware": load_hardware, "models": load_model, "scheduler": load_scheduler,
