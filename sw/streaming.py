@@ -38,7 +38,7 @@ Per cycle (all decisions from the registered state and this cycle's inputs)
    same admission (``r`` = hops of its whole path).  With one DDR channel per chiplet
    (``ddr_channels = rows x cols``, simulator only) Rule 4 is chiplet-driven: every chiplet
    whose channel is free and that has room loads the next micro-slice of a running expert
-   covering it.  Pre-loads (Rule 4 of
+   covering it, and pre-loads go to any chiplet of the expert's trajectory with room.  Pre-loads (Rule 4 of
    Algorithm 1) come after running experts and are admitted only while more than ``H + 1``
    slots are free; their slots are *held* until the expert is dispatched.
 4. **DDR delivery**: ``ddr_latency`` cycles after its issue (later while DDR is stalled).
@@ -308,12 +308,27 @@ class StreamingArray:
                     issues.append(("job", j, target, job.expert, job.traj, job.loaded))
                     used[target if self.channels > 1 else 0] = True
                     free2[target] -= 1
-        for k, q in enumerate(self.pre):
-            if q.valid and q.loaded < p.micro_slices and channel_ok(q.chiplet) \
-                    and free2[q.chiplet] > p.max_hops + 1:
-                issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded))
-                used[q.chiplet if self.channels > 1 else 0] = True
-                free2[q.chiplet] -= 1
+        if self.channels > 1:
+            # with a channel per chiplet, a pre-load goes to any idle buffer of its trajectory
+            # (Algorithm 1: "pre-load e to any idle buffer"), chiplet-driven like Rule 4
+            pre_extra = [0] * len(self.pre)
+            for c in range(n):
+                if not channel_ok(c) or free2[c] <= p.max_hops + 1:
+                    continue
+                for k, q in enumerate(self.pre):
+                    if q.valid and q.traj >> c & 1 and q.loaded + pre_extra[k] < p.micro_slices:
+                        issues.append(("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k]))
+                        pre_extra[k] += 1
+                        used[c] = True
+                        free2[c] -= 1
+                        break
+        else:
+            for k, q in enumerate(self.pre):
+                if q.valid and q.loaded < p.micro_slices and channel_ok(q.chiplet) \
+                        and free2[q.chiplet] > p.max_hops + 1:
+                    issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded))
+                    used[0] = True
+                    free2[q.chiplet] -= 1
         issue_out = []
         for kind, idx, target, expert, traj, index in issues:
             slots = self.chips[target].slots
@@ -552,7 +567,8 @@ class StreamingArray:
             q = self.pre[k]
             loaded = q.loaded       # already includes an issue of this cycle
             q.valid = False
-            for s in self.chips[q.chiplet].slots:
-                if s.busy and s.held and s.expert == b.expert:
-                    s.held = False
+            for c in (range(n) if self.channels > 1 else (q.chiplet,)):
+                for s in self.chips[c].slots:
+                    if s.busy and s.held and s.expert == b.expert:
+                        s.held = False
         self.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0, b.entry)
