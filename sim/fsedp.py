@@ -53,8 +53,8 @@ def a5_params(setup: Setup, slack: float = 0.2):
                                n_threshold=max(1, round(1 / slack)))
 
 
-def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | None = None
-                ) -> LayerResult:
+def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | None = None,
+                trace: bool = False) -> LayerResult:
     """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
     table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
     requests Algorithm 2 deferred."""
@@ -79,6 +79,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
     loads = transfers = decisions = 0
     ddr_per = [0] * n
     script, made = [], []
+    activity, pending_loads = [], {}
     link_bytes: dict = {}
     slot_bytes = setup.expert_bytes // dp.micro_slices
     steps = 0
@@ -93,7 +94,18 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
             made.append([beat.kind, beat.expert, beat.entry, beat.traj])
         for c, ev in enumerate(out.events):
             if ev is not None:
-                busy[c] += max(1, arr.tokens[c][ev[0]]) * dp.cycles_per_token
+                dur = max(1, arr.tokens[c][ev[0]]) * dp.cycles_per_token
+                busy[c] += dur
+                if trace:
+                    activity.append((c, "compute", cycle - dur + 1, cycle + 1))
+        if trace:
+            for target, slot, *_ in out.ddr_issues:
+                pending_loads[(target, slot)] = cycle
+            for target, slot, *_ in out.ddr_deliveries:
+                activity.append((target, "DDR load", pending_loads.pop((target, slot), cycle), cycle + 1))
+            for src, d, _ in out.transfers:
+                activity.append((src, "D2D send", cycle, cycle + dp.link_cycles))
+                activity.append((dp.neighbour(src, d), "D2D receive", cycle, cycle + dp.link_cycles))
         for c, o in enumerate(out.occupancy):
             if o > peak[c]:
                 peak[c] = o
@@ -129,4 +141,4 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
         decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per,
-        script=script, beats=made, steps=steps, defer=plan.defer)
+        script=script, beats=made, steps=steps, defer=plan.defer, activity=activity)

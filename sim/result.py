@@ -33,6 +33,7 @@ class LayerResult:
     beats: list = field(default_factory=list)     # FSE-DP: [kind, expert, entry, traj] decisions
     steps: int = 0                                # golden-model steps simulated
     defer: int = 0                                # requests deferred by Algorithm 2
+    activity: list = field(default_factory=list)  # (chiplet, kind, start, end) when traced
 
     @property
     def utilization(self) -> float:

@@ -63,7 +63,8 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
             elif s == "A5":
                 r = a5.layer(lay)
             else:
-                r = fsedp_layer(setup, lay.records, s)
+                r = fsedp_layer(setup, lay.records, s,
+                                trace=lay.layer == 0 and lay.iteration == n_iter - 1)
             wall[s] += time.perf_counter() - t0
             results[s].append(r)
             if on_layer is not None:
@@ -197,7 +198,8 @@ def _label(s: str) -> str:
 
 
 def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[str]:
-    """Write ``summary.json``, ``report.md``, ``utilization.png``, ``chiplets.png`` into
+    """Write ``summary.json``, ``report.md``, ``utilization.png`` (Figure 11),
+    ``chiplets.png`` and, with an FSE-DP strategy, ``activity.png`` (Figure 13) into
     ``out_dir`` (all or nothing: written to a temporary folder that is then renamed)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -262,10 +264,34 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
         fig.tight_layout()
         fig.savefig(tmp / "chiplets.png", dpi=120)
         plt.close(fig)
+        # Figure 13: activity of every chiplet over the traced layer (FSE-DP A3 if run)
+        traced = next((s for s in ("A3", "A4", "A2", "A1") if s in run["results"]), None)
+        if traced is not None:
+            r = run["results"][traced][idx]
+            kinds = ["compute", "DDR load", "D2D send", "D2D receive"]
+            colours = dict(zip(kinds, ["tab:red", "tab:blue", "tab:green", "tab:olive"]))
+            fig, ax = plt.subplots(figsize=(9, 0.6 + 0.9 * setup.chiplets))
+            us = setup.ns_per_cycle / 1000
+            for c in range(setup.chiplets):
+                for k, kind in enumerate(kinds):
+                    spans = [(a * us, (b - a) * us) for cc, kk, a, b in r.activity
+                             if cc == c and kk == kind]
+                    ax.broken_barh(spans, (c + k * 0.2, 0.18), color=colours[kind],
+                                   label=kind if c == 0 else None)
+            ax.set_yticks([c + 0.4 for c in range(setup.chiplets)])
+            ax.set_yticklabels([f"chiplet {c}" for c in range(setup.chiplets)])
+            ax.set_xlabel("time in the MoE layer (us)")
+            ax.set_title(f"FSE-DP {traced}: activity of each chiplet over one MoE layer")
+            ax.legend(fontsize=7, loc="upper right", ncol=4)
+            fig.tight_layout()
+            fig.savefig(tmp / "activity.png", dpi=120)
+            plt.close(fig)
+            md_extra = "![activity per chiplet](activity.png)\n"
+            (tmp / "report.md").write_text((tmp / "report.md").read_text() + md_extra)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return [str(out_dir / f) for f in ("summary.json", "report.md", "utilization.png", "chiplets.png")]
+    return sorted(str(p) for p in out_dir.iterdir())

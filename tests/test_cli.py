@@ -134,8 +134,8 @@ def test_run_main_job_writes_report(tmp_path, capsys):
     assert set(doc["summary"]) == {"EP", "Hydra", "A1", "A2", "A3", "A4"}
     for m in doc["summary"].values():
         assert m["x_bound"] >= 1.0 and 0 < m["utilization"] <= 1 and m["layers"] == 3
-    assert sorted(p.name for p in out.iterdir()) == ["chiplets.png", "report.md", "summary.json",
-                                                     "utilization.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["activity.png", "chiplets.png", "report.md",
+                                                     "summary.json", "utilization.png"]
     assert json.loads((out / "summary.json").read_text())["summary"] == doc["summary"]
 
 
