@@ -106,6 +106,23 @@ _FIELDS = {"experiment": str, "figure": str, "table": str, "hardware": str, "mod
            "tokens": list, "iterations": int, "layers": int, "strategies": list, "seed": int}
 
 
+def _read_fields(path, fields: dict) -> dict:
+    """The mapping of an experiment file with exactly ``fields`` (name -> type)."""
+    from ..config import ConfigError
+
+    file = str(path)
+    d = _read_yaml(path)
+    for k in d:
+        if k not in fields:
+            raise ConfigError(file, k, f"unknown field; expected one of {', '.join(fields)}")
+    for k, t in fields.items():
+        if k not in d:
+            raise ConfigError(file, k, "missing")
+        if not isinstance(d[k], t) or isinstance(d[k], bool):
+            raise ConfigError(file, k, f"must be a {t.__name__}, not {d[k]!r}")
+    return d
+
+
 def load_experiment(path) -> dict:
     """An experiment file: ``experiment: sweep``, the ``figure`` it reproduces, the ``table``
     to print (``latency``, ``memory``, ``ablation``), ``hardware``, ``models``, ``tokens``,
@@ -114,15 +131,7 @@ def load_experiment(path) -> dict:
     from .run import STRATEGIES
 
     file = str(path)
-    d = _read_yaml(path)
-    for k in d:
-        if k not in _FIELDS:
-            raise ConfigError(file, k, f"unknown field; expected one of {', '.join(_FIELDS)}")
-    for k, t in _FIELDS.items():
-        if k not in d:
-            raise ConfigError(file, k, "missing")
-        if not isinstance(d[k], t) or isinstance(d[k], bool):
-            raise ConfigError(file, k, f"must be a {t.__name__}, not {d[k]!r}")
+    d = _read_fields(path, _FIELDS)
     if d["experiment"] != "sweep":
         raise ConfigError(file, "experiment", f"must be 'sweep' or 'grid', not {d['experiment']!r}")
     if d["table"] not in FORMATS:
@@ -166,15 +175,7 @@ def load_grid(path) -> dict:
     from .run import STRATEGIES
 
     file = str(path)
-    d = _read_yaml(path)
-    for k in d:
-        if k not in _GRID_FIELDS:
-            raise ConfigError(file, k, f"unknown field; expected one of {', '.join(_GRID_FIELDS)}")
-    for k, t in _GRID_FIELDS.items():
-        if k not in d:
-            raise ConfigError(file, k, "missing")
-        if not isinstance(d[k], t) or isinstance(d[k], bool):
-            raise ConfigError(file, k, f"must be a {t.__name__}, not {d[k]!r}")
+    d = _read_fields(path, _GRID_FIELDS)
     if d["hardware"] not in named_configs("hardware"):
         raise ConfigError(file, "hardware", f"no configs/hardware/{d['hardware']}.yaml")
     if d["model"] not in named_configs("models"):
