@@ -358,7 +358,8 @@ def cmd_datapath(args):
                                ddr_latency=args.ddr_latency, preload_entries=args.preload,
                                rule5=args.rule5 or None)
         except ParamError as e:
-            raise UsageError(f"--{e.field.replace('_', '-')}: {e.reason}") from None
+            option = "mesh" if e.field in ("rows", "cols") else e.field.replace("_", "-")
+            raise UsageError(f"--{option}: {e.reason}") from None
         _require_sim(args.sim)
         if not args.json:
             print(f"cosimulating {layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)

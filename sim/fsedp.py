@@ -79,7 +79,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
     loads = transfers = decisions = 0
     ddr_per = [0] * n
     script, made = [], []
-    activity, pending_loads = [], {}
+    activity = []
     link_bytes: dict = {}
     slot_bytes = setup.expert_bytes // dp.micro_slices
     steps = 0
@@ -99,10 +99,8 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
                 if trace:
                     activity.append((c, "compute", cycle - dur + 1, cycle + 1))
         if trace:
-            for target, slot, *_ in out.ddr_issues:
-                pending_loads[(target, slot)] = cycle
-            for target, slot, *_ in out.ddr_deliveries:
-                activity.append((target, "DDR load", pending_loads.pop((target, slot), cycle), cycle + 1))
+            for target, *_ in out.ddr_issues:       # the channel streams it for an interval
+                activity.append((target, "DDR load", cycle, cycle + dp.ddr_interval))
             for src, d, _ in out.transfers:
                 activity.append((src, "D2D send", cycle, cycle + dp.link_cycles))
                 activity.append((dp.neighbour(src, d), "D2D receive", cycle, cycle + dp.link_cycles))

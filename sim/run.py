@@ -183,7 +183,8 @@ def format_table(summary: dict, title: str) -> str:
     lines = [title, head, f"{'':<10} {'(us)':>10} {'vs EP':>8} {'':>8} {'':>6} {'(MB)':>8}"]
     for s, m in summary.items():
         b = m["breakdown"]
-        lines.append(f"{s:<10} {m['moe_layer_us']:>10.1f} {m['speedup_vs_ep'] or 0:>7.2f}x "
+        speedup = f"{m['speedup_vs_ep']:>7.2f}x" if m["speedup_vs_ep"] else f"{'-':>8}"
+        lines.append(f"{s:<10} {m['moe_layer_us']:>10.1f} {speedup} "
                      f"{m['x_bound']:>7.2f}x {m['utilization'] * 100:>5.1f}% {m['onchip_mb']:>8.2f} "
                      f"{m['throughput_tok_s']:>10.1f} {b['ddr_imbalance'] or 0:>8.2f} "
                      f"{b['compute_imbalance']:>7.2f}")

@@ -94,6 +94,7 @@ scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew:
 @pytest.mark.parametrize("args", [
     ["rtl", "datapath", "--mesh", "2by2"],
     ["rtl", "datapath", "--mesh", "2x2:0"],
+    ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "5x5"],
     ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2", "--slots", "3"],
     ["rtl", "verilog", "--out", "build/never", "--block", "router", "--chiplets", "9"],
 ])

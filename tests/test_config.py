@@ -31,7 +31,9 @@ BAD_DIR = CONFIG_DIR / "bad"
 def _load_experiment(path):
     from fsedp.sim.sweep import load_experiment, load_grid
 
-    kind = yaml.safe_load(Path(path).read_text())["experiment"]
+    kind = yaml.safe_load(Path(path).read_text()).get("experiment")
+    if kind is None:                    # a run config (Figures 11 and 13: the main job's plots)
+        return load_run(path)
     return load_grid(path) if kind == "grid" else load_experiment(path)
 
 
