@@ -358,7 +358,7 @@ def cmd_datapath(args):
                                ddr_latency=args.ddr_latency, preload_entries=args.preload,
                                rule5=args.rule5 or None)
         except ParamError as e:
-            option = "mesh" if e.field in ("rows", "cols") else e.field.replace("_", "-")
+            option = "mesh" if e.field in ("rows", "cols", "chiplets") else e.field.replace("_", "-")
             raise UsageError(f"--{option}: {e.reason}") from None
         _require_sim(args.sim)
         if not args.json:
