@@ -358,8 +358,9 @@ def cmd_datapath(args):
                                ddr_latency=args.ddr_latency, preload_entries=args.preload,
                                rule5=args.rule5 or None)
         except ParamError as e:
-            option = "mesh" if e.field in ("rows", "cols", "chiplets") else e.field.replace("_", "-")
-            raise UsageError(f"--{option}: {e.reason}") from None
+            if e.field in ("rows", "cols", "chiplets"):
+                raise UsageError(f"--mesh {mesh}: {e.field} {e.reason}") from None
+            raise UsageError(f"--{e.field.replace('_', '-')}: {e.reason}") from None
         _require_sim(args.sim)
         if not args.json:
             print(f"cosimulating {layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)
