@@ -99,8 +99,11 @@ def cmd_run(args):
         from .sim.rtl_check import RTLSchedulerCheck
         check = RTLSchedulerCheck(cfg, BUILD / "run-rtl")
     t0 = time.time()
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers: must be at least 1, not {args.workers}")
     run = run_experiment(cfg, strategies, n_iter=args.iterations, layers=args.layers,
-                         progress=not args.json, on_layer=check.record if check else None)
+                         progress=not args.json, on_layer=check.record if check else None,
+                         workers=args.workers)
     summary = summarize(run)
     doc = {"config": config_to_dict(cfg), "summary": summary,
            "wall_s": round(time.time() - t0, 1)}
@@ -437,6 +440,8 @@ def build_parser() -> Parser:
     run.add_argument("--scheduler", default="golden", choices=["golden", "rtl"],
                      help="rtl: also replay every FSE-DP layer's decisions through the "
                           "scheduler RTL under Verilator and stop at the first difference")
+    run.add_argument("--workers", type=int,
+                     help="processes for the FSE-DP layers (default: up to 2 CPUs)")
     run.add_argument("--out", help="report folder (default build/run/<config name>)")
     run.add_argument("--json", action="store_true")
     run.set_defaults(func=cmd_run)

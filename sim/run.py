@@ -2,6 +2,7 @@
 table and a report folder (JSON, Markdown, PNG plots)."""
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -22,14 +23,23 @@ STRATEGIES = ("EP", "Hydra", *VARIANTS)
 DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3")
 
 
+def _fsedp_task(setup: Setup, strategy: str, records, trace: bool):
+    t0 = time.perf_counter()
+    r = fsedp_layer(setup, records, strategy, trace=trace)
+    return r, time.perf_counter() - t0
+
+
 def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 1,
                    layers: int | None = None, progress: bool = True, setup: Setup | None = None,
-                   on_layer=None) -> dict:
+                   on_layer=None, workers: int | None = None) -> dict:
     """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy.
 
     Returns ``{"setup": Setup, "layers": [Layer], "results": {strategy: [LayerResult]},
     "attention": [cycles per layer], "wall_s": {strategy: s}}``.  ``on_layer(strategy,
     layer, result)`` is called after each simulated layer (the RTL check hooks in here).
+    The layers of A1-A4 are independent and run on ``workers`` processes (default: up to 2
+    CPUs; 1 runs everything in this process); EP, Hydra (placement history) and A5 (carried
+    tokens) run in order here.  Results do not depend on ``workers``.
     """
     for s in strategies:
         if s not in STRATEGIES:
@@ -37,46 +47,71 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
     setup = setup or make_setup(cfg)
     its = iterations(cfg, n_iter, layers)
     flat = [l for it in its for l in it]
-    results = {s: [] for s in strategies}
+    results = {s: [None] * len(flat) for s in strategies}
     wall = {s: 0.0 for s in strategies}
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(flat) * len(strategies), unit="layer", leave=False,
                    desc=f"{cfg.model.name} on {cfg.hardware.name}")
-    history: dict[int, np.ndarray] = {}       # layer -> counts seen in the last iteration
-    experts = setup.sp.experts
-    a5 = _A5(setup) if "A5" in strategies else None
-    for lay in flat:
-        counts = lay.expert_counts(experts)
-        for s in strategies:
+    traced = [l.layer == 0 and l.iteration == n_iter - 1 for l in flat]
+    parallel = [s for s in strategies if s in ("A1", "A2", "A3", "A4")]
+    pool = futures = None
+    if workers > 1 and on_layer is None and parallel:
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=workers)
+        futures = {pool.submit(_fsedp_task, setup, s, lay.records, traced[i]): (s, i)
+                   for s in parallel for i, lay in enumerate(flat)}
+    try:
+        history: dict = {}                 # layer -> counts seen in the last iteration
+        experts = setup.sp.experts
+        a5 = _A5(setup) if "A5" in strategies else None
+        for i, lay in enumerate(flat):
+            counts = lay.expert_counts(experts)
+            for s in strategies:
+                if futures is not None and s in parallel:
+                    continue
+                t0 = time.perf_counter()
+                if s == "EP":
+                    r = ep_layer(setup, lay.records, ep_home(experts, setup.chiplets), "EP")
+                elif s == "Hydra":
+                    pred = history.get(lay.layer)
+                    if pred is None:
+                        pred = history.get(("prev",), None)
+                    home = (hydra_home(setup, pred) if pred is not None
+                            else ep_home(experts, setup.chiplets))
+                    r = ep_layer(setup, lay.records, home, "Hydra")
+                elif s == "A5":
+                    r = a5.layer(lay)
+                else:
+                    r = fsedp_layer(setup, lay.records, s, trace=traced[i])
+                wall[s] += time.perf_counter() - t0
+                results[s][i] = r
+                if on_layer is not None:
+                    on_layer(s, lay, r)
+                if bar is not None:
+                    bar.update(1)
+            history[lay.layer] = counts
+            history[("prev",)] = counts
+        if a5 is not None:
             t0 = time.perf_counter()
-            if s == "EP":
-                r = ep_layer(setup, lay.records, ep_home(experts, setup.chiplets), "EP")
-            elif s == "Hydra":
-                pred = history.get(lay.layer)
-                if pred is None:
-                    pred = history.get(("prev",), None)
-                home = (hydra_home(setup, pred) if pred is not None
-                        else ep_home(experts, setup.chiplets))
-                r = ep_layer(setup, lay.records, home, "Hydra")
-            elif s == "A5":
-                r = a5.layer(lay)
-            else:
-                r = fsedp_layer(setup, lay.records, s,
-                                trace=lay.layer == 0 and lay.iteration == n_iter - 1)
-            wall[s] += time.perf_counter() - t0
-            results[s].append(r)
-            if on_layer is not None:
-                on_layer(s, lay, r)
-            if bar is not None:
-                bar.update(1)
-        history[lay.layer] = counts
-        history[("prev",)] = counts
-    if a5 is not None:
-        t0 = time.perf_counter()
-        results["A5"] += a5.flush()
-        wall["A5"] += time.perf_counter() - t0
+            results["A5"] += a5.flush()
+            wall["A5"] += time.perf_counter() - t0
+        if futures is not None:
+            from concurrent.futures import as_completed
+
+            for f in as_completed(futures):
+                s, i = futures[f]
+                results[s][i], dt = f.result()
+                wall[s] += dt
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     if bar is not None:
         bar.close()
     attention = [setup.attention_cycles(l.tokens) for l in flat]

@@ -123,3 +123,12 @@ def test_a5_defers_and_conserves_work():
     assert total["A5"] == total["A3"] and total["A3"] > 0
     assert summarize(run)["A5"]["deferrals"] > 0
     assert total["A3"] % mac == 0
+
+
+def test_parallel_run_equals_sequential():
+    cfg = tiny(64)
+    seq = run_experiment(cfg, ("EP", "A2", "A3"), n_iter=1, progress=False, workers=1)
+    par = run_experiment(cfg, ("EP", "A2", "A3"), n_iter=1, progress=False, workers=2)
+    for s in ("EP", "A2", "A3"):
+        assert [(r.cycles, r.busy, r.ddr_bytes) for r in seq["results"][s]] == \
+            [(r.cycles, r.busy, r.ddr_bytes) for r in par["results"][s]]
