@@ -1,5 +1,5 @@
 """Stimulus and checking of the chiplet datapath, shared by the golden-model tests, the
-Amaranth-simulator tests and the cocotb testbench (``tb/tb_datapath.py``).
+Amaranth-simulator tests and the cocotb testbench (``tb/tb_chiplet_array.py``).
 
 * :class:`LayerDriver` couples the scheduler golden model to a datapath (the golden
   :class:`~.streaming.StreamingArray` or the RTL): it writes the layer's token tables,

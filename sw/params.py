@@ -234,7 +234,7 @@ class DatapathParams:
         pre-load beat that finds no free entry is dropped, which only costs its head start).
     rule5 : bool
         Rule 5: a dispatched expert's DDR loads go to the trajectory chiplet with the most
-        free slots instead of the entry chiplet.
+        free slots instead of the next one in ring order (Rule 4's striping).
     ddr_channels : int
         1: one package-level DDR controller issuing every ``ddr_interval`` cycles (the RTL);
         ``rows * cols``: one channel per chiplet, each issuing every ``ddr_interval`` cycles

@@ -1,9 +1,10 @@
 """Micro-slice streaming golden model: ring buffers, routers and the DDR controller of a
 chiplet array, cycle by cycle (virtualization Rules 1-5 of FSE-DP, Section IV-C).
 
-This is the executable specification of ``fsedp.hw.datapath``: both compute the same
-next state from the same registered state and inputs, so the cosimulation compares them
-cycle by cycle (``tb/tb_datapath.py``).  The page ``docs/blocks/datapath.md`` explains the
+This is the executable specification of the datapath RTL (``fsedp.hw.ring_buffer``,
+``router``, ``chiplet``, ``ddr_ctrl``, ``chiplet_array``): both compute the same next state
+from the same registered state and inputs, so the cosimulation compares them cycle by cycle
+(``tb/tb_chiplet_array.py``, ``tests/test_datapath_rtl.py``).  The page ``docs/blocks/datapath.md`` explains the
 rules with figures; the decisions taken where the paper is silent are marked **[D]**.
 
 Objects

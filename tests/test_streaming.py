@@ -239,3 +239,59 @@ def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
     got = one_expert_cycles(p, tokens)
     ideal, fill = one_expert_ideal(p, tokens)
     assert ideal <= got <= ideal + 2 * fill, (got, ideal, fill)
+
+
+# -- event skipping and DDR channels -------------------------------------------------------
+def trace_run(p, sp, rounds, skip: bool):
+    """(cycle, chiplet, event) of every compute completion and the final cycle."""
+    rng = random.Random(5)
+    arr = StreamingArray(p)
+    drv = LayerDriver(sp, p, rng)
+    log = []
+    for records, inits in rounds:
+        drv.start_layer(records, inits)
+        while not (drv.layer_done and arr.idle):
+            cycle = arr.cycle
+            out = arr.step(drv.inputs())
+            drv.outputs(cycle, out.dispatch_ready, out.done, out.events, out.occupancy)
+            log += [(cycle, c, ev) for c, ev in enumerate(out.events) if ev is not None]
+            if skip and not drv.token_writes and not drv.beats:
+                arr.fast_forward()
+        drv.check.end_layer([p.slots - arr.free(c) for c in range(p.chiplets)])
+    return log, arr.cycle
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(ddr_channels=4, rule5=True, preload_entries=2),
+                                dict(link_cycles=37, ddr_interval=91, ddr_latency=120,
+                                     cycles_per_token=13, ddr_channels=4)])
+def test_fast_forward_is_exact(kw):
+    sp = sched(2, 2)
+    p = DatapathParams.for_scheduler(sp, 2, 2, slots=7, **kw)
+    rng = random.Random(8)
+    rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(6))]
+    slow, end_slow = trace_run(p, sp, rounds, skip=False)
+    fast, end_fast = trace_run(p, sp, rounds, skip=True)
+    assert fast == slow and end_fast == end_slow and len(slow) > 50
+
+
+def test_ddr_channels_param():
+    assert DatapathParams(ddr_channels=4).ddr_channels == 4
+    with pytest.raises(ParamError, match="ddr_channels: must be 1 or rows x cols = 4, not 2"):
+        DatapathParams(ddr_channels=2)
+    from fsedp.hw.ddr_ctrl import DDRController
+    with pytest.raises(ValueError, match="one package-level channel"):
+        DDRController(DatapathParams(ddr_channels=4))
+
+
+def test_per_chiplet_channels_load_in_parallel():
+    """Four experts entering on four chiplets: with one channel per chiplet the loads of a
+    cycle go out in parallel, so the layer takes about a quarter of the DDR time."""
+    sp = sched(2, 2, experts=8, theta_min=0)
+    records = [(0, c, c) for c in range(4) for _ in range(2)]
+    cycles = {}
+    for ch in (1, 4):
+        p = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=8, ddr_interval=20,
+                                         ddr_latency=4, link_cycles=1, ddr_channels=ch)
+        _, _, per_layer = run_layers(sp, p, [(records, [])], random.Random(1))
+        cycles[ch] = per_layer[0]
+    assert cycles[4] < 0.35 * cycles[1], cycles
