@@ -110,7 +110,7 @@ class Chiplet(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams, chiplet: int):
-        check_chiplet(p, chiplet)
+        check_chiplet(self, p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
         super().__init__({

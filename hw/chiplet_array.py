@@ -46,7 +46,7 @@ class ChipletArray(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams):
-        check_chiplet(p)
+        check_chiplet(self, p)
         self.p = p
         n = p.chiplets
         super().__init__({

@@ -5,15 +5,23 @@ from amaranth import Const, Mux, Value
 __all__ = ["check_chiplet", "lowest_bit", "ring_next_hops", "sat_add", "ring_after", "rr_pick"]
 
 
-def check_chiplet(p, chiplet: int | None = None):
+def check_chiplet(owner, p, chiplet: int | None = None):
     """Eager checks of a datapath component's generics (``p`` must be ``DatapathParams``,
-    ``chiplet`` one of its chiplets)."""
+    ``chiplet`` one of its chiplets).  A component that fails them is never elaborated, so
+    Amaranth's unused-elaboratable warning is silenced for ``owner`` first."""
     from ..sw.params import DatapathParams
 
+    def fail(exc):
+        owner._MustUse__silence = True
+        raise exc
+
     if not isinstance(p, DatapathParams):
-        raise TypeError(f"p must be DatapathParams, not {p!r}")
+        fail(TypeError(f"p must be DatapathParams, not {p!r}"))
     if chiplet is not None and not 0 <= chiplet < p.chiplets:
-        raise ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}")
+        fail(ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}"))
+    if p.ddr_channels != 1:
+        fail(ValueError(f"the RTL DDR controller has one package-level channel; "
+                        f"ddr_channels must be 1, not {p.ddr_channels}"))
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

@@ -77,10 +77,7 @@ class DDRController(wiring.Component):
     """
 
     def __init__(self, p: DatapathParams):
-        check_chiplet(p)
-        if p.ddr_channels != 1:
-            raise ValueError(f"the RTL DDR controller has one package-level channel; "
-                             f"ddr_channels must be 1, not {p.ddr_channels}")
+        check_chiplet(self, p)
         self.p = p
         n = p.chiplets
         super().__init__({
