@@ -37,6 +37,16 @@ def _emit(args, doc: dict, text: str):
         print(text)
 
 
+def _write_text(path, text: str):
+    """Write ``text`` (plus a final newline) to ``path`` all at once: a temporary file in the
+    same folder is renamed over it, so a failed run leaves nothing half-written."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(text + "\n")
+    tmp.replace(out)
+
+
 def _load(args):
     return load_run(args.config) if getattr(args, "config", None) else default_run()
 
@@ -146,11 +156,7 @@ def _run_experiment_file(args):
     text = (f"Figure {exp['figure']} ({what}), `fsedp run --config {args.config}`, "
             f"{time.time() - t0:.0f} s:\n\n{table}")
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(out)
+        _write_text(args.out, text)
     _emit(args, {"experiment": exp, "rows": rows, "table": table}, text)
     return 0
 
@@ -320,10 +326,7 @@ def cmd_report(args):
             f"({args.sim} for latency; Debian Yosys with ABC for cells). Parameters other than "
             f"E and C: `{dataclasses.asdict(base)}`.\n\n" + format_report(rows))
     if args.out:
-        out = Path(args.out)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(out)
+        _write_text(args.out, text)
     _emit(args, doc, text)
     return 0
 
@@ -377,11 +380,8 @@ def cmd_datapath(args):
     doc["runs"] = runs
     text = format_markdown(doc.get("ring"), doc.get("cells"), cells_params, runs)
     if args.out:
-        out = Path(args.out)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text("# Chiplet datapath report\n\nProduced by `fsedp rtl datapath` on "
-                       f"{time.strftime('%Y-%m-%d')}.\n\n" + text + "\n")
-        tmp.replace(out)
+        _write_text(args.out, "# Chiplet datapath report\n\nProduced by `fsedp rtl datapath` on "
+                    f"{time.strftime('%Y-%m-%d')}.\n\n" + text)
     _emit(args, doc, text)
     ok = all(r.get("failed") == 0 and r.get("mismatches") == 0 and not r.get("violations")
              for r in runs)
@@ -405,10 +405,7 @@ def cmd_sweep(args):
         f" --models {args.models}" if args.models else "")
     text = (f"Figure 9 sweep ({time.time() - t0:.0f} s): `{command}`\n\n" + format_figure9(rows))
     if args.out:
-        out = Path(args.out)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(out)
+        _write_text(args.out, text)
     _emit(args, {"rows": rows, "command": command}, text)
     return 0
 

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from fsedp.errors import InputError
-from fsedp.sw.params import DatapathParams, ParamError, SchedulerParams
+from fsedp.sw.params import DatapathParams, ParamError, SchedulerParams, max_hops
 
 __all__ = [
     "CONFIG_DIR",
@@ -320,7 +320,7 @@ class RunConfig:
                                           / h.macs_per_chiplet),
         }
         gen.update(overrides)
-        need = DatapathParams(rows=h.rows, cols=h.cols, slots=64).max_hops + 1
+        need = max_hops(h.rows, h.cols) + 1
         if gen["slots"] < need:
             raise ConfigError(self.source, "hardware.onchip_buffer_kib",
                               f"{h.onchip_buffer_kib} KiB holds {gen['slots']} micro-slices "

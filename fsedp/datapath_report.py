@@ -14,15 +14,20 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from .sw.params import DatapathParams, SchedulerParams
+from .sw.params import DatapathParams, SchedulerParams, max_hops
 from .sw.scheduler import DISPATCH, Dispatch
 from .sw.streaming import StepIn, StreamingArray
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "datapath"
 
-__all__ = ["one_expert_cycles", "ring_table", "cells_table", "long_run", "run_params",
+__all__ = ["full_ring_dispatch", "one_expert_cycles", "ring_table", "cells_table", "long_run", "run_params",
            "format_markdown"]
+
+
+def full_ring_dispatch(n: int, tokens: int) -> Dispatch:
+    """The dispatch of expert 0 on a trajectory of all ``n`` chiplets, entering at 0."""
+    return Dispatch(DISPATCH, 0, tokens * n, (1 << n) - 1, 0, tuple((c + 1) % n for c in range(n)))
 
 
 def one_expert_cycles(p: DatapathParams, tokens: int) -> int:
@@ -32,8 +37,7 @@ def one_expert_cycles(p: DatapathParams, tokens: int) -> int:
     n = p.chiplets
     for c in range(n):
         arr.step(StepIn(tokens=(c, 0, tokens)))
-    arr.step(StepIn(dispatch=Dispatch(DISPATCH, 0, tokens * n, (1 << n) - 1, 0,
-                                      tuple((c + 1) % n for c in range(n)))))
+    arr.step(StepIn(dispatch=full_ring_dispatch(n, tokens)))
     cycles = 1
     while not arr.step(StepIn()).done:
         cycles += 1
@@ -71,7 +75,7 @@ def ring_table(meshes=((2, 2), (3, 3), (4, 4)), cases=((1, 4), (4, 2), (8, 8)),
                micro_slices: int = 16, ddr_interval: int = 1, ddr_latency: int = 4) -> list[dict]:
     rows = []
     for r, c in meshes:
-        hops = DatapathParams(rows=r, cols=c, slots=64).max_hops
+        hops = max_hops(r, c)
         for tokens, link in cases:
             base = dict(rows=r, cols=c, micro_slices=micro_slices, link_cycles=link,
                         ddr_interval=ddr_interval, ddr_latency=ddr_latency)
@@ -98,7 +102,7 @@ def run_params(rows: int, cols: int, experts: int = 16, **kw) -> tuple[Scheduler
     """Scheduler and datapath generics of a random cosimulation (small, fast parameters)."""
     sp = SchedulerParams(chiplets=rows * cols, experts=experts, count_width=4, requests=4,
                          theta_min=2, n_threshold=2, qos_width=2)
-    hops = DatapathParams(rows=rows, cols=cols, slots=64).max_hops
+    hops = max_hops(rows, cols)
     defaults = dict(slots=hops + 2, micro_slices=4, link_cycles=2, ddr_interval=2,
                     ddr_latency=8, preload_entries=2, cycles_per_token=1)
     defaults.update({k: v for k, v in kw.items() if v is not None})

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-from ..sw.params import DatapathParams, SchedulerParams
+from ..sw.params import DatapathParams
 from .chiplet import Chiplet
 from .chiplet_array import ChipletArray
 from .ddr_ctrl import DDRController

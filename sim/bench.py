@@ -4,7 +4,8 @@ figures go to ``docs/results.md`` with the command."""
 
 import time
 
-from ..config import CONFIG_DIR, _read_yaml, run_from_dict
+from ..config import CONFIG_DIR, _read_yaml
+from .sweep import sweep_config
 from .fsedp import fsedp_layer
 from .baselines import ep_home, ep_layer
 from .setup import make_setup
@@ -15,12 +16,9 @@ __all__ = ["bench"]
 
 def _cfg(hardware: str, tokens: int, model: str = "qwen3-30b-a3b"):
     hw = _read_yaml(CONFIG_DIR / "hardware" / f"{hardware}.yaml")
-    return run_from_dict({"hardware": hw, "model": model,
-                          "scheduler": {"count_width": 11, "requests": 16, "theta_min": 2,
-                                        "n_threshold": 4, "qos_width": 4, "t_qos_init": 0},
-                          "scenario": {"tokens_per_iteration": tokens, "rounds": 1, "seed": 1,
-                                       "trace": "synthetic", "skew": 1.1,
-                                       "prefill_fraction": 0.5}}, f"<bench {hardware} {tokens}>")
+    return sweep_config(hw, model, tokens, 1, f"<bench {hardware} {tokens}>",
+                        scheduler={"count_width": 11, "requests": 16, "theta_min": 2,
+                                   "n_threshold": 4, "qos_width": 4, "t_qos_init": 0})
 
 
 def bench(points=(("chip2x2", 16), ("chip2x2", 64), ("chip2x2", 256), ("mesh4x4", 64),

@@ -18,9 +18,12 @@ Ablations (Section VI-C):
 import dataclasses
 from collections import deque
 
+import numpy as np
+
 from ..sw.datapath_cosim import layer_tokens
 from ..sw.scheduler import Scheduler
 from ..sw.streaming import StepIn, StreamingArray
+from .baselines import bounds
 from .result import LayerResult
 from .setup import Setup
 
@@ -36,7 +39,7 @@ def variant_params(setup: Setup, variant: str):
                                    cycles_per_token=dp.cycles_per_token * dp.micro_slices,
                                    link_cycles=(dp.link_cycles - setup.link_latency_cycles)
                                    * dp.micro_slices + setup.link_latency_cycles,
-                                   slots=max(dp.max_hops + 1, 1), preload_entries=0)
+                                   slots=dp.max_hops + 1, preload_entries=0)
     if variant == "A4":
         return dataclasses.replace(dp, rule5=True)
     if variant in ("A2", "A3", "A5"):
@@ -123,15 +126,12 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
         if not beats:
             arr.fast_forward()
     cycles = arr.cycle
-    counts = [0] * sp.experts
-    for (c, e), t in tokens.items():
-        counts[e] += t
+    counts = np.zeros(sp.experts, dtype=np.int64)
     per_chiplet_tokens = [0] * n
     for (c, e), t in tokens.items():
+        counts[e] += t
         per_chiplet_tokens[c] += t
-    active = sum(1 for x in counts if x)
-    ddr_cycles = -(-active * setup.expert_load_cycles() // n)
-    compute_cycles = -(-sum(counts) * setup.dp.micro_slices * setup.dp.cycles_per_token // n)
+    ddr_cycles, compute_cycles = bounds(setup, counts)
     return LayerResult(
         strategy=f"FSE-DP {variant}", cycles=cycles, bound=max(ddr_cycles, compute_cycles),
         busy=busy, ddr_bytes=loads * slot_bytes, d2d_bytes=transfers * slot_bytes,

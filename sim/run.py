@@ -13,7 +13,6 @@ import numpy as np
 from ..config import RunConfig, config_to_dict
 from .baselines import ep_home, ep_layer, hydra_home
 from .fsedp import VARIANTS, fsedp_layer
-from .result import LayerResult
 from .setup import Setup, make_setup
 from .workload import iterations
 
@@ -160,8 +159,16 @@ class _A5:
         return out
 
 
+def _busiest_link(rs) -> float | None:
+    """GB over the busiest die-to-die link (FSE-DP's micro-slice traffic), or None."""
+    links: dict = {}
+    for r in rs:
+        for k, b in r.link_bytes.items():
+            links[k] = links.get(k, 0) + b
+    return round(max(links.values()) / 1e9, 3) if links else None
+
+
 def _imbalance(xs) -> float:
-    xs = [x for x in xs]
     mean = sum(xs) / len(xs) if xs else 0
     return round(max(xs) / mean, 3) if mean else 1.0
 
@@ -199,6 +206,7 @@ def summarize(run: dict) -> dict:
             "throughput_tok_s": round(tokens / e2e_s, 1) if e2e_s else None,
             "ddr_gb": round(sum(r.ddr_bytes for r in rs) / 1e9, 3),
             "d2d_gb": round(sum(r.d2d_bytes for r in rs) / 1e9, 3),
+            "d2d_busiest_link_gb": _busiest_link(rs),
             "breakdown": {
                 "ddr_bound_share": round(sum(r.ddr_cycles for r in rs) / cyc, 3) if cyc else None,
                 "compute_bound_share": round(sum(r.compute_cycles for r in rs) / cyc, 3) if cyc else None,

@@ -24,6 +24,16 @@ def microslices_for(model: dict, hardware: dict, slots: int = 7) -> int:
     return min(256, max(hardware["microslices_per_expert"], need))
 
 
+def sweep_config(hardware: dict, model: str, tokens: int, seed: int, source: str,
+                 scheduler="default"):
+    """The run config of one sweep point: a hardware mapping, a named model, the synthetic
+    long-tailed trace (skew 1.1) at ``tokens`` per iteration."""
+    return run_from_dict({"hardware": hardware, "model": model, "scheduler": scheduler,
+                          "scenario": {"tokens_per_iteration": tokens, "rounds": 1, "seed": seed,
+                                       "trace": "synthetic", "skew": 1.1,
+                                       "prefill_fraction": 0.5}}, source)
+
+
 def figure9(models=TABLE1, tokens=(16, 64), layers: int = 8, strategies=("EP", "Hydra", "A2", "A3"),
             progress: bool = True, seed: int = 1, hardware: str = "chip2x2",
             iterations: int = 1) -> list[dict]:
@@ -33,12 +43,8 @@ def figure9(models=TABLE1, tokens=(16, 64), layers: int = 8, strategies=("EP", "
         model = _read_yaml(CONFIG_DIR / "models" / f"{name}.yaml")
         m = microslices_for(model, hw)
         for t in tokens:
-            cfg = run_from_dict({
-                "hardware": {**hw, "microslices_per_expert": m}, "model": name,
-                "scheduler": "default",
-                "scenario": {"tokens_per_iteration": t, "rounds": 1, "seed": seed,
-                             "trace": "synthetic", "skew": 1.1, "prefill_fraction": 0.5}},
-                f"<figure9 {name} {t}>")
+            cfg = sweep_config({**hw, "microslices_per_expert": m}, name, t, seed,
+                               f"<figure9 {name} {t}>")
             run = run_experiment(cfg, strategies, n_iter=iterations, layers=layers,
                                  progress=progress)
             s = summarize(run)
@@ -213,11 +219,8 @@ def run_grid(d: dict, progress: bool = True) -> tuple[list[dict], str]:
         hw = _read_yaml(CONFIG_DIR / "hardware" / f"{point.get('hardware', d['hardware'])}.yaml")
         hw.update({k: v for k, v in point.items() if k != "hardware"})
         try:
-            cfg = run_from_dict({"hardware": hw, "model": d["model"], "scheduler": "default",
-                                 "scenario": {"tokens_per_iteration": d["tokens"], "rounds": 1,
-                                              "seed": d["seed"], "trace": "synthetic",
-                                              "skew": 1.1, "prefill_fraction": 0.5}},
-                                f"<figure {d['figure']} {point}>")
+            cfg = sweep_config(hw, d["model"], d["tokens"], d["seed"],
+                               f"<figure {d['figure']} {point}>")
             run = run_experiment(cfg, d["strategies"], n_iter=1, layers=d["layers"],
                                  progress=progress)
             rows.append({"point": point, **summarize(run)})

@@ -96,7 +96,6 @@ class LayerDriver:
         self.token_writes: deque = deque()
         self.beats: deque = deque()
         self.cur: StepIn | None = None
-        self.layer_cycles = 0
         self.dispatched = 0
 
     def reset(self):
@@ -117,7 +116,6 @@ class LayerDriver:
             raise Violation("a layer started before the previous one completed")
         self.token_writes.extend((c, e, n) for (c, e), n in sorted(tok.items()))
         self.beats.extend(self.sched.decide())
-        self.layer_cycles = 0
         return plan
 
     @property
@@ -149,7 +147,6 @@ class LayerDriver:
         if done and cur.done_ready:
             self.sched.complete(done)
             self.beats.extend(self.sched.decide())
-        self.layer_cycles += 1
 
 
 def stall_bits(inp: StepIn) -> int:

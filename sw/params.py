@@ -8,7 +8,7 @@ width or a depth.
 from dataclasses import dataclass
 
 __all__ = ["SchedulerParams", "DatapathParams", "ParamError", "bits_for", "next_pow2", "DIRS",
-           "mesh_position", "xy_direction"]
+           "mesh_position", "xy_direction", "max_hops"]
 
 
 class ParamError(ValueError):
@@ -177,6 +177,15 @@ def _max_hops(rows: int, cols: int) -> int:
 
 
 _HOPS_CACHE: dict[tuple[int, int], int] = {}
+
+
+def max_hops(rows: int, cols: int) -> int:
+    """``H`` of a ``rows x cols`` mesh (cached): the most physical hops any micro-slice
+    travels; deadlock-free streaming needs ``H + 1`` slots per chiplet."""
+    key = (rows, cols)
+    if key not in _HOPS_CACHE:
+        _HOPS_CACHE[key] = _max_hops(rows, cols)
+    return _HOPS_CACHE[key]
 _PATH_CACHE: dict[tuple[int, int, int, int], int] = {}
 _GEOMETRY: dict = {}
 
@@ -320,10 +329,7 @@ class DatapathParams:
     @property
     def max_hops(self) -> int:
         """``H``: the most physical hops any micro-slice travels (over all trajectories)."""
-        key = (self.rows, self.cols)
-        if key not in _HOPS_CACHE:
-            _HOPS_CACHE[key] = _max_hops(*key)
-        return _HOPS_CACHE[key]
+        return max_hops(self.rows, self.cols)
 
     @property
     def hop_bits(self) -> int:

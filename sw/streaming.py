@@ -384,22 +384,22 @@ class StreamingArray:
                       occupancy=[p.slots - f for f in free],
                       transfers=[(a[1], OPPOSITE[a[0]], a[3]) for a in accepts if a is not None],
                       ddr_issues=issue_out, ddr_deliveries=[d for _, d in deliveries])
-        released = False
+        # Rule 3 on the registered state: evaluated once, used for activity and release
+        release = [[sl.releasable for sl in ch.slots] for ch in self.chips]
         self.last_active = bool(any(a is not None for a in accepts) or issues or deliveries
                                 or any(x is not None for x in starts)
                                 or any(e is not None for e in events) or done_valid
                                 or inp.dispatch is not None or inp.tokens is not None
-                                or any(sl.releasable for c in self.chips for sl in c.slots))
+                                or any(any(r) for r in release))
         if not self.last_active:
             self._horizon = self._counters_horizon()
 
         # ---- next state -------------------------------------------------------------
         # slots: release (registered condition), counters
-        for ch in self.chips:
-            for s in ch.slots:
-                if s.releasable:
+        for ch, rel in zip(self.chips, release):
+            for s, free_it in zip(ch.slots, rel):
+                if free_it:
                     s.busy = False
-                    released = True
                 if s.wait:
                     s.wait -= 1
                 if s.tx:

@@ -85,7 +85,7 @@ def test_array_2x2_matches_golden(kw):
 
 def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:
     """``fsedp.datapath_report.one_expert_cycles`` measured on the RTL."""
-    from fsedp.sw.scheduler import DISPATCH, Dispatch
+    from fsedp.datapath_report import full_ring_dispatch
 
     dut = ChipletArray(p)
     n = p.chiplets
@@ -97,7 +97,7 @@ def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:
             ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, c, 0, tokens))
             await ctx.tick()
         ctx.set(dut.tokens.valid, 0)
-        beat = Dispatch(DISPATCH, 0, tokens * n, (1 << n) - 1, 0, tuple((c + 1) % n for c in range(n)))
+        beat = full_ring_dispatch(n, tokens)
         ctx.set(dut.dispatch.valid, 1)
         ctx.set(dut.dispatch.payload.as_value(), dispatch_bits(p, beat))
         ctx.set(dut.done.ready, 1)

@@ -9,7 +9,7 @@ from fsedp.sw.icv import ICV
 from fsedp.sw.matcher import entry_chiplet, next_hops, release_mask
 from fsedp.sw.pairing import paired_index, partner
 from fsedp.sw.params import ParamError, SchedulerParams
-from fsedp.sw.scheduler import DISPATCH, PRELOAD, Scheduler, run_round
+from fsedp.sw.scheduler import Scheduler, run_round
 from fsedp.sw.sorter import bitonic_schedule, bitonic_sort, sorter_keys, stage_count
 from fsedp.sw.token_buffer import TokenBuffer
 from fsedp.sw.cosim import random_round
