@@ -123,7 +123,7 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
         last = sorted((j for j in jobs if j[0] >= j[1]), key=lambda j: -j[1])
         chunks = [(dp.ddr_interval, int(counts[e]) * dp.cycles_per_token)
                   for _, _, e in first + last for _ in range(dp.micro_slices)]
-        finish[c], iv = _flow_shop(chunks, slots, dp.ddr_interval, dp.ddr_latency, dispatch)
+        finish[c], iv = _flow_shop(chunks, slots, dp.ddr_interval, setup.ddr_access_cycles, dispatch)
         busy[c] = sum(b - a for a, b in iv)
         intervals_all.append(iv)
         peak_tokens[c] = int(sum(counts[e] for e in mine))

@@ -35,6 +35,12 @@ class Setup:
     attention_weight_bytes: int     # per layer, all heads
 
     @property
+    def ddr_access_cycles(self) -> int:
+        """DDR access latency without the streaming of the micro-slice (``dp.ddr_latency``
+        includes the ``ddr_interval`` a micro-slice streams for)."""
+        return self.dp.ddr_latency - self.dp.ddr_interval
+
+    @property
     def chiplets(self) -> int:
         return self.dp.chiplets
 
@@ -58,7 +64,7 @@ class Setup:
         n, m, hw = self.chiplets, self.cfg.model, self.cfg.hardware
         compute = math.ceil(tokens * 4 * m.d_model * m.d_model / (n * hw.macs_per_chiplet))
         load = math.ceil(self.attention_weight_bytes / self.microslice_bytes / n) * self.dp.ddr_interval
-        return max(compute, load) + self.dp.ddr_latency
+        return max(compute, load) + self.ddr_access_cycles
 
 
 def make_setup(cfg: RunConfig, **overrides) -> Setup:
@@ -71,7 +77,11 @@ def make_setup(cfg: RunConfig, **overrides) -> Setup:
     per_channel = hw.ddr_bandwidth_gbps_per_channel * (hw.ddr_channels // hw.chiplets)
     ms = cfg.microslice_bytes()
     interval = math.ceil(ms / (per_channel * 1e9 / (hw.clock_mhz * 1e6)))
-    dp = cfg.datapath_params(ddr_channels=hw.chiplets, ddr_interval=interval)
+    # a micro-slice is usable once its last byte is on chip: the access latency plus the
+    # interval its channel streams it for (the same arrival time as the baselines')
+    access = cfg.datapath_params().ddr_latency
+    dp = cfg.datapath_params(ddr_channels=hw.chiplets, ddr_interval=interval,
+                             ddr_latency=access + interval)
     if overrides:
         dp = dataclasses.replace(dp, **overrides)
     # token buffering (Algorithm 2, ablation A5) defers work to later iterations, which this

@@ -186,7 +186,7 @@ def max_hops(rows: int, cols: int) -> int:
     if key not in _HOPS_CACHE:
         _HOPS_CACHE[key] = _max_hops(rows, cols)
     return _HOPS_CACHE[key]
-_PATH_CACHE: dict[tuple[int, int, int, int], int] = {}
+_PATH_CACHE: dict = {}
 _GEOMETRY: dict = {}
 
 
@@ -353,6 +353,21 @@ class DatapathParams:
 
     def direction(self, src: int, dst: int) -> int:
         return _geometry(self.rows, self.cols)[1][src][dst]
+
+    def remote_entry(self, traj: int, c: int) -> tuple[int, int]:
+        """Where a micro-slice of ``traj`` loaded on a chiplet ``c`` outside it enters the
+        trajectory (a *remote* load): the trajectory chiplet with the shortest whole path
+        (the hops to it plus its ring), ties to the lower chiplet, and that path's hops
+        (cached).  The path is never longer than ``H``: it is at most the path of the
+        trajectory ``traj | 1 << c`` loaded on ``c``, whose first leg leads to the ring
+        successor of ``c`` and whose other legs are those of ``traj`` from there."""
+        key = ("remote", self.rows, self.cols, traj, c)
+        hit = _PATH_CACHE.get(key)
+        if hit is None:
+            hit = _PATH_CACHE[key] = min(
+                (self.distance(c, j) + self.path_hops(traj, j), j)
+                for j in range(self.chiplets) if traj >> j & 1)[::-1]
+        return hit
 
     def path_hops(self, traj: int, start: int) -> int:
         key = (self.rows, self.cols, traj, start)

@@ -39,9 +39,15 @@ Per cycle (all decisions from the registered state and this cycle's inputs)
    same admission (``r`` = hops of its whole path).  With one DDR channel per chiplet
    (``ddr_channels = rows x cols``, simulator only) Rule 4 is chiplet-driven: every chiplet
    whose channel is free and that has room loads the next micro-slice of a running expert
-   covering it, and pre-loads go to any chiplet of the expert's trajectory with room.  Pre-loads (Rule 4 of
-   Algorithm 1) come after running experts and are admitted only while more than ``H + 1``
-   slots are free; their slots are *held* until the expert is dispatched.
+   covering it, else pre-loads one of an expert of its trajectory; a chiplet that has
+   neither loads for a running expert, else a pre-load, whose trajectory does not cover it
+   (a *remote* load [D]: the micro-slice enters the trajectory at the chiplet with the
+   shortest whole path, never more than ``H`` hops; ``DatapathParams.remote_entry``), as
+   Algorithm 1 pre-loads "to any idle buffer" and a die "loads weights from DDR or from
+   peer dies" (Section V).  This keeps every channel busy while any expert has micro-slices
+   to load.  Pre-loads (Rule 4 of Algorithm 1) come after running experts and are admitted
+   only while more than ``H + 1`` slots are free; their slots are *held* until the expert
+   is dispatched.
 4. **DDR delivery**: ``ddr_latency`` cycles after its issue (later while DDR is stalled).
 5. **Compute** (Rules 1-2): a chiplet whose compute unit is free starts the pending
    micro-slice received over a link (Rule 1), else a local one loaded from DDR (Rule 2),
@@ -282,8 +288,11 @@ class StreamingArray:
                     and len(self.fifos[ch]) < self.fifo_depth)
         if self.channels > 1 and not p.rule5:
             # Rule 4 with a channel per chiplet: every chiplet with room loads the next
-            # micro-slice of a running expert that covers it (round-robin over experts)
+            # micro-slice of a running expert that covers it (round-robin over experts);
+            # a chiplet that none of them covers loads for one it does not cover (a
+            # *remote* load, sent to the expert's trajectory) [D]
             extra = [0] * n
+            idle_channel = []
             for c in range(n):
                 if not channel_ok(c):
                     continue
@@ -293,11 +302,13 @@ class StreamingArray:
                     if job.valid and job.traj >> c & 1 \
                             and job.loaded + extra[j] < p.micro_slices \
                             and free2[c] > self._need(job.traj, c):
-                        issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j]))
+                        issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j], c))
                         extra[j] += 1
                         used[c] = True
                         free2[c] -= 1
                         break
+                else:
+                    idle_channel.append(c)
         else:
             for k in range(n):
                 j = (self.ddr_rr + k) % n
@@ -306,36 +317,67 @@ class StreamingArray:
                     continue
                 target = self._ddr_target(j, job, free2, channel_ok)
                 if target is not None:
-                    issues.append(("job", j, target, job.expert, job.traj, job.loaded))
+                    issues.append(("job", j, target, job.expert, job.traj, job.loaded, target))
                     used[target if self.channels > 1 else 0] = True
                     free2[target] -= 1
         if self.channels > 1:
-            # with a channel per chiplet, a pre-load goes to any idle buffer of its trajectory
-            # (Algorithm 1: "pre-load e to any idle buffer"), chiplet-driven like Rule 4
+            # with a channel per chiplet, a pre-load goes to any idle buffer (Algorithm 1:
+            # "pre-load e to any idle buffer"), chiplet-driven like Rule 4: of its trajectory
+            # first, else a remote one that reaches the trajectory within H hops
             pre_extra = [0] * len(self.pre)
             for c in range(n):
                 if not channel_ok(c) or free2[c] <= p.max_hops + 1:
                     continue
                 for k, q in enumerate(self.pre):
                     if q.valid and q.traj >> c & 1 and q.loaded + pre_extra[k] < p.micro_slices:
-                        issues.append(("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k]))
+                        issues.append(("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k], c))
                         pre_extra[k] += 1
                         used[c] = True
                         free2[c] -= 1
                         break
+            if not p.rule5 and self.admission:
+                for c in idle_channel:
+                    if not channel_ok(c):
+                        continue
+                    for k in range(n):
+                        j = (self.ddr_rr + k) % n
+                        job = self.jobs[j]
+                        if not job.valid or job.loaded + extra[j] >= p.micro_slices:
+                            continue
+                        dest, r = p.remote_entry(job.traj, c)
+                        if free2[c] > r:
+                            issues.append(("job", j, c, job.expert, job.traj,
+                                           job.loaded + extra[j], dest))
+                            extra[j] += 1
+                            used[c] = True
+                            free2[c] -= 1
+                            break
+                    else:
+                        if free2[c] <= p.max_hops + 1:
+                            continue
+                        for k, q in enumerate(self.pre):
+                            if not q.valid or q.loaded + pre_extra[k] >= p.micro_slices:
+                                continue
+                            dest, _ = p.remote_entry(q.traj, c)
+                            issues.append(("pre", k, c, q.expert, q.traj,
+                                           q.loaded + pre_extra[k], dest))
+                            pre_extra[k] += 1
+                            used[c] = True
+                            free2[c] -= 1
+                            break
         else:
             for k, q in enumerate(self.pre):
                 if q.valid and q.loaded < p.micro_slices and channel_ok(q.chiplet) \
                         and free2[q.chiplet] > p.max_hops + 1:
-                    issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded))
+                    issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded, q.chiplet))
                     used[0] = True
                     free2[q.chiplet] -= 1
         issue_out = []
-        for kind, idx, target, expert, traj, index in issues:
+        for kind, idx, target, expert, traj, index, dest in issues:
             slots = self.chips[target].slots
             slot = max(i for i, x in enumerate(slots) if not x.busy)
-            h = Header(expert, index, traj, target, bin(traj).count("1") - 1,
-                       p.path_hops(traj, target))
+            h = Header(expert, index, traj, dest, bin(traj).count("1") - 1,
+                       p.path_hops(traj, dest) + p.distance(target, dest))
             issue_out.append((target, slot, h, kind == "pre"))
 
         # 4. DDR delivery

@@ -100,6 +100,8 @@ CASES = [
     (2, 2, dict(slots=6, link_cycles=4, ddr_interval=6, ddr_latency=30, rule5=True)),
     (3, 3, dict(slots=12, micro_slices=5, preload_entries=3)),
     (2, 4, dict(slots=9, rule5=True, preload_entries=2, cycles_per_token=3)),
+    (2, 2, dict(slots=5, ddr_channels=4, ddr_interval=6, ddr_latency=9, preload_entries=2)),
+    (3, 3, dict(slots=12, micro_slices=5, ddr_channels=9, ddr_interval=9, preload_entries=3)),
 ]
 
 
@@ -118,13 +120,15 @@ def test_random_layers_conserve_and_finish(rows, cols, kw, stall):
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10**6), slots_extra=st.integers(0, 3),
        link=st.integers(1, 4), interval=st.integers(1, 4), latency=st.integers(1, 12),
-       rule5=st.booleans(), preload=st.integers(0, 3), stall=st.sampled_from([0.0, 0.4]))
+       rule5=st.booleans(), preload=st.integers(0, 3), stall=st.sampled_from([0.0, 0.4]),
+       channels=st.sampled_from([1, 4]))
 def test_property_no_loss_no_deadlock(seed, slots_extra, link, interval, latency, rule5,
-                                      preload, stall):
+                                      preload, stall, channels):
     sp = sched(2, 2, experts=8)
     p = DatapathParams.for_scheduler(sp, 2, 2, slots=4 + slots_extra, micro_slices=3,
                                      link_cycles=link, ddr_interval=interval,
-                                     ddr_latency=latency, rule5=rule5, preload_entries=preload)
+                                     ddr_latency=latency, rule5=rule5, preload_entries=preload,
+                                     ddr_channels=channels)
     rng = random.Random(seed)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(4))]
     run_layers(sp, p, rounds, rng, stall=stall)
@@ -296,3 +300,60 @@ def test_per_chiplet_channels_load_in_parallel():
         _, _, per_layer = run_layers(sp, p, [(records, [])], random.Random(1))
         cycles[ch] = per_layer[0]
     assert cycles[4] < 0.35 * cycles[1], cycles
+
+
+@pytest.mark.parametrize("rows,cols", [(2, 2), (3, 3), (2, 4)])
+def test_remote_entry_stays_within_h(rows, cols):
+    p = DatapathParams(rows=rows, cols=cols, slots=max_hops(rows, cols) + 1)
+    n = p.chiplets
+    for traj in range(1, 1 << n):
+        for c in range(n):
+            if traj >> c & 1:
+                continue
+            dest, r = p.remote_entry(traj, c)
+            assert traj >> dest & 1 and r <= p.max_hops
+            assert r == p.distance(c, dest) + p.path_hops(traj, dest)
+            assert r == min(p.distance(c, j) + p.path_hops(traj, j)
+                            for j in range(n) if traj >> j & 1)
+
+
+def test_remote_loads_share_the_channels():
+    """One expert whose tokens all sit on chiplet 3: with a channel per chiplet the other
+    three chiplets load its micro-slices too and send them to chiplet 3 (remote loads), so
+    the four channels share the loads; every micro-slice is computed once, on chiplet 3."""
+    sp = sched(2, 2, experts=8, theta_min=0)
+    m, interval = 16, 40
+    p = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=m, ddr_interval=interval,
+                                     ddr_latency=interval + 4, link_cycles=2,
+                                     cycles_per_token=1, ddr_channels=4)
+    records = [(0, 3, 5)] * 3
+    drv, arr, per_layer = run_layers(sp, p, [(records, [])], random.Random(1))
+    assert drv.check.computed == m
+    assert per_layer[0] < 0.4 * m * interval, per_layer
+    # the same layer with remote loads impossible (one channel per chiplet, only chiplet 3's
+    # serves the trajectory) is the single-channel time
+    single = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=m,
+                                          ddr_interval=interval, ddr_latency=interval + 4,
+                                          link_cycles=2, cycles_per_token=1)
+    _, _, one = run_layers(sp, single, [(records, [])], random.Random(1))
+    assert one[0] > m * interval
+
+
+def test_remote_loads_come_from_every_channel_and_compute_only_on_the_trajectory():
+    sp = sched(2, 2, experts=8, theta_min=0)
+    p = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=12, ddr_interval=30,
+                                     ddr_latency=34, link_cycles=2, cycles_per_token=1,
+                                     ddr_channels=4)
+    arr = StreamingArray(p)
+    arr.tokens[3][5] = 3
+    arr.step(StepIn(dispatch=Dispatch(DISPATCH, 5, 3, 0b1000, 3, (0, 0, 0, 0))))
+    loaders, computers = set(), set()
+    for _ in range(2000):
+        out = arr.step(StepIn())
+        loaders |= {t for t, *_ in out.ddr_issues}
+        computers |= {c for c, ev in enumerate(out.events) if ev is not None}
+        for t, _, h, _ in out.ddr_issues:
+            assert h.dest == 3 and h.r == p.distance(t, 3) <= p.max_hops
+        if out.done:
+            break
+    assert out.done and loaders == {0, 1, 2, 3} and computers == {3}
