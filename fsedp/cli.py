@@ -534,6 +534,9 @@ def build_parser() -> Parser:
     d.add_argument("--out", help="also write the report (Markdown) to this file")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_datapath)
+
+    from .cli_data import add_parsers
+    add_parsers(sub)
     return ap
 
 

@@ -41,6 +41,10 @@ import yaml
 from fsedp.errors import InputError
 from fsedp.sw.params import DatapathParams, ParamError, SchedulerParams, max_hops
 
+#: Routing of the project's MoE LM on held-out WikiText-2 test text (``scenario.trace:
+#: model``): shipped with the package, so runs need nothing from ``../shared``.
+EMBEDDED_TRACE = Path(__file__).resolve().parent / "lm" / "assets" / "routing-wikitext2-test.npz"
+
 __all__ = [
     "CONFIG_DIR",
     "ConfigError",
@@ -207,9 +211,11 @@ class ScenarioConfig:
     seed : int
         Seed of every random choice (``>= 0``).
     trace : str
-        ``"synthetic"`` for :func:`fsedp.trace.synthetic`, otherwise the path of a routing
-        trace; a relative path is relative to the run config's folder
-        (:meth:`RunConfig.trace_path`).
+        ``"synthetic"`` for :func:`fsedp.trace.synthetic`, ``"model"`` for the routing of
+        the project's MoE LM on held-out WikiText-2 (:data:`EMBEDDED_TRACE`, 16 experts,
+        top-2, 4 layers), otherwise the path of a routing trace in any format
+        :func:`fsedp.trace_io.load_any` reads; a relative path is relative to the run
+        config's folder (:meth:`RunConfig.trace_path`).
     skew : float
         Zipf-like exponent of the synthetic expert popularity (``>= 0``; 0 is uniform).
     prefill_fraction : float
@@ -341,6 +347,8 @@ class RunConfig:
         t = self.scenario.trace
         if t == "synthetic":
             return None
+        if t == "model":
+            return EMBEDDED_TRACE
         p = Path(t).expanduser()
         if not p.is_absolute() and not self.source.startswith("<"):
             p = Path(self.source).parent / p

@@ -5,7 +5,8 @@ slots.  Shared by ``fsedp run`` and the trace-driven testbenches."""
 from .config import ConfigError, RunConfig
 from .sw.cosim import Round
 from .trace import (RoutingTrace, dense_request_slots, gate_records, iteration_windows,
-                    load_flame, shard, synthetic)
+                    shard, synthetic)
+from .trace_io import load_any
 
 __all__ = ["scenario_trace", "build_rounds"]
 
@@ -15,7 +16,7 @@ def scenario_trace(cfg: RunConfig) -> RoutingTrace:
     trace with the model's experts and top-k, ``tokens_per_iteration * rounds`` tokens."""
     path = cfg.trace_path()
     if path is not None:
-        return load_flame(path)
+        return load_any(path)
     sc = cfg.scenario
     return synthetic(cfg.model.experts, cfg.model.top_k, sc.tokens_per_iteration * sc.rounds,
                      layers=1, seed=sc.seed, skew=sc.skew)

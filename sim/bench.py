@@ -1,5 +1,6 @@
 """``fsedp bench``: speed of the simulator (wall time per simulated MoE layer, golden-model
-steps per second) and how it grows with tokens and chiplets.  A benchmark, not a test: the
+steps and micro-slice events per second) and how it grows with tokens, experts and
+chiplets.  A benchmark, not a test: the
 figures go to ``docs/results.md`` with the command."""
 
 import time
@@ -21,19 +22,25 @@ def _cfg(hardware: str, tokens: int, model: str = "qwen3-30b-a3b"):
                                    "n_threshold": 4, "qos_width": 4, "t_qos_init": 0})
 
 
-def bench(points=(("chip2x2", 16), ("chip2x2", 64), ("chip2x2", 256), ("mesh4x4", 64),
-                  ("mesh4x4", 256)), layers: int = 3) -> list[dict]:
+POINTS = (("chip2x2", 16, "qwen3-30b-a3b"), ("chip2x2", 64, "qwen3-30b-a3b"),
+          ("chip2x2", 256, "qwen3-30b-a3b"), ("chip2x2", 64, "deepseek-moe-16b"),
+          ("chip2x2", 64, "phi-3.5-moe"), ("mesh4x4", 64, "qwen3-30b-a3b"),
+          ("mesh4x4", 256, "qwen3-30b-a3b"))
+
+
+def bench(points=POINTS, layers: int = 3) -> list[dict]:
     rows = []
-    for hw, tokens in points:
-        cfg = _cfg(hw, tokens)
+    for hw, tokens, model in points:
+        cfg = _cfg(hw, tokens, model)
         setup = make_setup(cfg)
         lays = iterations(cfg, 1, layers)[0]
         t0 = time.perf_counter()
-        steps = cycles = 0
+        steps = cycles = events = 0
         for lay in lays:
             r = fsedp_layer(setup, lay.records, "A3")
             cycles += r.cycles
             steps += r.steps
+            events += r.events
         fsedp_s = (time.perf_counter() - t0) / len(lays)
         t0 = time.perf_counter()
         for lay in lays:
@@ -41,7 +48,9 @@ def bench(points=(("chip2x2", 16), ("chip2x2", 64), ("chip2x2", 256), ("mesh4x4"
         ep_s = (time.perf_counter() - t0) / len(lays)
         per_iter = fsedp_s * cfg.model.layers
         rows.append({"hardware": hw, "chiplets": setup.chiplets, "tokens": tokens,
-                     "experts": setup.sp.experts, "fsedp_s_per_layer": round(fsedp_s, 3),
+                     "model": model, "experts": setup.sp.experts,
+                     "micro_slices": setup.dp.micro_slices,
+                     "events_per_s": round(events / (fsedp_s * len(lays))), "fsedp_s_per_layer": round(fsedp_s, 3),
                      "ep_s_per_layer": round(ep_s, 4),
                      "steps_per_layer": steps // len(lays),
                      "steps_per_s": round(steps / (fsedp_s * len(lays))),
@@ -51,11 +60,13 @@ def bench(points=(("chip2x2", 16), ("chip2x2", 64), ("chip2x2", 256), ("mesh4x4"
 
 
 def format_bench(rows) -> str:
-    out = ["| hardware | tokens | FSE-DP A3 s/layer | EP s/layer | golden steps/layer | steps/s "
-           "| simulated cycles/layer | 100 iterations x 48 layers, projected |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| hardware | model (experts, M) | tokens | FSE-DP A3 s/layer | EP s/layer | golden steps/layer "
+           "| steps/s | micro-slice events/s | simulated cycles/layer | 100 iterations, projected |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['hardware']} | {r['tokens']} | {r['fsedp_s_per_layer']} | "
+        out.append(f"| {r['hardware']} | {r['model']} ({r['experts']}, {r['micro_slices']}) | "
+                   f"{r['tokens']} | {r['fsedp_s_per_layer']} | "
                    f"{r['ep_s_per_layer']} | {r['steps_per_layer']} | {r['steps_per_s']} | "
+                   f"{r['events_per_s']} | "
                    f"{r['simulated_cycles_per_layer']} | {r['projected_100_iterations_s']} s |")
     return "\n".join(out)

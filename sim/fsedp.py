@@ -79,7 +79,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
     busy = [0] * n
     peak = [0] * n
     timeline = [(0, 0)]
-    loads = transfers = decisions = 0
+    loads = transfers = decisions = computations = 0
     ddr_per = [0] * n
     script, made = [], []
     activity = []
@@ -97,6 +97,7 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
             made.append([beat.kind, beat.expert, beat.entry, beat.traj])
         for c, ev in enumerate(out.events):
             if ev is not None:
+                computations += 1
                 dur = max(1, arr.tokens[c][ev[0]]) * dp.cycles_per_token
                 busy[c] += dur
                 if trace:
@@ -139,4 +140,5 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
         decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per,
-        script=script, beats=made, steps=steps, defer=plan.defer, activity=activity)
+        script=script, beats=made, steps=steps, defer=plan.defer, activity=activity,
+        events=loads + transfers + computations)

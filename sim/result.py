@@ -32,6 +32,7 @@ class LayerResult:
     script: list = field(default_factory=list)    # FSE-DP: completion masks, in order
     beats: list = field(default_factory=list)     # FSE-DP: [kind, expert, entry, traj] decisions
     steps: int = 0                                # golden-model steps simulated
+    events: int = 0                               # micro-slice DDR loads, D2D transfers, computations
     defer: int = 0                                # requests deferred by Algorithm 2
     activity: list = field(default_factory=list)  # (chiplet, kind, start, end) when traced
 

@@ -6,7 +6,8 @@ import numpy as np
 
 from ..config import ConfigError, RunConfig
 from ..trace import (dense_request_slots, gate_records, iteration_windows,
-                     load_flame, shard, synthetic)
+                     shard, synthetic)
+from ..trace_io import load_any
 
 __all__ = ["Layer", "iterations"]
 
@@ -50,7 +51,7 @@ def iterations(cfg: RunConfig, count: int, layers: int | None = None) -> list[li
         trace = synthetic(m.experts, m.top_k, tokens * count, layers=layers, seed=sc.seed,
                           skew=sc.skew, requests=per_iter * count)
     else:
-        trace = load_flame(path)
+        trace = load_any(path)
         if trace.num_experts > m.experts:
             raise ConfigError(cfg.source, "scenario.trace",
                               f"trace {trace.name} routes to {trace.num_experts} experts but "

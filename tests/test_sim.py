@@ -132,3 +132,14 @@ def test_parallel_run_equals_sequential():
     for s in ("EP", "A2", "A3"):
         assert [(r.cycles, r.busy, r.ddr_bytes) for r in seq["results"][s]] == \
             [(r.cycles, r.busy, r.ddr_bytes) for r in par["results"][s]]
+
+
+def test_bench_rows_are_consistent():
+    from fsedp.sim.bench import bench, format_bench
+
+    rows = bench(points=(("chip2x2", 16, "qwen3-30b-a3b"),), layers=1)
+    r = rows[0]
+    assert r["experts"] == 128 and r["micro_slices"] == 8 and r["steps_per_layer"] > 0
+    # every active expert's micro-slices are loaded and computed at least once
+    assert r["events_per_s"] * r["fsedp_s_per_layer"] >= 2 * 8 * 10
+    assert "qwen3-30b-a3b (128, 8)" in format_bench(rows)

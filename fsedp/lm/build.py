@@ -1,0 +1,103 @@
+"""``fsedp lm train`` / ``fsedp lm eval``: the reproducible build of the committed model and
+its measurement (held-out WikiText-2 test perplexity against the n-gram baselines)."""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from ..files import atomic_path
+from .baselines import bigram_perplexity, unigram_perplexity
+from .config import LMConfig
+from .model import MoELM
+from .text import (ASSETS, TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer,
+                   read_text, train_tokenizer)
+
+__all__ = ["train_command", "evaluate"]
+
+
+def _need_data(root: Path, rel: str) -> Path:
+    p = root / rel
+    if not p.exists():
+        raise InputError(p, "<file>", "missing: the training text is read from the shared data "
+                         "folder (set FSEDP_DATA or check ../shared/data)")
+    return p
+
+
+def train_stream(tok, root: Path) -> np.ndarray:
+    eot = tok.token_to_id("<|endoftext|>")
+    parts = []
+    for rel in TRAIN_FILES:
+        parts.append(encode_file(tok, _need_data(root, rel)))
+        parts.append(np.asarray([eot], dtype=np.int32))
+    return np.concatenate(parts)
+
+
+def train_command(out: Path, cfg: LMConfig, tc, log=print) -> dict:
+    from .train import train
+
+    root = data_dir()
+    t0 = time.time()
+    tok = train_tokenizer([read_text(_need_data(root, r)) for r in TRAIN_FILES], cfg.vocab)
+    ids = train_stream(tok, root)
+    log(f"tokenizer: {tok.get_vocab_size()} entries; training stream {len(ids)} tokens "
+        f"({time.time() - t0:.0f} s)")
+    weights, history = train(cfg, tc, ids, log=log)
+    model = MoELM(cfg, weights)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save(out / "moe_lm.npz")
+    with atomic_path(out / "tokenizer.json") as tmp:
+        tok.save(str(tmp))
+    info = {"config": cfg.as_dict(), "train": tc.as_dict(), "history": history,
+            "train_tokens": int(len(ids)), "seconds": round(time.time() - t0, 1)}
+    with atomic_path(out / "training.json") as tmp:
+        tmp.write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def evaluate(weights=None, tokenizer=None, max_tokens: int | None = None) -> dict:
+    """Held-out WikiText-2 test perplexity of the model (fp16 weights as committed) and of
+    the unigram and bigram baselines estimated on the training stream."""
+    root = data_dir()
+    tok = load_tokenizer(tokenizer)
+    model = MoELM.load(weights)
+    test = encode_file(tok, _need_data(root, TEST_FILE))
+    if max_tokens:
+        test = test[:max_tokens + 1]
+    train = train_stream(tok, root)
+    t0 = time.time()
+    ppl = model.perplexity(test)
+    return {"tokens": int(len(test) - 1), "moe_lm": round(ppl, 3),
+            "unigram": round(unigram_perplexity(train, test, model.cfg.vocab), 3),
+            "bigram": round(bigram_perplexity(train, test, model.cfg.vocab), 3),
+            "eval_seconds": round(time.time() - t0, 1), "parameters": model.parameters}
+
+
+def record_routing(max_tokens: int = 8192, weights=None, tokenizer=None):
+    """The model's routing on the first ``max_tokens`` held-out WikiText-2 test tokens,
+    windows of ``context`` tokens as requests (probabilities of the chosen experts from
+    the router's softmax over all experts)."""
+    from ..trace import RoutingTrace
+
+    root = data_dir()
+    tok = load_tokenizer(tokenizer)
+    model = MoELM.load(weights)
+    n = model.cfg.context
+    test = encode_file(tok, _need_data(root, TEST_FILE))
+    windows = min(max_tokens // n, len(test) // n)
+    ids = test[:windows * n].reshape(windows, n)
+    experts, scores = [], []
+    for s in range(0, windows, 16):
+        from .model import Routing
+
+        rec = Routing()
+        model.forward(ids[s:s + 16], routing=rec)
+        experts.append(np.stack(rec.ids, 1))
+        scores.append(np.stack([np.take_along_axis(p, i, 1) for p, i in zip(rec.probs, rec.ids)], 1))
+    flat = windows * n
+    return RoutingTrace(experts=np.concatenate(experts), scores=np.concatenate(scores),
+                        token_ids=ids.reshape(-1), request=np.arange(flat) // n,
+                        position=np.arange(flat) % n, num_experts=model.cfg.experts,
+                        name="moe-lm:wikitext-2-test")

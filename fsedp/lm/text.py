@@ -1,0 +1,75 @@
+"""Corpora and the tokenizer of the project's MoE LM.
+
+The tokenizer is a byte-level BPE (Hugging Face ``tokenizers``) trained on the training
+text only.  Corpora are read from ``../shared/data/text`` by default (``FSEDP_DATA`` names
+another data folder): WikiText-2 validation and the C4 sample to train on, WikiText-2 test
+held out.  WikiText-2's training split is not in the shared folder.
+"""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = ["data_dir", "TRAIN_FILES", "TEST_FILE", "read_text", "train_tokenizer",
+           "load_tokenizer", "encode_file", "ASSETS"]
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+TRAIN_FILES = ("text/wikitext-2-valid.tokens", "text/c4-sample.txt")
+TEST_FILE = "text/wikitext-2-test.tokens"
+
+
+def data_dir() -> Path:
+    """The shared data folder: ``$FSEDP_DATA`` or ``../shared/data`` of the repository."""
+    env = os.environ.get("FSEDP_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def read_text(path) -> str:
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "<file>", "no such file") from None
+    except UnicodeDecodeError as e:
+        raise InputError(path, "<file>", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise InputError(path, "<file>", e.strerror or str(e)) from None
+
+
+def train_tokenizer(texts: list[str], vocab: int):
+    """Byte-level BPE with ``vocab`` entries (one special token, ``<|endoftext|>`` = 0)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def load_tokenizer(path=None):
+    from tokenizers import Tokenizer
+
+    path = Path(path) if path is not None else ASSETS / "tokenizer.json"
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:                       # tokenizers raises a bare Exception
+        raise InputError(path, "<file>", f"not a tokenizer file ({e})") from None
+
+
+def encode_file(tok, path, chunk_lines: int = 2000) -> np.ndarray:
+    """Token ids of a text file (lines encoded in batches, joined as they are)."""
+    lines = read_text(path).splitlines(keepends=True)
+    out = []
+    for i in range(0, len(lines), chunk_lines):
+        for enc in tok.encode_batch(["".join(lines[i:i + chunk_lines])]):
+            out.extend(enc.ids)
+    return np.asarray(out, dtype=np.int32)
