@@ -14,16 +14,20 @@ class UsageError(InputError):
         super().__init__("<command line>", field, reason)
 
 
-def _positive(name):
+def _int_at_least(name, low):
     def conv(text):
         try:
             v = int(text)
         except ValueError:
             raise UsageError(name, f"must be an integer, not {text!r}") from None
-        if v < 1:
-            raise UsageError(name, f"must be at least 1, not {v}")
+        if v < low:
+            raise UsageError(name, f"must be at least {low}, not {v}")
         return v
     return conv
+
+
+def _positive(name):
+    return _int_at_least(name, 1)
 
 
 def _float(name, lo=None, hi=None):
@@ -155,8 +159,198 @@ def cmd_lm_trace(args):
     return 0
 
 
+# -- fsedp offload ------------------------------------------------------------------------
+def _offload_config(args):
+    from .offload_eval import OffloadConfig
+    from .sw.buddy import BuddyConfig
+
+    try:
+        bc = BuddyConfig(alpha=args.alpha, k_max=args.k_max, weighted=args.weighted, eps=args.eps,
+                         warmup=args.warmup, warmup_weight=args.warmup_weight, tau=args.tau,
+                         tau_pct=args.tau_pct, temperature=args.temperature, gamma=args.gamma,
+                         beta=args.beta,
+                         budget_bytes=args.budget_mb * 1e6 if args.budget_mb is not None else None,
+                         eta=args.eta, kappa=args.kappa, diversity=args.diversity,
+                         unique=not args.allow_reuse, search=args.search, rho=args.rho)
+    except ValueError as e:
+        name, _, why = str(e).partition(":")
+        raise UsageError(f"--{name.replace('_', '-')}", why.strip()) from None
+    return OffloadConfig(policy=args.policy, cache_rate=args.cache_rate, prefetch=args.prefetch,
+                         prefetch_count=args.prefetch_count, link=args.link,
+                         bandwidth_gbs=args.bandwidth, latency_us=args.latency_us,
+                         scale_to=args.scale_to, flops=args.tflops * 1e12,
+                         overhead_us=args.overhead_us, batch=args.batch, seed=args.seed,
+                         sub_experts=args.sub_experts, active=args.active, buddy=bc)
+
+
+def cmd_offload(args):
+    import dataclasses
+    import time
+
+    from .files import atomic_path
+    from .offload_eval import (bench_substitution, buddy_grid, format_buddy, format_prism,
+                               lm_data, plot_tradeoff, prism_grid, run_lm, run_trace)
+
+    cfg = _offload_config(args)
+    t0 = time.time()
+    if args.bench_substitution:
+        r = bench_substitution()
+        print(json.dumps(r) if args.json else
+              f"Algorithm 1 on {r['tokens']} tokens, top-{r['top_k']} of {r['experts']}, "
+              f"{r['substitutions']} substitutions: loop {r['loop_per_s']}/s, vectorised "
+              f"{r['vectorized_per_s']}/s ({r['speedup']}x)")
+        return 0
+    if args.trace:
+        from .config import EMBEDDED_TRACE
+        trace = _load(EMBEDDED_TRACE if args.trace == "model" else args.trace)
+        rows = []
+        for c in args.cache_rates or [cfg.cache_rate]:
+            for pf in (args.prefetches or [cfg.prefetch]):
+                rows.append(run_trace(trace, dataclasses.replace(cfg, cache_rate=c, prefetch=pf)))
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        print(f"routing-only offload on {trace.name} (fetch on demand, steps of {cfg.batch} "
+              f"tokens, {cfg.link} link, sizes of {cfg.scale_to}):\n")
+        print("| cache rate | prefetcher | hit rate | resident hit rate | prefetch accuracy | "
+              "on-demand fetches | MB moved | stall s | tokens/s |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['cache_rate']} | {r['prefetch']} | {r['hit_rate']} | {r['resident_hit_rate']} | "
+                  f"{r['prefetch_accuracy']} | {r['demand_fetches']} | {r['bytes_moved_mb']} | "
+                  f"{r['stall_s']} | {r['tokens_per_s']} |")
+        return 0
+    model, test, prof = lm_data(args.max_tokens)
+    if args.grid:
+        say = (lambda r: print(json.dumps(r), file=sys.stderr, flush=True)) if args.verbose else None
+        buddy = buddy_grid(model, test, prof, cfg, progress=say)
+        prism = prism_grid(model, test, prof, cfg, progress=say)
+        text = (f"Offload grid (`fsedp offload --grid --max-tokens {args.max_tokens}`, "
+                f"{time.time() - t0:.0f} s, {len(test) - 1} held-out tokens)\n\n"
+                "## BuddyMoE (Tables 2-4)\n" + format_buddy(buddy)
+                + "\n\n## MoE-Prism offloading against monolithic experts\n\n" + format_prism(prism) + "\n")
+        if args.out:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            with atomic_path(out / "offload.md") as tmp:
+                tmp.write_text(text)
+            with atomic_path(out / "offload.json") as tmp:
+                tmp.write_text(json.dumps({"buddy": buddy, "prism": prism}, indent=1) + "\n")
+            with atomic_path(out / "tradeoff.png") as tmp:
+                plot_tradeoff(buddy, prism, tmp)
+        print(json.dumps({"buddy": buddy, "prism": prism}) if args.json else text)
+        return 0
+    r = run_lm(model, test, prof, cfg)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print(f"{cfg.policy} at cache rate {cfg.cache_rate} on {len(test) - 1} held-out tokens: "
+              f"perplexity {r['perplexity']}, {r['tokens_per_s']} tokens/s (modelled), hit rate "
+              f"{r['hit_rate']}, {r['demand_fetches']} on-demand fetches, {r['prefetches']} "
+              f"prefetches (accuracy {r['prefetch_accuracy']}), {r['substituted']} substituted, "
+              f"{r['dropped']} dropped, {r['bytes_moved_mb']} MB moved, stall {r['stall_s']} s"
+              + (f"; gates {r['gates']}" if "gates" in r else ""))
+    return 0
+
+
+def _rate_list(text):
+    try:
+        v = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError("--cache-rates", f"must be comma-separated numbers, not {text!r}") from None
+    if not all(0 <= x <= 1 for x in v):
+        raise UsageError("--cache-rates", f"must be in [0, 1], not {text!r}")
+    return v
+
+
+def _opt_float(name, lo=None, hi=None):
+    conv = _float(name, lo, hi)
+    return lambda text: None if text.lower() == "none" else conv(text)
+
+
+def add_offload_parser(sub):
+    from .offload_eval import POLICIES, PREFETCHERS
+    from .sw.offload import LINKS
+
+    o = sub.add_parser("offload", help="offload policies (on demand, drop, random, BuddyMoE, "
+                       "MoE-Prism) on the project's MoE LM, or routing-only on a trace",
+                       description="Run an offload policy on the project's MoE LM over held-out "
+                       "WikiText-2 (perplexity, modelled tokens/s) or, with --trace, the "
+                       "routing-only figures of fetching on demand. See docs/offload.md.")
+    g = o.add_argument_group("run")
+    g.add_argument("--policy", choices=POLICIES, default="demand", help="miss policy (default demand)")
+    g.add_argument("--cache-rate", type=_float("--cache-rate", 0.0, 1.0), default=0.5,
+                   help="resident share of each layer's experts c (default 0.5)")
+    g.add_argument("--prefetch", choices=PREFETCHERS, default="transition",
+                   help="prefetcher (default transition: previous layer)")
+    g.add_argument("--prefetch-count", type=_positive("--prefetch-count"), default=None,
+                   help="units prefetched per layer and step (default: cache capacity / 4)")
+    g.add_argument("--batch", type=_positive("--batch"), default=16, help="tokens per step (default 16)")
+    g.add_argument("--max-tokens", type=_positive("--max-tokens"), default=16384,
+                   help="held-out test tokens evaluated (default 16384)")
+    g.add_argument("--seed", type=int, default=0, help="seed of random substitution (default 0)")
+    g.add_argument("--trace", default=None, help="routing-only mode on a trace file ('model': the embedded trace)")
+    g.add_argument("--cache-rates", type=_rate_list, default=None, help="routing-only: several cache rates")
+    g.add_argument("--prefetches", type=lambda t: t.split(","), default=None,
+                   help="routing-only: several prefetchers, comma-separated")
+    g.add_argument("--grid", action="store_true", help="the BuddyMoE and MoE-Prism tables at c = 0.375, 0.5, 0.75")
+    g.add_argument("--out", default=None, help="with --grid: folder for offload.md, offload.json, tradeoff.png")
+    g.add_argument("--bench-substitution", action="store_true",
+                   help="substitutions per second: vectorised Algorithm 1 against the plain loop")
+    g.add_argument("--json", action="store_true")
+    g.add_argument("--verbose", action="store_true", help="print each grid row as it is done")
+    h = o.add_argument_group("cost model")
+    h.add_argument("--link", choices=sorted(LINKS), default="pcie4",
+                   help="pcie4: 25 GB/s, 10 us; ddr-chip: 102.4 GB/s, 0.1 us (default pcie4)")
+    h.add_argument("--bandwidth", type=_float("--bandwidth", 1e-9), default=None, help="GB/s (default: the link's)")
+    h.add_argument("--latency-us", type=_float("--latency-us", 0.0), default=None, help="per transfer (default: the link's)")
+    h.add_argument("--scale-to", default="deepseek-v2-lite",
+                   help="model config whose expert size and FLOPs are modelled (default deepseek-v2-lite)")
+    h.add_argument("--tflops", type=_float("--tflops", 1e-9), default=50.0, help="compute rate (default 50)")
+    h.add_argument("--overhead-us", type=_float("--overhead-us", 0.0), default=5.0,
+                   help="launch overhead per expert and step (default 5)")
+    b = o.add_argument_group("BuddyMoE (Section 3)")
+    b.add_argument("--alpha", type=_float("--alpha", 1e-9, 1.0), default=0.95, help="CFT coverage (default 0.95)")
+    b.add_argument("--k-max", type=_positive("--k-max"), default=16, help="longest buddy list (default 16)")
+    b.add_argument("--weighted", action="store_true", help="probability-weighted co-activation counts (default: binary)")
+    b.add_argument("--eps", type=_float("--eps", 0.0), default=1e-3, help="Laplace smoothing (default 1e-3)")
+    b.add_argument("--warmup", type=int, default=0, help="profiling tokens down-weighted (default 0)")
+    b.add_argument("--warmup-weight", type=_float("--warmup-weight", 0.0, 1.0), default=0.5,
+                   help="their weight (default 0.5)")
+    b.add_argument("--tau", type=_opt_float("--tau", 0.0, 1.0), default=None,
+                   help="TAE threshold (default none: the --tau-pct percentile per layer)")
+    b.add_argument("--tau-pct", type=_float("--tau-pct", 0.0, 100.0), default=15.0,
+                   help="percentile of the layer's TAE used as tau (default 15)")
+    b.add_argument("--temperature", type=_float("--temperature", 1e-9), default=1.0, help="TAE temperature (default 1)")
+    b.add_argument("--gamma", type=_opt_float("--gamma", 0.0, 1.0), default=None,
+                   help="probability-margin gate (default none: off)")
+    b.add_argument("--beta", type=_opt_float("--beta", 0.0, 1.0), default=None,
+                   help="residency gate: no substitution when this share of requested experts is off chip (default none: off)")
+    b.add_argument("--budget-mb", type=_opt_float("--budget-mb", 0.0), default=None,
+                   help="per-step transfer budget: substitute only beyond it (default none)")
+    b.add_argument("--eta", type=_float("--eta", 0.0), default=0.0, help="local router compatibility (default 0)")
+    b.add_argument("--kappa", type=_float("--kappa", 0.0, 1.0), default=0.0, help="cross-link penalty (default 0)")
+    b.add_argument("--diversity", type=_float("--diversity", 0.0, 1.0), default=0.5,
+                   help="score factor per earlier use of a buddy by the token (default 0.5)")
+    b.add_argument("--allow-reuse", action="store_true", help="allow a buddy the token already uses (default: Algorithm 1 forbids it)")
+    b.add_argument("--search", type=_positive("--search"), default=16, help="H: buddies searched (default 16)")
+    b.add_argument("--rho", type=lambda t: None if t.lower() == "none" else _nonneg("--rho")(t), default=None,
+                   help="replacement budget per token (default none: unlimited)")
+    p = o.add_argument_group("MoE-Prism")
+    p.add_argument("--sub-experts", type=_positive("--sub-experts"), default=4,
+                   help="sub-experts per expert, contiguous neuron groups (default 4)")
+    p.add_argument("--active", type=_positive("--active"), default=4,
+                   help="sub-experts run per chosen expert, the largest activation norms (default 4)")
+    o.set_defaults(func=cmd_offload)
+
+
+def _nonneg(name):
+    return _int_at_least(name, 0)
+
+
 def add_parsers(sub):
     from .trace_io import FORMATS
+
+    add_offload_parser(sub)
 
     tr = sub.add_parser("trace", help="routing traces: convert, record, statistics, synthesis")
     tsub = tr.add_subparsers(dest="trace_cmd", required=True, parser_class=type(tr))

@@ -18,6 +18,9 @@ def atomic_path(path, suffix: str = ""):
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix,
                                dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)          # mkstemp makes 0600; a written file is a normal one
     try:
         yield Path(tmp)
         os.replace(tmp, path)

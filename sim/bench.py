@@ -6,7 +6,7 @@ figures go to ``docs/results.md`` with the command."""
 import time
 
 from ..config import CONFIG_DIR, _read_yaml
-from .sweep import sweep_config
+from .sweep import microslices_for, sweep_config
 from .fsedp import fsedp_layer
 from .baselines import ep_home, ep_layer
 from .setup import make_setup
@@ -17,7 +17,9 @@ __all__ = ["bench"]
 
 def _cfg(hardware: str, tokens: int, model: str = "qwen3-30b-a3b"):
     hw = _read_yaml(CONFIG_DIR / "hardware" / f"{hardware}.yaml")
-    return sweep_config(hw, model, tokens, 1, f"<bench {hardware} {tokens}>",
+    m = microslices_for(_read_yaml(CONFIG_DIR / "models" / f"{model}.yaml"), hw)
+    return sweep_config({**hw, "microslices_per_expert": m}, model, tokens, 1,
+                        f"<bench {hardware} {model} {tokens}>",
                         scheduler={"count_width": 11, "requests": 16, "theta_min": 2,
                                    "n_threshold": 4, "qos_width": 4, "t_qos_init": 0})
 

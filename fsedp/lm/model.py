@@ -48,15 +48,20 @@ class Hooks:
     ``weights [N, k]`` (renormalised), and the vocabulary ids ``tokens [N]``; it returns the
     experts and weights to use (a weight of 0 drops that expert for that token).
     ``neurons`` returns, for expert ``expert`` of ``layer`` applied to ``rows`` (indices into
-    the ``N`` tokens), a 0/1 mask over its ``d_ffn`` neurons (shape ``[F]`` or
-    ``[len(rows), F]``) or ``None`` for all neurons.
+    the ``N`` tokens) with intermediate activations ``act [len(rows), F]`` (the SwiGLU
+    product before the down projection), a 0/1 mask over its ``d_ffn`` neurons (shape
+    ``[F]`` or ``[len(rows), F]``) or ``None`` for all neurons.  ``after_layer`` is called
+    when the layer's MoE output is complete.
     """
 
     def route(self, layer: int, probs, ids, weights, tokens):
         return ids, weights
 
-    def neurons(self, layer: int, expert: int, rows):
+    def neurons(self, layer: int, expert: int, rows, act):
         return None
+
+    def after_layer(self, layer: int):
+        pass
 
 
 @dataclass
@@ -183,13 +188,20 @@ class MoELM:
         p = np.take_along_axis(probs, top, axis=-1)
         return probs, top, p / p.sum(axis=-1, keepdims=True)
 
-    def expert(self, layer: int, e: int, h, mask=None, prefix: str = ""):
-        """SwiGLU expert ``e`` of ``layer`` on rows ``h [n, d]`` (``mask`` over neurons)."""
+    def activations(self, layer: int, e: int, h, prefix: str = ""):
+        """Intermediate activations ``silu(h W1) * (h W3)`` of expert ``e`` on rows ``h``."""
         w = self.w
-        a = _silu(h @ w[f"l{layer}.{prefix}w1"][e]) * (h @ w[f"l{layer}.{prefix}w3"][e])
+        return _silu(h @ w[f"l{layer}.{prefix}w1"][e]) * (h @ w[f"l{layer}.{prefix}w3"][e])
+
+    def expert(self, layer: int, e: int, h, mask=None, prefix: str = "", hook=None, rows=None):
+        """SwiGLU expert ``e`` of ``layer`` on rows ``h [n, d]`` (``mask`` over neurons, or
+        the mask ``hook.neurons`` returns)."""
+        a = self.activations(layer, e, h, prefix)
+        if hook is not None:
+            mask = hook.neurons(layer, e, rows, a)
         if mask is not None:
             a = a * mask
-        return a @ w[f"l{layer}.{prefix}w2"][e]
+        return a @ self.w[f"l{layer}.{prefix}w2"][e]
 
     def moe(self, layer: int, h, tokens, hooks=None, routing=None):
         probs, ids, weights = self.route(layer, h)
@@ -205,10 +217,12 @@ class MoELM:
             rows, slot = np.nonzero((ids == e) & (weights != 0))
             if not len(rows):
                 continue
-            mask = hooks.neurons(layer, int(e), rows) if hooks is not None else None
-            out[rows] += weights[rows, slot, None] * self.expert(layer, int(e), h[rows], mask)
+            out[rows] += weights[rows, slot, None] * self.expert(layer, int(e), h[rows],
+                                                                 hook=hooks, rows=rows)
         for s in range(self.cfg.shared_experts):
             out += self.expert(layer, s, h, prefix="s_")
+        if hooks is not None:
+            hooks.after_layer(layer)
         return out
 
     # -- evaluation ---------------------------------------------------------------------
