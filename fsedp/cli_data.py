@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .errors import InputError
 
 __all__ = ["add_parsers"]
@@ -219,7 +221,7 @@ def cmd_offload(args):
                   f"{r['prefetch_accuracy']} | {r['demand_fetches']} | {r['bytes_moved_mb']} | "
                   f"{r['stall_s']} | {r['tokens_per_s']} |")
         return 0
-    model, test, prof = lm_data(args.max_tokens)
+    model, test, prof = lm_data(args.max_tokens, weights=args.model)
     if args.grid:
         say = (lambda r: print(json.dumps(r), file=sys.stderr, flush=True)) if args.verbose else None
         buddy = buddy_grid(model, test, prof, cfg, progress=say)
@@ -340,6 +342,9 @@ def add_offload_parser(sub):
                    help="sub-experts per expert, contiguous neuron groups (default 4)")
     p.add_argument("--active", type=_positive("--active"), default=4,
                    help="sub-experts run per chosen expert, the largest activation norms (default 4)")
+    p.add_argument("--model", default=None,
+                   help="weights (default: the committed model); a `fsedp prism refactor` output makes "
+                        "the sub-experts its annealed partition instead of the contiguous split")
     o.set_defaults(func=cmd_offload)
 
 
@@ -347,10 +352,124 @@ def _nonneg(name):
     return _int_at_least(name, 0)
 
 
+# -- fsedp prism --------------------------------------------------------------------------
+def cmd_prism_refactor(args):
+    import time
+
+    from .lm.model import MoELM
+    from .offload_eval import lm_data
+    from .prism_eval import refactor_model
+
+    if args.out and not args.out.endswith(".npz"):
+        raise UsageError("--out", f"the refactored model is an .npz file, not {args.out!r}")
+    if args.objective_k >= args.sub_experts:
+        raise UsageError("--objective-k", f"must be below --sub-experts = {args.sub_experts}, not {args.objective_k}")
+    t0 = time.time()
+    model, _, prof = lm_data(1, args.profile_tokens)
+    if args.model:
+        model = MoELM.load(args.model)
+    if model.cfg.d_ffn % args.sub_experts:
+        raise UsageError("--sub-experts", f"{model.cfg.d_ffn} neurons do not split into {args.sub_experts}")
+    ref, part, report, _ = refactor_model(model, prof, S=args.sub_experts, K=args.objective_k,
+                                          g=args.gates, top_p=args.top_p, t0=args.t0,
+                                          cooling=args.cooling, iters=args.iters, seed=args.seed)
+    ref.save(args.out)
+    c = np.array([r["cost"] for r in report])
+    print(f"{args.out}: {len(report)} experts refactored into {args.sub_experts} sub-experts "
+          f"({time.time() - t0:.0f} s); objective (sum of the {args.sub_experts - args.objective_k} "
+          f"smallest sub-expert norms) contiguous {c[:, 0].sum():.1f}, greedy {c[:, 1].sum():.1f}, "
+          f"annealed {c[:, 2].sum():.1f} ({(1 - c[:, 2].sum() / c[:, 0].sum()) * 100:.1f} % below contiguous)")
+    return 0
+
+
+def cmd_prism_curve(args):
+    import time
+
+    from .files import atomic_path
+    from .lm.model import MoELM
+    from .offload_eval import lm_data
+    from .prism_eval import operating_points, plot_curve, quality_curve, refactor_model
+    from .sw.prism import profile_activations, refactor
+
+    t0 = time.time()
+    model, test, prof = lm_data(args.max_tokens, args.profile_tokens)
+    if args.refactored:
+        ref = MoELM.load(args.refactored)
+        from .sw.prism import Partition
+        if Partition.of(ref) is None:
+            raise UsageError("--refactored", f"{args.refactored} holds no MoE-Prism partition (prism.gates)")
+        S = Partition.of(ref).S
+    else:
+        S = args.sub_experts
+        ref, _, _, _ = refactor_model(model, prof, S=S, iters=args.iters)
+    naive, _, _ = refactor(model, profile_activations(model, prof, 2048), S=S, contiguous=True)
+    say = (lambda K, row: print(f"K = {K}: {row}", file=sys.stderr, flush=True)) if args.verbose else None
+    curve = quality_curve(model, ref, naive, test, say)
+    ops = [operating_points(curve, s) for s in args.stable]
+    lines = [f"MoE-Prism quality curve (`fsedp prism curve --max-tokens {args.max_tokens}`, "
+             f"{time.time() - t0:.0f} s, {len(test) - 1} held-out tokens; full model {curve['full']})", "",
+             "| active sub-experts K | original | contiguous split, proxy | refactored, proxy | refactored, oracle |",
+             "|---:|---:|---:|---:|---:|"]
+    for K in range(1, model.cfg.top_k * S + 1):
+        lines.append(f"| {K} | {curve['original'].get(K, '-')} | {curve['contiguous'][K]} | "
+                     f"{curve['refactored'][K]} | {curve['refactored_oracle'][K]} |")
+    lines += ["", "| stable within | original points | refactored points | ratio |", "|---:|---|---|---:|"]
+    for o in ops:
+        lines.append(f"| {o['stable']}x ({o['limit']}) | {o['original']} | {o['refactored']} | {o['ratio']} |")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / "curve.md") as tmp:
+            tmp.write_text(text)
+        with atomic_path(out / "curve.json") as tmp:
+            tmp.write_text(json.dumps({"curve": curve, "operating_points": ops}, indent=1) + "\n")
+        with atomic_path(out / "curve.png") as tmp:
+            plot_curve(curve, tmp)
+    print(json.dumps({"curve": curve, "operating_points": ops}) if args.json else text)
+    return 0
+
+
+def add_prism_parser(sub):
+    pr = sub.add_parser("prism", help="MoE-Prism: refactor the MoE LM into sub-experts, quality curve")
+    psub = pr.add_subparsers(dest="prism_cmd", required=True, parser_class=type(pr))
+    r = psub.add_parser("refactor", help="partition every expert's neurons into sub-experts "
+                        "(greedy + simulated annealing) and pick gate neurons")
+    r.add_argument("--out", required=True, help="refactored model (.npz)")
+    r.add_argument("--model", default=None, help="weights to refactor (default: the committed model)")
+    r.add_argument("--sub-experts", type=_positive("--sub-experts"), default=4, help="S (default 4)")
+    r.add_argument("--objective-k", type=_positive("--objective-k"), default=2,
+                   help="sub-experts kept in the objective (default 2)")
+    r.add_argument("--gates", type=_positive("--gates"), default=4, help="gate neurons per sub-expert (default 4)")
+    r.add_argument("--top-p", type=_float("--top-p", 1e-6, 1.0), default=0.1,
+                   help="share of a token's neurons counted active for co-activation (default 0.1)")
+    r.add_argument("--t0", type=_float("--t0", 0.0), default=0.01,
+                   help="initial annealing temperature, relative to the initial cost (default 0.01)")
+    r.add_argument("--cooling", type=_float("--cooling", 1e-6, 1.0), default=0.999, help="per proposal (default 0.999)")
+    r.add_argument("--iters", type=_int_at_least("--iters", 0), default=3000, help="proposals per expert (default 3000)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--profile-tokens", type=_positive("--profile-tokens"), default=16384,
+                   help="calibration tokens from WikiText-2 validation (default 16384)")
+    r.set_defaults(func=cmd_prism_refactor)
+    c = psub.add_parser("curve", help="perplexity against active sub-experts; operating points")
+    c.add_argument("--refactored", default=None, help="a refactored model (default: refactor now)")
+    c.add_argument("--sub-experts", type=_positive("--sub-experts"), default=4, help="S when refactoring now (default 4)")
+    c.add_argument("--iters", type=_int_at_least("--iters", 0), default=3000, help="annealing proposals when refactoring now")
+    c.add_argument("--max-tokens", type=_positive("--max-tokens"), default=8192, help="held-out test tokens (default 8192)")
+    c.add_argument("--profile-tokens", type=_positive("--profile-tokens"), default=16384)
+    c.add_argument("--stable", type=lambda t: [float(x) for x in t.split(",")], default=[1.5, 2.0],
+                   help="perplexity ratios to the full model that count as stable (default 1.5,2.0)")
+    c.add_argument("--out", default=None, help="folder for curve.md, curve.json, curve.png")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--verbose", action="store_true")
+    c.set_defaults(func=cmd_prism_curve)
+
+
 def add_parsers(sub):
     from .trace_io import FORMATS
 
     add_offload_parser(sub)
+    add_prism_parser(sub)
 
     tr = sub.add_parser("trace", help="routing traces: convert, record, statistics, synthesis")
     tsub = tr.add_subparsers(dest="trace_cmd", required=True, parser_class=type(tr))

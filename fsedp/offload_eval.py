@@ -254,7 +254,7 @@ BUDDY_SETTINGS = (
 CACHE_RATES = (0.375, 0.5, 0.75)
 
 
-def lm_data(max_tokens: int | None, profile_tokens: int = 16384):
+def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None):
     """The committed model, held-out WikiText-2 test tokens and profiling tokens (the start
     of WikiText-2 validation, the calibration set)."""
     from .lm.build import _need_data
@@ -266,7 +266,7 @@ def lm_data(max_tokens: int | None, profile_tokens: int = 16384):
     if max_tokens:
         test = test[:max_tokens + 1]
     prof = encode_file(tok, _need_data(root, TRAIN_FILES[0]))[:profile_tokens]
-    return MoELM.load(), test, prof
+    return MoELM.load(weights), test, prof
 
 
 def buddy_grid(model, test, prof, base: OffloadConfig, rates=CACHE_RATES, progress=None) -> list:

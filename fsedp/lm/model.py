@@ -50,7 +50,8 @@ class Hooks:
     ``neurons`` returns, for expert ``expert`` of ``layer`` applied to ``rows`` (indices into
     the ``N`` tokens) with intermediate activations ``act [len(rows), F]`` (the SwiGLU
     product before the down projection), a 0/1 mask over its ``d_ffn`` neurons (shape
-    ``[F]`` or ``[len(rows), F]``) or ``None`` for all neurons.  ``after_layer`` is called
+    ``[F]`` or ``[len(rows), F]``) or ``None`` for all neurons.  ``moe_input`` sees the layer's MoE input rows
+    ``h [N, d]`` before routing.  ``after_layer`` is called
     when the layer's MoE output is complete.
     """
 
@@ -59,6 +60,9 @@ class Hooks:
 
     def neurons(self, layer: int, expert: int, rows, act):
         return None
+
+    def moe_input(self, layer: int, h):
+        pass
 
     def after_layer(self, layer: int):
         pass
@@ -95,8 +99,12 @@ class MoELM:
         self.cfg = cfg
         self.name = name
         self.w = {}
+        #: arrays of refactorings (``prism.*``: MoE-Prism gate neurons), kept as stored
+        self.extra = {}
         for k, v in weights.items():
-            if k != "config":
+            if k.startswith("prism."):
+                self.extra[k] = np.asarray(v)
+            elif k != "config":
                 self.w[k] = np.asarray(v, dtype=np.float32)
         self._check()
 
@@ -146,6 +154,7 @@ class MoELM:
         from ..files import atomic_path
 
         arrays = {k: v.astype(dtype) for k, v in self.w.items()}
+        arrays.update(self.extra)
         arrays["config"] = np.asarray(json.dumps(self.cfg.as_dict()))
         with atomic_path(path, suffix=".npz") as tmp:
             np.savez_compressed(tmp, **arrays)
@@ -206,6 +215,7 @@ class MoELM:
     def moe(self, layer: int, h, tokens, hooks=None, routing=None):
         probs, ids, weights = self.route(layer, h)
         if hooks is not None:
+            hooks.moe_input(layer, h)
             ids, weights = hooks.route(layer, probs, ids, weights, tokens)
             ids, weights = np.asarray(ids), np.asarray(weights, dtype=np.float32)
         if routing is not None:
