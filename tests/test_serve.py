@@ -1,0 +1,96 @@
+"""MoE-Prism QoS serving: the performance model, the workload, the three schedulers' rules
+and the ``fsedp serve`` command."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fsedp.sw.qos import PerfModel, Request, metrics, serve, workload
+
+PM = PerfModel(layers=4, d_model=1024, d_ffn=4096, experts=8, top_k=2, S=4)
+Q = {k: 100.0 / k for k in range(1, 9)}            # perplexity falls with K
+ORIG = {4: Q[4], 8: Q[8]}
+
+
+def test_perf_model():
+    assert PM.step_s(8, 1) < PM.step_s(8, 16) < PM.step_s(8, 64)
+    assert PM.step_s(2, 4) < PM.step_s(8, 4)         # fewer sub-experts touched
+    # at large batches every sub-expert is read whatever K is
+    assert PM.step_s(2, 512) == pytest.approx(PM.step_s(8, 512), rel=0.6)
+    assert PM.prefill_s(8, 100) == pytest.approx(2 * PM.prefill_s(8, 50))
+
+
+def test_workload_is_poisson_and_seeded():
+    a = workload(5.0, 200.0, [20, 30], [0.5, 0.5], seed=3)
+    b = workload(5.0, 200.0, [20, 30], [0.5, 0.5], seed=3)
+    assert [r.arrival for r in a] == [r.arrival for r in b]
+    assert 850 < len(a) < 1150 and all(64 <= r.prompt <= 512 for r in a)
+    gaps = np.diff([r.arrival for r in a])
+    assert abs(gaps.mean() - 0.2) < 0.02 and abs(gaps.std() - 0.2) < 0.03   # exponential
+
+
+@pytest.mark.parametrize("policy,quality", [("qos", Q), ("fifo", ORIG), ("fullbatch", ORIG)])
+def test_every_request_served_once_at_or_above_its_floor(policy, quality):
+    reqs = workload(3.0, 60.0, [14.0, 20.0, 30.0], [0.3, 0.4, 0.3], seed=1)
+    done = serve(reqs, policy, PM, quality, max_batch=8, timeout=1.0)
+    assert all(r.done is not None and r.arrival <= r.start < r.first <= r.done for r in done)
+    assert all(quality[r.K] <= r.floor for r in done)
+    starts = {}
+    for r in done:
+        starts.setdefault(r.start, []).append(r)
+    assert all(len(b) <= 8 and len({r.K for r in b}) == 1 for b in starts.values())
+    # batches do not overlap on the one instance
+    spans = sorted((s, max(r.start + (r.done - r.first) + (r.first - r.start) for r in b))
+                   for s, b in starts.items())
+    assert all(spans[i][1] <= spans[i + 1][0] + 1e-9 for i in range(len(spans) - 1))
+
+
+def test_fifo_starts_at_once_fullbatch_waits_for_the_timeout():
+    one = [Request(0, 1.0, 100, 10, 50.0)]
+    assert serve([Request(0, 1.0, 100, 10, 50.0)], "fifo", PM, ORIG)[0].start == 1.0
+    assert serve(one, "fullbatch", PM, ORIG, timeout=2.5)[0].start == pytest.approx(3.5)
+
+
+def test_fifo_runs_the_batch_at_its_highest_floor_qos_may_split():
+    reqs = [Request(0, 0.0, 100, 50, 100.0 / 8 + 0.1), Request(1, 0.0, 100, 50, 30.0)]
+    fifo = serve([Request(**vars(r)) for r in reqs], "fifo", PM, ORIG)
+    assert {r.K for r in fifo} == {8}
+    qos = serve([Request(**vars(r)) for r in reqs], "qos", PM, Q)
+    assert qos[1].K >= 4 and qos[0].K == 8
+
+
+def test_timeout_trigger_serves_a_starving_high_floor_request():
+    # many low-floor requests keep a low-K queue full; the lone high-floor one must not wait
+    # much beyond the timeout
+    reqs = [Request(0, 0.0, 64, 32, 100.0 / 8 + 0.1)]
+    reqs += [Request(i, 0.01 * i, 64, 32, 60.0) for i in range(1, 200)]
+    done = serve(reqs, "qos", PM, Q, max_batch=4, timeout=0.5)
+    batch = PM.prefill_s(8, 4 * 64) + 32 * PM.step_s(8, 4)
+    assert done[0].start <= 0.5 + 2 * batch
+
+
+def test_qos_beats_fifo_under_high_load():
+    from fsedp.serve_eval import run
+
+    rows = {r["policy"]: r for r in run(["qos", "fifo"], ["high"], duration=120.0, max_batch=8)}
+    assert rows["qos"]["throughput_tok_s"] > rows["fifo"]["throughput_tok_s"]
+    assert rows["qos"]["goodput_tok_s"] > rows["fifo"]["goodput_tok_s"]
+    assert rows["qos"]["mean_K"] < rows["fifo"]["mean_K"]
+
+
+def test_metrics():
+    r = Request(0, 0.0, 10, 11, 50.0, start=1.0, first=2.0, done=12.0, K=8)
+    m = metrics([r], slo_e2e=15.0, duration=10.0)
+    assert m["ttft"]["mean"] == 2.0 and m["tpot"]["mean"] == 1.0 and m["slo_attainment"] == 1.0
+    assert metrics([r], slo_e2e=5.0, duration=10.0)["goodput_tok_s"] == 0
+
+
+@pytest.mark.parametrize("args,msg", [(["--max-batch", "0"], "--max-batch"),
+                                      (["--load", "extreme"], "invalid choice"),
+                                      (["--curve", "/nonexistent.json"], "no such file"),
+                                      (["--scale-to", "nope"], "--scale-to")])
+def test_bad_serve_arguments(args, msg):
+    r = subprocess.run([sys.executable, "-m", "fsedp.cli", "serve", *args], capture_output=True, text=True)
+    assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
