@@ -518,12 +518,73 @@ def add_serve_parser(sub):
     s.set_defaults(func=cmd_serve)
 
 
+# -- fsedp shuffle ------------------------------------------------------------------------
+def cmd_shuffle(args):
+    import time
+
+    from .config import EMBEDDED_TRACE
+    from .files import atomic_path
+    from .shuffle_eval import evaluate, format_report
+
+    t0 = time.time()
+    emb = None
+    if args.trace == "model":
+        from .lm.model import MoELM
+        trace = _load(EMBEDDED_TRACE)
+        emb = MoELM.load().w["embed"]
+    else:
+        trace = _load(args.trace, args.format)
+    methods = [m for m in args.methods.split(",") if m]
+    bad = [m for m in methods if m not in ("cem", "metis", "kmeans")]
+    if bad or not methods:
+        raise UsageError("--methods", f"choose from cem, metis, kmeans, not {args.methods!r}")
+    r = evaluate(trace, devices=args.devices, fit=args.fit, slack=args.slack, cem_iters=args.cem_iters,
+                 cem_samples=args.cem_samples, elite=args.elite, seed=args.seed, embeddings=emb,
+                 methods=methods)
+    text = (f"`fsedp shuffle {args.trace} --devices {args.devices}` ({time.time() - t0:.1f} s)\n\n"
+            + format_report(r))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / "shuffle.json") as tmp:
+            tmp.write_text(json.dumps(r, indent=1) + "\n")
+        with atomic_path(out / "shuffle.md") as tmp:
+            tmp.write_text(text)
+    print(json.dumps(r) if args.json else text)
+    return 0
+
+
+def add_shuffle_parser(sub):
+    from .trace_io import FORMATS
+
+    s = sub.add_parser("shuffle", help="Speculative MoE: token-to-expert prediction, co-clustering "
+                       "(CEM, METIS, k-means), local activation rate, all-to-all volume")
+    s.add_argument("trace", nargs="?", default="model",
+                   help="routing trace with token ids (default 'model': the embedded trace of the "
+                        "project's LM, with its embeddings for unseen tokens)")
+    s.add_argument("--format", choices=FORMATS, default="auto")
+    s.add_argument("--devices", type=_positive("--devices"), default=4, help="expert-parallel devices (default 4)")
+    s.add_argument("--fit", type=_float("--fit", 0.01, 0.99), default=0.2,
+                   help="share of tokens the tables and placements are fitted on (default 0.2)")
+    s.add_argument("--slack", type=_float("--slack", 0.0, 10.0), default=0.1,
+                   help="token-load relaxation: a device takes up to (1 + slack) of an even share (default 0.1)")
+    s.add_argument("--cem-iters", type=_positive("--cem-iters"), default=20, help="CEM iterations (default 20)")
+    s.add_argument("--cem-samples", type=_positive("--cem-samples"), default=32, help="samples per iteration (default 32)")
+    s.add_argument("--elite", type=_float("--elite", 1e-6, 1.0), default=0.1, help="elite fraction (default 0.1)")
+    s.add_argument("--methods", default="cem,metis,kmeans", help="placements to compare (default cem,metis,kmeans)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default=None, help="folder for shuffle.json and shuffle.md")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_shuffle)
+
+
 def add_parsers(sub):
     from .trace_io import FORMATS
 
     add_offload_parser(sub)
     add_prism_parser(sub)
     add_serve_parser(sub)
+    add_shuffle_parser(sub)
 
     tr = sub.add_parser("trace", help="routing traces: convert, record, statistics, synthesis")
     tsub = tr.add_subparsers(dest="trace_cmd", required=True, parser_class=type(tr))

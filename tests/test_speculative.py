@@ -1,0 +1,112 @@
+"""Speculative MoE: token tables with embedding fallback, the device 2-gram, co-clustering
+(CEM, METIS, balanced k-means), local activation rate, the all-to-all volume model and
+``fsedp shuffle``."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fsedp.sw.speculative import (DeviceBigram, TokenTable, _balanced, cem_placement,
+                                  comm_volume, kmeans_placement, lar, metis_placement,
+                                  place_tokens, precision_f1, predicted_devices)
+
+
+def planted(n=2000, V=40, E=16, D=4, k=2, seed=0):
+    """Token ids in D groups; group g routes only to experts 4g..4g+3 (shuffled labels)."""
+    rng = np.random.default_rng(seed)
+    label = rng.permutation(E)
+    ids = rng.integers(0, V, n)
+    group = ids % D
+    experts = np.stack([label[group * (E // D) + rng.choice(E // D, k, replace=False)]
+                        for group in group])
+    return ids, experts[:, None, :], label
+
+
+def test_precision_f1():
+    p, f1 = precision_f1(np.array([[1, 2], [3, 4]]), np.array([[2, 1], [5, 6]]))
+    assert p == 0.5 and f1 == 0.5
+
+
+def test_token_table_and_fallbacks():
+    ids = np.array([1, 1, 2, 2, 3])
+    ex = np.array([[[0, 1]], [[0, 1]], [[2, 3]], [[2, 3]], [[0, 3]]])
+    t = TokenTable(ids, ex, 4)
+    assert sorted(t.predict(0, np.array([1]), 2)[0]) == [0, 1]
+    assert sorted(t.predict(0, np.array([2]), 2)[0]) == [2, 3]
+    # unseen id 9, no embeddings: popularity (0 and 3 are the most used)
+    assert sorted(t.predict(0, np.array([9]), 2)[0]) == [0, 3]
+    emb = np.zeros((10, 2))
+    emb[[1, 2, 3, 9]] = [[1, 0], [0, 1], [1, 1], [0.1, 1]]        # 9 looks like 2
+    te = TokenTable(ids, ex, 4, embeddings=emb)
+    assert sorted(te.predict(0, np.array([9]), 2)[0]) == [2, 3]
+    idx, seen = te.rows(np.array([2, 9]))
+    assert seen.tolist() == [True, False] and idx[0] == idx[1]
+
+
+def test_device_bigram_learns_a_deterministic_sequence():
+    rng = np.random.default_rng(0)
+    d0, d1 = rng.integers(0, 4, 500), rng.integers(0, 4, 500)
+    seq = np.stack([d0, d1, (d0 + d1) % 4], 1)
+    assert DeviceBigram(seq[:250], 4).accuracy(seq[250:]) == [1.0]
+
+
+def test_lar_place_tokens_and_balance():
+    assert lar(np.array([0, 1]), np.array([0, 0, 1, 1]), np.array([[0, 2], [2, 3]])) == 0.75
+    dev = _balanced(np.random.default_rng(1).random((16, 4)), 4)
+    assert np.bincount(dev).tolist() == [4, 4, 4, 4]
+    aff = np.zeros((8, 4))
+    aff[:, 0] = 10                                           # everyone wants device 0
+    tok = place_tokens(aff, np.array([0, 1, 2, 3]), 4, slack=0.0)
+    assert np.bincount(tok, minlength=4).max() <= 2           # capacity respected
+
+
+def test_co_clustering_recovers_planted_groups():
+    ids, ex, _ = planted()
+    t = TokenTable(ids, ex, 16)
+    rows, _ = t.rows(ids)
+    aff = np.zeros((len(t.vocab), 16))
+    np.add.at(aff, (np.repeat(rows, 2), ex[:, 0].reshape(-1)), 1)
+    dev, tok, val, hist = cem_placement(aff, 4, iters=15, samples=32, seed=1)
+    assert val > 0.95 and np.bincount(dev).tolist() == [4, 4, 4, 4]
+    assert hist[-1] >= hist[0]
+    mdev, _, mval = metis_placement(aff, 4)
+    assert np.bincount(mdev).tolist() == [4, 4, 4, 4] and 0.5 < mval <= val
+    kdev, _, kval = kmeans_placement(aff, 4)
+    assert np.bincount(kdev).tolist() == [4, 4, 4, 4] and 0.5 < kval <= val
+    pred = predicted_devices(t, tok, ids, 4)
+    assert lar(pred, dev, ex[:, 0]) > 0.95
+
+
+def test_comm_volume():
+    experts = np.array([[0, 1], [2, 3]])
+    local = comm_volume(experts, np.array([0, 0, 1, 1]), np.array([0, 1]), 2, 1.0)
+    assert local["ep"] == 0 and local["smoe"] == 0 and local["shuffle"] == 0
+    v = comm_volume(experts, np.array([1, 1, 0, 0]), np.array([1, 0]), 2, 1.0)
+    assert v["ep"] == 4.0 and v["ep_dedup"] == 2.0       # 2 remote experts each way, 1 device
+    assert v["smoe"] == 1.0 and v["smoe_dedup"] == 1.0   # only the shuffles, 1 per token
+
+
+def shuffle(*args):
+    return subprocess.run([sys.executable, "-m", "fsedp.cli", "shuffle", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_shuffle_on_the_embedded_trace():
+    import json
+
+    r = shuffle("--cem-iters", 4, "--cem-samples", 8, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert all(p["precision"] > 2 * p["popularity_precision"] for p in d["prediction"][:3])
+    assert all(m["lar"] > d["ep"]["lar"] for m in d["methods"].values())
+
+
+@pytest.mark.parametrize("args,msg", [(["--devices", "3"], "do not split evenly"),
+                                      (["--methods", "x"], "--methods"),
+                                      (["--elite", "0"], "--elite"),
+                                      (["/nonexistent.npz"], "no such file")])
+def test_bad_shuffle_arguments(args, msg):
+    r = shuffle(*args)
+    assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
