@@ -105,3 +105,17 @@ def test_bad_prism_arguments(args, msg, tmp_path):
     r = cli(*args)
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_prism_and_offload_run_on_the_embedded_trace_without_shared_data(tmp_path):
+    import os
+
+    env = {**os.environ, "FSEDP_DATA": str(tmp_path / "absent")}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "fsedp.cli", *map(str, a)],
+                                    capture_output=True, text=True, env=env)
+    r = run("prism", "refactor", "--iters", 20, "--profile-tokens", 1024, "--out", tmp_path / "r.npz")
+    assert r.returncode == 0 and "embedded trace" in r.stderr, r.stderr
+    r = run("prism", "curve", "--refactored", tmp_path / "r.npz", "--max-tokens", 256, "--json")
+    assert r.returncode == 0, r.stderr
+    r = run("offload", "--policy", "buddy", "--rho", 1, "--max-tokens", 256)
+    assert r.returncode == 0 and "perplexity" in r.stdout, r.stderr
