@@ -44,6 +44,26 @@ def _float(name, lo=None, hi=None):
     return conv
 
 
+def _report(args, doc, text: str, stem: str, plot=None):
+    """Print ``text`` (or ``doc`` as JSON with ``--json``); with ``--out DIR`` also write
+    ``DIR/<stem>.json``, ``DIR/<stem>.md`` and, when ``plot`` is given, ``DIR/<stem>.png``
+    (each written atomically)."""
+    from .files import atomic_path
+
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / f"{stem}.json") as tmp:
+            tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        with atomic_path(out / f"{stem}.md") as tmp:
+            tmp.write_text(text)
+        if plot is not None:
+            with atomic_path(out / f"{stem}.png") as tmp:
+                plot(tmp)
+    print(json.dumps(doc) if args.json else text)
+    return 0
+
+
 # -- fsedp lm -----------------------------------------------------------------------------
 def cmd_lm_train(args):
     from .lm.build import train_command
@@ -385,7 +405,6 @@ def cmd_prism_refactor(args):
 def cmd_prism_curve(args):
     import time
 
-    from .files import atomic_path
     from .lm.model import MoELM
     from .offload_eval import lm_data
     from .prism_eval import operating_points, plot_curve, quality_curve, refactor_model
@@ -417,17 +436,8 @@ def cmd_prism_curve(args):
     for o in ops:
         lines.append(f"| {o['stable']}x ({o['limit']}) | {o['original']} | {o['refactored']} | {o['ratio']} |")
     text = "\n".join(lines) + "\n"
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "curve.md") as tmp:
-            tmp.write_text(text)
-        with atomic_path(out / "curve.json") as tmp:
-            tmp.write_text(json.dumps({"curve": curve, "operating_points": ops}, indent=1) + "\n")
-        with atomic_path(out / "curve.png") as tmp:
-            plot_curve(curve, tmp)
-    print(json.dumps({"curve": curve, "operating_points": ops}) if args.json else text)
-    return 0
+    return _report(args, {"curve": curve, "operating_points": ops}, text, "curve",
+                   plot=lambda path: plot_curve(curve, path))
 
 
 def add_prism_parser(sub):
@@ -469,7 +479,6 @@ def add_prism_parser(sub):
 def cmd_serve(args):
     import time
 
-    from .files import atomic_path
     from .serve_eval import format_rows, run
 
     t0 = time.time()
@@ -481,15 +490,7 @@ def cmd_serve(args):
     text = (f"Serving (`fsedp serve --policy {args.policy} --load {args.load} --max-batch "
             f"{args.max_batch}`, {time.time() - t0:.1f} s; {args.duration:g} s of Poisson arrivals, "
             f"{args.scale_to} on {args.tflops:g} TFLOPS / {args.bandwidth:g} GB/s)\n\n" + format_rows(rows) + "\n")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "serve.json") as tmp:
-            tmp.write_text(json.dumps(rows, indent=1) + "\n")
-        with atomic_path(out / "serve.md") as tmp:
-            tmp.write_text(text)
-    print(json.dumps(rows) if args.json else text)
-    return 0
+    return _report(args, rows, text, "serve")
 
 
 def add_serve_parser(sub):
@@ -523,7 +524,6 @@ def cmd_shuffle(args):
     import time
 
     from .config import EMBEDDED_TRACE
-    from .files import atomic_path
     from .shuffle_eval import evaluate, format_report
 
     t0 = time.time()
@@ -543,15 +543,7 @@ def cmd_shuffle(args):
                  methods=methods)
     text = (f"`fsedp shuffle {args.trace} --devices {args.devices}` ({time.time() - t0:.1f} s)\n\n"
             + format_report(r))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "shuffle.json") as tmp:
-            tmp.write_text(json.dumps(r, indent=1) + "\n")
-        with atomic_path(out / "shuffle.md") as tmp:
-            tmp.write_text(text)
-    print(json.dumps(r) if args.json else text)
-    return 0
+    return _report(args, r, text, "shuffle")
 
 
 def add_shuffle_parser(sub):

@@ -2,8 +2,6 @@
 project's MoE LM and its quality curve (perplexity against active sub-experts, the paper's
 Figure 9) with the count of distinct stable operating points (``docs/prism.md``)."""
 
-import numpy as np
-
 from .lm.model import Hooks, MoELM
 from .sw.prism import Partition, SubExpertHook, profile_activations, refactor
 

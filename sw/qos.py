@@ -28,8 +28,7 @@ model of one serving instance (``docs/serving.md``).
   ``max_batch`` requests (or ``timeout`` for the oldest).
 """
 
-import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -96,11 +95,6 @@ def workload(rate: float, duration: float, floors, floor_p, seed: int = 0,
         out.append(Request(len(out), t, int(rng.integers(prompt[0], prompt[1] + 1)),
                            int(rng.integers(output[0], output[1] + 1)),
                            float(rng.choice(floors, p=floor_p))))
-
-
-@dataclass
-class _State:
-    pending: list = field(default_factory=list)
 
 
 def _batch_time(pm: PerfModel, K: int, batch) -> tuple[float, float]:

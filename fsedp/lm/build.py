@@ -12,7 +12,7 @@ from ..files import atomic_path
 from .baselines import bigram_perplexity, unigram_perplexity
 from .config import LMConfig
 from .model import MoELM
-from .text import (ASSETS, TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer,
+from .text import (TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer,
                    read_text, train_tokenizer)
 
 __all__ = ["train_command", "evaluate"]
