@@ -385,9 +385,10 @@ def cmd_prism_refactor(args):
     if args.objective_k >= args.sub_experts:
         raise UsageError("--objective-k", f"must be below --sub-experts = {args.sub_experts}, not {args.objective_k}")
     t0 = time.time()
+    user_model = MoELM.load(args.model) if args.model else None    # checked first
     model, _, prof = lm_data(1, args.profile_tokens)
-    if args.model:
-        model = MoELM.load(args.model)
+    if user_model is not None:
+        model = user_model
     if model.cfg.d_ffn % args.sub_experts:
         raise UsageError("--sub-experts", f"{model.cfg.d_ffn} neurons do not split into {args.sub_experts}")
     ref, part, report, _ = refactor_model(model, prof, S=args.sub_experts, K=args.objective_k,
@@ -411,14 +412,15 @@ def cmd_prism_curve(args):
     from .sw.prism import profile_activations, refactor
 
     t0 = time.time()
-    model, test, prof = lm_data(args.max_tokens, args.profile_tokens)
-    if args.refactored:
+    ref = None
+    if args.refactored:                       # the user's file is checked before anything else
         ref = MoELM.load(args.refactored)
         from .sw.prism import Partition
         if Partition.of(ref) is None:
             raise UsageError("--refactored", f"{args.refactored} holds no MoE-Prism partition (prism.gates)")
         S = Partition.of(ref).S
-    else:
+    model, test, prof = lm_data(args.max_tokens, args.profile_tokens)
+    if ref is None:
         S = args.sub_experts
         ref, _, _, _ = refactor_model(model, prof, S=S, iters=args.iters)
     naive, _, _ = refactor(model, profile_activations(model, prof, 2048), S=S, contiguous=True)

@@ -261,6 +261,7 @@ def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None):
     from .lm.build import _need_data
     from .lm.text import TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer
 
+    model = MoELM.load(weights)              # a bad weights file is reported before anything
     root = data_dir()
     if not (root / TEST_FILE).exists() or not (root / TRAIN_FILES[0]).exists():
         # no shared corpora (a user's fresh clone): the embedded trace's held-out tokens,
@@ -278,13 +279,13 @@ def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None):
         test = ids[half:]
         if max_tokens:
             test = test[:max_tokens + 1]
-        return MoELM.load(weights), test, ids[:min(half, profile_tokens)]
+        return model, test, ids[:min(half, profile_tokens)]
     tok = load_tokenizer()
     test = encode_file(tok, _need_data(root, TEST_FILE))
     if max_tokens:
         test = test[:max_tokens + 1]
     prof = encode_file(tok, _need_data(root, TRAIN_FILES[0]))[:profile_tokens]
-    return MoELM.load(weights), test, prof
+    return model, test, prof
 
 
 def buddy_grid(model, test, prof, base: OffloadConfig, rates=CACHE_RATES, progress=None) -> list:

@@ -119,3 +119,16 @@ def test_prism_and_offload_run_on_the_embedded_trace_without_shared_data(tmp_pat
     assert r.returncode == 0, r.stderr
     r = run("offload", "--policy", "buddy", "--rho", 1, "--max-tokens", 256)
     assert r.returncode == 0 and "perplexity" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("args", [["prism", "curve", "--refactored", "/nonexistent.npz"],
+                                  ["prism", "refactor", "--model", "/nonexistent.npz", "--out", "x.npz"],
+                                  ["offload", "--model", "/nonexistent.npz"]])
+def test_bad_model_files_are_one_line_without_shared_data(args, tmp_path):
+    import os
+
+    env = {**os.environ, "FSEDP_DATA": str(tmp_path / "absent")}
+    r = subprocess.run([sys.executable, "-m", "fsedp.cli", *args], capture_output=True, text=True,
+                       env=env, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr, r.stderr
+    assert not (tmp_path / "x.npz").exists()
