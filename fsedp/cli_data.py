@@ -74,7 +74,7 @@ def cmd_lm_train(args):
                    d_model=args.d_model, d_ffn=args.d_ffn, shared_experts=args.shared_experts,
                    vocab=args.vocab)
     tc = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, aux=args.aux)
-    info = train_command(Path(args.out), cfg, tc, log=lambda s: print(s, flush=True))
+    info = train_command(Path(args.out), cfg, tc, log=lambda s: print(s, flush=True), data=args.data)
     print(f"wrote {args.out}/moe_lm.npz, tokenizer.json, training.json ({info['seconds']} s)")
     return 0
 
@@ -82,7 +82,7 @@ def cmd_lm_train(args):
 def cmd_lm_eval(args):
     from .lm.build import evaluate
 
-    res = evaluate(args.weights, args.tokenizer, args.max_tokens)
+    res = evaluate(args.weights, args.tokenizer, args.max_tokens, data=args.data)
     if args.json:
         print(json.dumps(res))
     else:
@@ -174,7 +174,7 @@ def cmd_lm_trace(args):
     from .trace_io import save_trace
 
     out = _check_out(args.out, "--out")
-    trace = record_routing(args.max_tokens, args.weights, args.tokenizer)
+    trace = record_routing(args.max_tokens, args.weights, args.tokenizer, data=args.data)
     save_trace(trace, out)
     print(f"{out}: {trace.tokens} tokens x {trace.layers} layers, top-{trace.top_k} of "
           f"{trace.num_experts} experts")
@@ -241,7 +241,7 @@ def cmd_offload(args):
                   f"{r['prefetch_accuracy']} | {r['demand_fetches']} | {r['bytes_moved_mb']} | "
                   f"{r['stall_s']} | {r['tokens_per_s']} |")
         return 0
-    model, test, prof = lm_data(args.max_tokens, weights=args.model)
+    model, test, prof = lm_data(args.max_tokens, weights=args.model, data=args.data)
     if args.grid:
         say = (lambda r: print(json.dumps(r), file=sys.stderr, flush=True)) if args.verbose else None
         buddy = buddy_grid(model, test, prof, cfg, progress=say)
@@ -320,6 +320,7 @@ def add_offload_parser(sub):
                    help="substitutions per second: vectorised Algorithm 1 against the plain loop")
     g.add_argument("--json", action="store_true")
     g.add_argument("--verbose", action="store_true", help="print each grid row as it is done")
+    g.add_argument("--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's held-out tokens)")
     h = o.add_argument_group("cost model")
     h.add_argument("--link", choices=sorted(LINKS), default="pcie4",
                    help="pcie4: 25 GB/s, 10 us; ddr-chip: 102.4 GB/s, 0.1 us (default pcie4)")
@@ -386,7 +387,7 @@ def cmd_prism_refactor(args):
         raise UsageError("--objective-k", f"must be below --sub-experts = {args.sub_experts}, not {args.objective_k}")
     t0 = time.time()
     user_model = MoELM.load(args.model) if args.model else None    # checked first
-    model, _, prof = lm_data(1, args.profile_tokens)
+    model, _, prof = lm_data(1, args.profile_tokens, data=args.data)
     if user_model is not None:
         model = user_model
     if model.cfg.d_ffn % args.sub_experts:
@@ -419,7 +420,7 @@ def cmd_prism_curve(args):
         if Partition.of(ref) is None:
             raise UsageError("--refactored", f"{args.refactored} holds no MoE-Prism partition (prism.gates)")
         S = Partition.of(ref).S
-    model, test, prof = lm_data(args.max_tokens, args.profile_tokens)
+    model, test, prof = lm_data(args.max_tokens, args.profile_tokens, data=args.data)
     if ref is None:
         S = args.sub_experts
         ref, _, _, _ = refactor_model(model, prof, S=S, iters=args.iters)
@@ -462,6 +463,7 @@ def add_prism_parser(sub):
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--profile-tokens", type=_positive("--profile-tokens"), default=16384,
                    help="calibration tokens from WikiText-2 validation (default 16384)")
+    r.add_argument("--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's held-out tokens)")
     r.set_defaults(func=cmd_prism_refactor)
     c = psub.add_parser("curve", help="perplexity against active sub-experts; operating points")
     c.add_argument("--refactored", default=None, help="a refactored model (default: refactor now)")
@@ -474,6 +476,7 @@ def add_prism_parser(sub):
     c.add_argument("--out", default=None, help="folder for curve.md, curve.json, curve.png")
     c.add_argument("--json", action="store_true")
     c.add_argument("--verbose", action="store_true")
+    c.add_argument("--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's held-out tokens)")
     c.set_defaults(func=cmd_prism_curve)
 
 
@@ -635,6 +638,7 @@ def add_parsers(sub):
     t.add_argument("--d-ffn", type=_positive("--d-ffn"), default=128, help="neurons per expert (default 128)")
     t.add_argument("--shared-experts", type=int, default=0, help="always-on experts (default 0)")
     t.add_argument("--vocab", type=_positive("--vocab"), default=2048, help="BPE vocabulary (default 2048)")
+    t.add_argument("--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)")
     t.set_defaults(func=cmd_lm_train)
     e = lsub.add_parser("eval", help="held-out WikiText-2 test perplexity against n-gram baselines")
     e.add_argument("--weights", default=None, help="weights .npz (default: the committed model)")
@@ -642,6 +646,7 @@ def add_parsers(sub):
     e.add_argument("--max-tokens", type=_positive("--max-tokens"), default=None,
                    help="evaluate on the first N test tokens only")
     e.add_argument("--json", action="store_true")
+    e.add_argument("--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)")
     e.set_defaults(func=cmd_lm_eval)
     r = lsub.add_parser("trace", help="record the model's routing on held-out WikiText-2 test")
     r.add_argument("--out", required=True, help="output trace (.npz)")
@@ -649,4 +654,5 @@ def add_parsers(sub):
                    help="test tokens to route (default 8192)")
     r.add_argument("--weights", default=None, help="weights .npz (default: the committed model)")
     r.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the committed one)")
+    r.add_argument("--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)")
     r.set_defaults(func=cmd_lm_trace)

@@ -42,7 +42,7 @@ from fsedp.errors import InputError
 from fsedp.sw.params import DatapathParams, ParamError, SchedulerParams, max_hops
 
 #: Routing of the project's MoE LM on held-out WikiText-2 test text (``scenario.trace:
-#: model``): shipped with the package, so runs need nothing from ``../shared``.
+#: model``): shipped with the package, so runs need no data folder.
 EMBEDDED_TRACE = Path(__file__).resolve().parent / "lm" / "assets" / "routing-wikitext2-test.npz"
 
 __all__ = [

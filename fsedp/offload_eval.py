@@ -254,17 +254,17 @@ BUDDY_SETTINGS = (
 CACHE_RATES = (0.375, 0.5, 0.75)
 
 
-def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None):
+def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None, data=None):
     """The committed model, held-out WikiText-2 test tokens and profiling tokens (the start
-    of WikiText-2 validation, the calibration set); without ``../shared/data``, the
-    held-out tokens of the embedded trace (first half profiles, second half evaluates)."""
+    of WikiText-2 validation, the calibration set) from the ``data`` folder; without one,
+    the held-out tokens of the embedded trace (first half profiles, second half evaluates)."""
     from .lm.build import _need_data
     from .lm.text import TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer
 
     model = MoELM.load(weights)              # a bad weights file is reported before anything
-    root = data_dir()
-    if not (root / TEST_FILE).exists() or not (root / TRAIN_FILES[0]).exists():
-        # no shared corpora (a user's fresh clone): the embedded trace's held-out tokens,
+    root = data_dir(data)
+    if root is None or not (root / TEST_FILE).exists() or not (root / TRAIN_FILES[0]).exists():
+        # no corpora (a user's fresh clone): the embedded trace's held-out tokens,
         # its first half to profile, the second to evaluate
         import sys
 
@@ -273,7 +273,8 @@ def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None):
 
         ids = load_trace(EMBEDDED_TRACE).token_ids.astype(np.int64)
         half = len(ids) // 2
-        print(f"fsedp: {root / TEST_FILE} not found: using the {len(ids)} held-out WikiText-2 "
+        where = f"{root / TEST_FILE} not found" if root is not None else "no --data folder"
+        print(f"fsedp: {where}: using the {len(ids)} held-out WikiText-2 "
               "test tokens of the embedded trace (half to profile, half to evaluate)",
               file=sys.stderr)
         test = ids[half:]

@@ -18,11 +18,13 @@ from .text import (TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer
 __all__ = ["train_command", "evaluate"]
 
 
-def _need_data(root: Path, rel: str) -> Path:
+def _need_data(root: Path | None, rel: str) -> Path:
+    if root is None:
+        raise InputError("<command line>", "--data", "this command reads text corpora: name "
+                         "their folder with --data DIR or FSEDP_DATA (the folder holding text/)")
     p = root / rel
     if not p.exists():
-        raise InputError(p, "<file>", "missing: the training text is read from the shared data "
-                         "folder (set FSEDP_DATA or check ../shared/data)")
+        raise InputError(p, "<file>", "missing: the corpora are read from the --data folder")
     return p
 
 
@@ -35,10 +37,10 @@ def train_stream(tok, root: Path) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def train_command(out: Path, cfg: LMConfig, tc, log=print) -> dict:
+def train_command(out: Path, cfg: LMConfig, tc, log=print, data=None) -> dict:
     from .train import train
 
-    root = data_dir()
+    root = data_dir(data)
     t0 = time.time()
     tok = train_tokenizer([read_text(_need_data(root, r)) for r in TRAIN_FILES], cfg.vocab)
     ids = train_stream(tok, root)
@@ -57,10 +59,10 @@ def train_command(out: Path, cfg: LMConfig, tc, log=print) -> dict:
     return info
 
 
-def evaluate(weights=None, tokenizer=None, max_tokens: int | None = None) -> dict:
+def evaluate(weights=None, tokenizer=None, max_tokens: int | None = None, data=None) -> dict:
     """Held-out WikiText-2 test perplexity of the model (fp16 weights as committed) and of
     the unigram and bigram baselines estimated on the training stream."""
-    root = data_dir()
+    root = data_dir(data)
     tok = load_tokenizer(tokenizer)
     model = MoELM.load(weights)
     test = encode_file(tok, _need_data(root, TEST_FILE))
@@ -75,13 +77,13 @@ def evaluate(weights=None, tokenizer=None, max_tokens: int | None = None) -> dic
             "eval_seconds": round(time.time() - t0, 1), "parameters": model.parameters}
 
 
-def record_routing(max_tokens: int = 8192, weights=None, tokenizer=None):
+def record_routing(max_tokens: int = 8192, weights=None, tokenizer=None, data=None):
     """The model's routing on the first ``max_tokens`` held-out WikiText-2 test tokens,
     windows of ``context`` tokens as requests (probabilities of the chosen experts from
     the router's softmax over all experts)."""
     from ..trace import RoutingTrace
 
-    root = data_dir()
+    root = data_dir(data)
     tok = load_tokenizer(tokenizer)
     model = MoELM.load(weights)
     n = model.cfg.context

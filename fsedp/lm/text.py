@@ -1,9 +1,9 @@
 """Corpora and the tokenizer of the project's MoE LM.
 
 The tokenizer is a byte-level BPE (Hugging Face ``tokenizers``) trained on the training
-text only.  Corpora are read from ``../shared/data/text`` by default (``FSEDP_DATA`` names
-another data folder): WikiText-2 validation and the C4 sample to train on, WikiText-2 test
-held out.  WikiText-2's training split is not in the shared folder.
+text only.  Corpora are read from the ``text/`` folder of a data folder the user names
+(``--data DIR`` or ``$FSEDP_DATA``; the product assumes no location): WikiText-2 validation and the C4 sample to train on, WikiText-2
+test held out.
 """
 
 import os
@@ -21,12 +21,10 @@ TRAIN_FILES = ("text/wikitext-2-valid.tokens", "text/c4-sample.txt")
 TEST_FILE = "text/wikitext-2-test.tokens"
 
 
-def data_dir() -> Path:
-    """The shared data folder: ``$FSEDP_DATA`` or ``../shared/data`` of the repository."""
-    env = os.environ.get("FSEDP_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+def data_dir(path=None) -> Path | None:
+    """The data folder: ``path`` (``--data``), else ``$FSEDP_DATA``, else ``None``."""
+    path = path or os.environ.get("FSEDP_DATA")
+    return Path(path) if path else None
 
 
 def read_text(path) -> str:
