@@ -18,6 +18,7 @@ import numpy as np
 from .config import CONFIG_DIR, _read_yaml
 from .errors import InputError
 from .lm.model import Hooks, MoELM, Routing
+from .trace import pair_counts
 from .sw.buddy import BuddyConfig, BuddyProfile, random_substitute, substitute
 from .sw.offload import (LINKS, Cost, FrequencyPrefetcher, OffloadRuntime, OraclePrefetcher,
                          Prefetcher, TransitionPrefetcher, popularity_order)
@@ -111,12 +112,8 @@ def _prefetcher(name: str, prof_units: np.ndarray, units: int):
     if name == "oracle":
         return OraclePrefetcher(), orders
     if name == "transition":
-        trans = [None] + [np.zeros((units, units)) for _ in range(1, layers)]
-        k = prof_units.shape[2]
-        for l in range(1, layers):
-            for a in range(k):
-                for b in range(k):
-                    np.add.at(trans[l], (prof_units[:, l - 1, a], prof_units[:, l, b]), 1)
+        trans = [None] + [pair_counts(prof_units[:, l - 1], prof_units[:, l], units)
+                          for l in range(1, layers)]
         return TransitionPrefetcher(trans, orders), orders
     return Prefetcher(), orders
 

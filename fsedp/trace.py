@@ -34,6 +34,7 @@ __all__ = [
     "shard",
     "dense_request_slots",
     "gate_records",
+    "pair_counts",
 ]
 
 
@@ -565,3 +566,17 @@ def gate_records(trace: RoutingTrace, layer: int, chiplet_of_token,
     cs = np.repeat(chip.astype(np.int64), k).tolist()
     es = trace.experts[:, layer, :].astype(np.int64).ravel().tolist()
     return list(zip(rs, cs, es))
+
+
+def pair_counts(a: np.ndarray, b: np.ndarray, n: int, other_slots: bool = False,
+                weight=None) -> np.ndarray:
+    """``C [n, n]``: over tokens, ``C[a[t, x], b[t, y]] += w`` for every slot pair ``(x, y)``
+    of experts ``a [N, ka]`` and ``b [N, kb]`` (the same token at two layers: transitions;
+    the same layer with ``other_slots``: co-activations, ``x != y``).  ``weight(x, y)``
+    gives per-token weights ``[N]`` (default 1)."""
+    c = np.zeros((n, n))
+    for x in range(a.shape[1]):
+        for y in range(b.shape[1]):
+            if not (other_slots and x == y):
+                np.add.at(c, (a[:, x], b[:, y]), 1.0 if weight is None else weight(x, y))
+    return c

@@ -29,7 +29,7 @@ predicted and chosen, precision = recall = F1).
 
 import numpy as np
 
-from .trace import RoutingTrace, TraceError
+from .trace import RoutingTrace, TraceError, pair_counts
 
 __all__ = ["WINDOWS", "trace_stats", "format_stats", "plot_stats"]
 
@@ -65,13 +65,7 @@ def skew(loads: np.ndarray) -> dict:
 
 def coactivation(experts: np.ndarray, num_experts: int) -> np.ndarray:
     """Co-activation counts ``M [E, E]`` of one layer (same token; diagonal zero)."""
-    k = experts.shape[1]
-    m = np.zeros((num_experts, num_experts), dtype=np.int64)
-    for a in range(k):
-        for b in range(k):
-            if a != b:
-                np.add.at(m, (experts[:, a], experts[:, b]), 1)
-    return m
+    return pair_counts(experts, experts, num_experts, other_slots=True)
 
 
 def concentration(m: np.ndarray, peers=PEERS) -> dict:
@@ -101,10 +95,7 @@ def predictability(trace: RoutingTrace, fit: float = 0.2) -> dict:
         test = e[n_fit:, l]
         row["popularity"] = _precision(np.tile(_topk(pop, k), (len(test), 1)), test)
         if l > 0:
-            trans = np.zeros((ne, ne), dtype=np.int64)
-            for a in range(k):
-                for b in range(k):
-                    np.add.at(trans, (e[:n_fit, l - 1, a], e[:n_fit, l, b]), 1)
+            trans = pair_counts(e[:n_fit, l - 1], e[:n_fit, l], ne)
             score = trans[e[n_fit:, l - 1]].sum(1) + 1e-6 * pop
             row["inter_layer"] = _precision(_topk(score, k), test)
         if trace.token_ids is not None:

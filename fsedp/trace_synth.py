@@ -29,7 +29,7 @@ import json
 
 import numpy as np
 
-from .trace import RoutingTrace, TraceError
+from .trace import RoutingTrace, TraceError, pair_counts
 from .trace_stats import summary, trace_stats
 
 __all__ = ["RoutingModel", "fit", "MATCHED"]
@@ -52,17 +52,10 @@ class RoutingModel:
         for l in range(self.layers):
             pop = np.bincount(e[:, l].reshape(-1), minlength=ne) + 1.0
             self.logp[l] = np.log(pop / pop.sum())
-            q = np.ones((ne, ne))
-            for x in range(k):
-                for y in range(k):
-                    if x != y:
-                        np.add.at(q, (e[:, l, x], e[:, l, y]), 1)
+            q = 1.0 + pair_counts(e[:, l], e[:, l], ne, other_slots=True)
             self.logq[l] = np.log(q / q.sum(1, keepdims=True)) - self.logp[l]
             if l:
-                t = np.ones((ne, ne))
-                for x in range(k):
-                    for y in range(k):
-                        np.add.at(t, (e[:, l - 1, x], e[:, l, y]), 1)
+                t = 1.0 + pair_counts(e[:, l - 1], e[:, l], ne)
                 self.logt[l] = np.log(t / t.sum(1, keepdims=True)) - self.logp[l]
         self.vocab = None
         if source.token_ids is not None:

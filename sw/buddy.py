@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..trace import pair_counts
+
 __all__ = ["BuddyConfig", "BuddyProfile", "coactivation", "conditional", "buddy_lists",
            "tae", "substitute", "algorithm1_loop", "algorithm1_vectorized", "random_substitute"]
 
@@ -53,14 +55,9 @@ def coactivation(ids: np.ndarray, num_experts: int, weights: np.ndarray | None =
     n, k = ids.shape
     tw = np.ones(n)
     tw[:warmup] = warmup_weight
-    m = np.zeros((num_experts, num_experts))
-    for a in range(k):
-        for b in range(k):
-            if a == b:
-                continue
-            w = tw if weights is None else tw * np.minimum(weights[:, a], weights[:, b])
-            np.add.at(m, (ids[:, a], ids[:, b]), w)
-    return m
+    return pair_counts(ids, ids, num_experts, other_slots=True,
+                       weight=lambda a, b: tw if weights is None
+                       else tw * np.minimum(weights[:, a], weights[:, b]))
 
 
 def conditional(m: np.ndarray, eps: float = 1e-3) -> np.ndarray:
