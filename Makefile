@@ -31,6 +31,9 @@ bench: $(STAMP)
 	$(BIN)/fsedp rtl datapath --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report.md
 	$(BIN)/fsedp bench
 
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 verilog: $(STAMP)
 	$(BIN)/fsedp rtl verilog --out build/verilog --lint
 

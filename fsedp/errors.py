@@ -1,6 +1,15 @@
-"""The one error type for bad user input (configs, traces, arguments)."""
+"""The one error type for everything a user can get wrong: configs, traces, experiment
+files, model files, command-line values and hardware generics.
 
-__all__ = ["InputError"]
+Every command prints it as one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits
+with status 2 (:func:`fsedp.cli.main`); nothing else a user can provide reaches the user as
+a traceback.
+"""
+
+__all__ = ["InputError", "COMMAND_LINE"]
+
+#: The pseudo file of a command-line value (its field is the option, ``--layers``).
+COMMAND_LINE = "<command line>"
 
 
 class InputError(Exception):
@@ -9,10 +18,13 @@ class InputError(Exception):
     Parameters
     ----------
     file : str
-        The file (or pseudo file such as ``<default>``, or a trace name) where the problem is.
+        The file (or pseudo file such as ``<default>``, ``<command line>``, ``<params>``,
+        or a trace name) where the problem is.
     field : str
-        Dotted path of the offending field or array inside ``file``, or a pseudo field such
-        as ``<file>`` when the file itself cannot be read.
+        Dotted path of the offending field or array inside ``file``, an option such as
+        ``--layers``, or a pseudo field such as ``<file>`` when the file itself cannot be
+        read, ``<yaml>`` for a YAML syntax error and ``<top>`` for a document that is not a
+        mapping.
     reason : str
         What is wrong; newlines are folded into spaces.
     """
@@ -25,3 +37,10 @@ class InputError(Exception):
 
     def __str__(self) -> str:
         return f"{self.file}: {self.field}: {self.reason}"
+
+    def at(self, file, field: str | None = None, reason: str | None = None) -> "InputError":
+        """The same problem reported where the user wrote the value: ``file`` and, when
+        given, ``field`` (and a reason with more context)."""
+        return InputError(
+            file, self.field if field is None else field, self.reason if reason is None else reason
+        )

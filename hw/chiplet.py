@@ -8,11 +8,11 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import check_chiplet
-from ..sw.params import DatapathParams
-from .layouts import delivery_layout, event_layout, tokens_layout
-from .ring_buffer import LinkSignature, RingBuffer
-from .router import Router
+from fsedp.hw.common import check_chiplet
+from fsedp.hw.layouts import delivery_layout, event_layout, tokens_layout
+from fsedp.hw.ring_buffer import LinkSignature, RingBuffer
+from fsedp.hw.router import Router
+from fsedp.params import DatapathParams
 
 __all__ = ["ComputeModel", "Chiplet"]
 
@@ -40,19 +40,21 @@ class ComputeModel(wiring.Component):
 
     def __init__(self, p: DatapathParams):
         self.p = p
-        super().__init__({
-            "tokens": In(stream.Signature(tokens_layout(p))),
-            "cand_valid": In(1),
-            "cand_slot": In(p.slot_bits),
-            "cand_expert": In(p.expert_bits),
-            "cand_index": In(p.index_bits),
-            "cand_final": In(1),
-            "take": Out(1),
-            "done": Out(1),
-            "done_slot": Out(p.slot_bits),
-            "event": Out(event_layout(p)),
-            "busy": Out(1),
-        })
+        super().__init__(
+            {
+                "tokens": In(stream.Signature(tokens_layout(p))),
+                "cand_valid": In(1),
+                "cand_slot": In(p.slot_bits),
+                "cand_expert": In(p.expert_bits),
+                "cand_index": In(p.index_bits),
+                "cand_final": In(1),
+                "take": Out(1),
+                "done": Out(1),
+                "done_slot": Out(p.slot_bits),
+                "event": Out(event_layout(p)),
+                "busy": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         p = self.p
@@ -60,9 +62,13 @@ class ComputeModel(wiring.Component):
         m.submodules.table = table = memory.Memory(shape=p.count_width, depth=p.experts, init=[])
         w = table.write_port()
         r = table.read_port(domain="comb")
-        m.d.comb += [self.tokens.ready.eq(1), w.addr.eq(self.tokens.payload.expert),
-                     w.data.eq(self.tokens.payload.count), w.en.eq(self.tokens.valid),
-                     r.addr.eq(self.cand_expert)]
+        m.d.comb += [
+            self.tokens.ready.eq(1),
+            w.addr.eq(self.tokens.payload.expert),
+            w.data.eq(self.tokens.payload.count),
+            w.en.eq(self.tokens.valid),
+            r.addr.eq(self.cand_expert),
+        ]
 
         cnt = Signal(p.compute_bits)
         slot = Signal(p.slot_bits)
@@ -82,8 +88,13 @@ class ComputeModel(wiring.Component):
             self.busy.eq(cnt != 0),
         ]
         with m.If(self.take):
-            m.d.sync += [cnt.eq(cycles), slot.eq(self.cand_slot), expert.eq(self.cand_expert),
-                         index.eq(self.cand_index), final.eq(self.cand_final)]
+            m.d.sync += [
+                cnt.eq(cycles),
+                slot.eq(self.cand_slot),
+                expert.eq(self.cand_expert),
+                index.eq(self.cand_index),
+                final.eq(self.cand_final),
+            ]
         with m.Elif(cnt != 0):
             m.d.sync += cnt.eq(cnt - 1)
         return m
@@ -113,23 +124,25 @@ class Chiplet(wiring.Component):
         check_chiplet(self, p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
-        super().__init__({
-            "link_out": Out(link).array(4),
-            "link_in": In(link).array(4),
-            "stall": In(4),
-            "tokens": In(stream.Signature(tokens_layout(p))),
-            "free": Out(p.free_bits),
-            "accept": Out(1),
-            "resv_valid": In(1),
-            "resv_slot": Out(p.slot_bits),
-            "ddr_valid": In(1),
-            "ddr": In(delivery_layout(p)),
-            "unhold_valid": In(1),
-            "unhold_expert": In(p.expert_bits),
-            "event": Out(event_layout(p)),
-            "occupancy": Out(p.free_bits),
-            "busy": Out(1),
-        })
+        super().__init__(
+            {
+                "link_out": Out(link).array(4),
+                "link_in": In(link).array(4),
+                "stall": In(4),
+                "tokens": In(stream.Signature(tokens_layout(p))),
+                "free": Out(p.free_bits),
+                "accept": Out(1),
+                "resv_valid": In(1),
+                "resv_slot": Out(p.slot_bits),
+                "ddr_valid": In(1),
+                "ddr": In(delivery_layout(p)),
+                "unhold_valid": In(1),
+                "unhold_expert": In(p.expert_bits),
+                "event": Out(event_layout(p)),
+                "occupancy": Out(p.free_bits),
+                "busy": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         p, c = self.p, self.chiplet

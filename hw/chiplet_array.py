@@ -9,12 +9,11 @@ from amaranth import Cat, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import check_chiplet
-from ..sw.params import DatapathParams
-from ..sw.streaming import OPPOSITE
-from .chiplet import Chiplet
-from .ddr_ctrl import DDRController
-from .layouts import dispatch_layout, event_layout, tokens_layout
+from fsedp.hw.chiplet import Chiplet
+from fsedp.hw.common import check_chiplet
+from fsedp.hw.ddr_ctrl import DDRController
+from fsedp.hw.layouts import dispatch_layout, event_layout, tokens_layout
+from fsedp.params import OPPOSITE, DatapathParams
 
 __all__ = ["ChipletArray"]
 
@@ -49,18 +48,20 @@ class ChipletArray(wiring.Component):
         check_chiplet(self, p)
         self.p = p
         n = p.chiplets
-        super().__init__({
-            "dispatch": In(stream.Signature(dispatch_layout(p))),
-            "done": Out(stream.Signature(n)),
-            "tokens": In(stream.Signature(tokens_layout(p))),
-            "stall": In(4 * n),
-            "ddr_stall": In(1),
-            "events": Out(n * event_layout(p).size),
-            "occupancy": Out(n * p.free_bits),
-            "idle": Out(1),
-            "bad_dispatch": Out(1),
-            "orphan": Out(1),
-        })
+        super().__init__(
+            {
+                "dispatch": In(stream.Signature(dispatch_layout(p))),
+                "done": Out(stream.Signature(n)),
+                "tokens": In(stream.Signature(tokens_layout(p))),
+                "stall": In(4 * n),
+                "ddr_stall": In(1),
+                "events": Out(n * event_layout(p).size),
+                "occupancy": Out(n * p.free_bits),
+                "idle": Out(1),
+                "bad_dispatch": Out(1),
+                "orphan": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         p = self.p
@@ -74,8 +75,12 @@ class ChipletArray(wiring.Component):
             chips.append(ch)
         wiring.connect(m, wiring.flipped(self.dispatch), ddr.dispatch)
         wiring.connect(m, ddr.done, wiring.flipped(self.done))
-        m.d.comb += [self.tokens.ready.eq(1), ddr.ddr_stall.eq(self.ddr_stall),
-                     self.bad_dispatch.eq(ddr.bad_dispatch), self.orphan.eq(ddr.orphan)]
+        m.d.comb += [
+            self.tokens.ready.eq(1),
+            ddr.ddr_stall.eq(self.ddr_stall),
+            self.bad_dispatch.eq(ddr.bad_dispatch),
+            self.orphan.eq(ddr.orphan),
+        ]
         busy = ddr.busy
         for c, ch in enumerate(chips):
             for d in range(4):
@@ -90,7 +95,7 @@ class ChipletArray(wiring.Component):
                         ch.link_out[d].ready.eq(chips[nb].link_in[OPPOSITE[d]].ready),
                     ]
             m.d.comb += [
-                ch.stall.eq(self.stall[4 * c:4 * c + 4]),
+                ch.stall.eq(self.stall[4 * c : 4 * c + 4]),
                 ch.tokens.valid.eq(self.tokens.valid & (self.tokens.payload.chiplet == c)),
                 ch.tokens.payload.eq(self.tokens.payload),
                 ddr.free[c].eq(ch.free),

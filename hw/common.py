@@ -9,7 +9,7 @@ def check_chiplet(owner, p, chiplet: int | None = None):
     """Eager checks of a datapath component's generics (``p`` must be ``DatapathParams``,
     ``chiplet`` one of its chiplets).  A component that fails them is never elaborated, so
     Amaranth's unused-elaboratable warning is silenced for ``owner`` first."""
-    from ..sw.params import DatapathParams
+    from fsedp.params import DatapathParams
 
     def fail(exc):
         owner._MustUse__silence = True
@@ -20,8 +20,12 @@ def check_chiplet(owner, p, chiplet: int | None = None):
     if chiplet is not None and not 0 <= chiplet < p.chiplets:
         fail(ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}"))
     if p.ddr_channels != 1:
-        fail(ValueError(f"the RTL DDR controller has one package-level channel; "
-                        f"ddr_channels must be 1, not {p.ddr_channels}"))
+        fail(
+            ValueError(
+                f"the RTL DDR controller has one package-level channel; "
+                f"ddr_channels must be 1, not {p.ddr_channels}"
+            )
+        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

@@ -10,9 +10,9 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import DatapathParams, bits_for
-from .common import check_chiplet, lowest_bit, ring_next_hops, rr_pick
-from .layouts import delivery_layout, dispatch_layout
+from fsedp.hw.common import check_chiplet, lowest_bit, ring_next_hops, rr_pick
+from fsedp.hw.layouts import delivery_layout, dispatch_layout
+from fsedp.params import BeatKind, DatapathParams, bits_for
 
 __all__ = ["DDRController", "path_hops"]
 
@@ -80,25 +80,27 @@ class DDRController(wiring.Component):
         check_chiplet(self, p)
         self.p = p
         n = p.chiplets
-        super().__init__({
-            "dispatch": In(stream.Signature(dispatch_layout(p))),
-            "free": In(p.free_bits).array(n),
-            "accept": In(1).array(n),
-            "resv_valid": Out(1).array(n),
-            "resv_slot": In(p.slot_bits).array(n),
-            "deliver_valid": Out(1),
-            "deliver": Out(delivery_layout(p)),
-            "unhold_valid": Out(1),
-            "unhold_chiplet": Out(p.chiplet_bits),
-            "unhold_expert": Out(p.expert_bits),
-            "retire_valid": In(1).array(n),
-            "retire_expert": In(p.expert_bits).array(n),
-            "done": Out(stream.Signature(n)),
-            "ddr_stall": In(1),
-            "bad_dispatch": Out(1),
-            "orphan": Out(1),
-            "busy": Out(1),
-        })
+        super().__init__(
+            {
+                "dispatch": In(stream.Signature(dispatch_layout(p))),
+                "free": In(p.free_bits).array(n),
+                "accept": In(1).array(n),
+                "resv_valid": Out(1).array(n),
+                "resv_slot": In(p.slot_bits).array(n),
+                "deliver_valid": Out(1),
+                "deliver": Out(delivery_layout(p)),
+                "unhold_valid": Out(1),
+                "unhold_chiplet": Out(p.chiplet_bits),
+                "unhold_expert": Out(p.expert_bits),
+                "retire_valid": In(1).array(n),
+                "retire_expert": In(p.expert_bits).array(n),
+                "done": Out(stream.Signature(n)),
+                "ddr_stall": In(1),
+                "bad_dispatch": Out(1),
+                "orphan": Out(1),
+                "busy": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         p = self.p
@@ -160,18 +162,26 @@ class DDRController(wiring.Component):
             tgt = Signal(p.chiplet_bits, name=f"job_tgt{j}")
             room = jvalid[j] & (jloaded[j] < M)
             if not p.rule5:
-                m.d.comb += [ok.eq(room & (Array(free2)[jnext[j]] > jneed[j][jnext[j]])),
-                             tgt.eq(jnext[j])]
+                m.d.comb += [
+                    ok.eq(room & (Array(free2)[jnext[j]] > jneed[j][jnext[j]])),
+                    tgt.eq(jnext[j]),
+                ]
             else:
                 best_v, best_f, best_a = Const(0), Const(0, p.free_bits), Const(0, p.chiplet_bits)
                 for a in range(n):
                     cand = jtraj[j][a] & (free2[a] > jneed[j][a])
                     take = Signal(name=f"job{j}_r5take{a}")
-                    nv, nf = Signal(name=f"job{j}_r5v{a}"), Signal(p.free_bits, name=f"job{j}_r5f{a}")
+                    nv, nf = (
+                        Signal(name=f"job{j}_r5v{a}"),
+                        Signal(p.free_bits, name=f"job{j}_r5f{a}"),
+                    )
                     na = Signal(p.chiplet_bits, name=f"job{j}_r5a{a}")
-                    m.d.comb += [take.eq(cand & (~best_v | (free2[a] > best_f))),
-                                 nv.eq(best_v | cand), nf.eq(Mux(take, free2[a], best_f)),
-                                 na.eq(Mux(take, a, best_a))]
+                    m.d.comb += [
+                        take.eq(cand & (~best_v | (free2[a] > best_f))),
+                        nv.eq(best_v | cand),
+                        nf.eq(Mux(take, free2[a], best_f)),
+                        na.eq(Mux(take, a, best_a)),
+                    ]
                     best_v, best_f, best_a = nv, nf, na
                 m.d.comb += [ok.eq(room & best_v), tgt.eq(best_a)]
             job_ok.append(ok)
@@ -182,15 +192,18 @@ class DDRController(wiring.Component):
         any_job, jpick = rr_pick(job_ok, rr, p.chiplet_bits)
         pre_ok = [Signal(name=f"pre_ok{k}") for k in range(P)]
         for k in range(P):
-            m.d.comb += pre_ok[k].eq(pvalid[k] & (pload[k] < M)
-                                     & (Array(free2)[pchip[k]] > p.max_hops + 1))
+            m.d.comb += pre_ok[k].eq(
+                pvalid[k] & (pload[k] < M) & (Array(free2)[pchip[k]] > p.max_hops + 1)
+            )
         pre_vec = Cat(*pre_ok) if P else Const(0, 1)
         ppick = Signal(max(1, bits_for(P)))
         m.d.comb += ppick.eq(lowest_bit(pre_vec, max(P, 1), max(1, bits_for(P))))
         issue_job = Signal()
         issue_pre = Signal()
-        m.d.comb += [issue_job.eq(can_issue & any_job),
-                     issue_pre.eq(can_issue & ~any_job & pre_vec.any())]
+        m.d.comb += [
+            issue_job.eq(can_issue & any_job),
+            issue_pre.eq(can_issue & ~any_job & pre_vec.any()),
+        ]
 
         target = Signal(p.chiplet_bits)
         w = Signal(entry_layout)
@@ -236,8 +249,11 @@ class DDRController(wiring.Component):
         hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits)
         m.d.comb += after.eq(Array(hops_after)[target])
         with m.If(issue_job):
-            m.d.sync += [jloaded[jpick].eq(jloaded[jpick] + 1), jnext[jpick].eq(after),
-                         rr.eq(Mux(jpick == n - 1, 0, jpick + 1))]
+            m.d.sync += [
+                jloaded[jpick].eq(jloaded[jpick] + 1),
+                jnext[jpick].eq(after),
+                rr.eq(Mux(jpick == n - 1, 0, jpick + 1)),
+            ]
         with m.If(issue_pre):
             m.d.sync += pload[ppick].eq(pload[ppick] + 1)
 
@@ -247,12 +263,14 @@ class DDRController(wiring.Component):
         age = Signal(age_bits)
         m.d.comb += age.eq(now - head.ts)
         deliver = Signal()
-        m.d.comb += [deliver.eq(q.r_rdy & ~self.ddr_stall & (age >= p.ddr_latency)),
-                     q.r_en.eq(deliver)]
+        m.d.comb += [
+            deliver.eq(q.r_rdy & ~self.ddr_stall & (age >= p.ddr_latency)),
+            q.r_en.eq(deliver),
+        ]
         job_has = Const(0)
         for j in range(n):
             job_has = job_has | (jvalid[j] & (jexpert[j] == head.d.packet.expert))
-        beat_has = bv & (b.kind == 0) & (b.expert == head.d.packet.expert)
+        beat_has = bv & (b.kind == BeatKind.DISPATCH) & (b.expert == head.d.packet.expert)
         m.d.comb += [
             self.deliver_valid.eq(deliver),
             self.deliver.target.eq(head.d.target),
@@ -265,7 +283,9 @@ class DDRController(wiring.Component):
         pfree = Cat(*[~pvalid[k] for k in range(P)]) if P else Const(0, 1)
         pslot = Signal(max(1, bits_for(P)))
         m.d.comb += pslot.eq(lowest_bit(pfree, max(P, 1), max(1, bits_for(P))))
-        hit_vec = Cat(*[pvalid[k] & (pexpert[k] == b.expert) for k in range(P)]) if P else Const(0, 1)
+        hit_vec = (
+            Cat(*[pvalid[k] & (pexpert[k] == b.expert) for k in range(P)]) if P else Const(0, 1)
+        )
         hit = Signal(max(1, bits_for(P)))
         m.d.comb += hit.eq(lowest_bit(hit_vec, max(P, 1), max(1, bits_for(P))))
         bad = Signal(init=0)
@@ -273,31 +293,45 @@ class DDRController(wiring.Component):
         with m.If(bv):
             with m.If(~b_ok):
                 m.d.sync += bad.eq(1)
-            with m.Elif(b.kind == 1):
+            with m.Elif(b.kind == BeatKind.PRELOAD):
                 if P:
                     with m.If(pfree.any()):
-                        m.d.sync += [pvalid[pslot].eq(1), pexpert[pslot].eq(b.expert),
-                                     ptraj[pslot].eq(b.traj), pchip[pslot].eq(b.entry),
-                                     pload[pslot].eq(0), plegs[pslot].eq(b_legs),
-                                     pneed[pslot].eq(Array(b_hops)[b.entry])]
+                        m.d.sync += [
+                            pvalid[pslot].eq(1),
+                            pexpert[pslot].eq(b.expert),
+                            ptraj[pslot].eq(b.traj),
+                            pchip[pslot].eq(b.entry),
+                            pload[pslot].eq(0),
+                            plegs[pslot].eq(b_legs),
+                            pneed[pslot].eq(Array(b_hops)[b.entry]),
+                        ]
             with m.Elif(jvalid[b.entry]):
                 m.d.sync += bad.eq(1)
             with m.Else():
                 loaded = Signal(ld_bits)
                 if P:
-                    m.d.comb += loaded.eq(Mux(hit_vec.any(),
-                                              pload[hit] + (issue_pre & (ppick == hit)), 0))
+                    m.d.comb += loaded.eq(
+                        Mux(hit_vec.any(), pload[hit] + (issue_pre & (ppick == hit)), 0)
+                    )
                     with m.If(hit_vec.any()):
                         m.d.sync += pvalid[hit].eq(0)
-                        m.d.comb += [self.unhold_valid.eq(1), self.unhold_chiplet.eq(pchip[hit]),
-                                     self.unhold_expert.eq(b.expert)]
+                        m.d.comb += [
+                            self.unhold_valid.eq(1),
+                            self.unhold_chiplet.eq(pchip[hit]),
+                            self.unhold_expert.eq(b.expert),
+                        ]
                 with m.Switch(b.entry):
                     for j in range(n):
                         with m.Case(j):
-                            m.d.sync += [jvalid[j].eq(1), jexpert[j].eq(b.expert),
-                                         jtraj[j].eq(b.traj), jlegs[j].eq(b_legs),
-                                         jloaded[j].eq(loaded), jretired[j].eq(0),
-                                         jnext[j].eq(j)]
+                            m.d.sync += [
+                                jvalid[j].eq(1),
+                                jexpert[j].eq(b.expert),
+                                jtraj[j].eq(b.traj),
+                                jlegs[j].eq(b_legs),
+                                jloaded[j].eq(loaded),
+                                jretired[j].eq(0),
+                                jnext[j].eq(j),
+                            ]
                             m.d.sync += [jneed[j][a].eq(b_hops[a]) for a in range(n)]
 
         # -- retirement and done --------------------------------------------------------------
@@ -311,8 +345,9 @@ class DDRController(wiring.Component):
             with m.If(self.retire_valid[c] & ~matched):
                 m.d.sync += orphan.eq(1)
         for j in range(n):
-            inc = sum(self.retire_valid[c] & (self.retire_expert[c] == jexpert[j])
-                      for c in range(n))
+            inc = sum(
+                self.retire_valid[c] & (self.retire_expert[c] == jexpert[j]) for c in range(n)
+            )
             total = Signal(ld_bits + 1, name=f"job_total{j}")
             m.d.comb += total.eq(jretired[j] + inc)
             with m.If(jvalid[j] & (inc != 0)):

@@ -1,10 +1,10 @@
-from amaranth import Module, Signal, Mux
+from amaranth import Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import SchedulerParams
-from .common import sat_add
-from .layouts import entry_layout, record_layout
+from fsedp.hw.common import sat_add
+from fsedp.hw.layouts import entry_layout, record_layout
+from fsedp.params import SchedulerParams
 
 __all__ = ["EIT"]
 
@@ -38,14 +38,22 @@ class EIT(wiring.Component):
 
     def __init__(self, p: SchedulerParams):
         self.p = p
-        super().__init__({
-            "rec": In(stream.Signature(record_layout(p))),
-            "scan_en": In(1), "scan_addr": In(p.expert_bits),
-            "scan_include": In(p.requests), "scan_clear": In(1),
-            "scan_valid": Out(1), "scan_count": Out(p.count_width),
-            "scan_mask": Out(p.chiplets), "scan_present": Out(p.requests),
-            "flags_clear": In(1), "overflow": Out(1), "bad_record": Out(1),
-        })
+        super().__init__(
+            {
+                "rec": In(stream.Signature(record_layout(p))),
+                "scan_en": In(1),
+                "scan_addr": In(p.expert_bits),
+                "scan_include": In(p.requests),
+                "scan_clear": In(1),
+                "scan_valid": Out(1),
+                "scan_count": Out(p.count_width),
+                "scan_mask": Out(p.chiplets),
+                "scan_present": Out(p.requests),
+                "flags_clear": In(1),
+                "overflow": Out(1),
+                "bad_record": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -67,9 +75,14 @@ class EIT(wiring.Component):
         s_addr = Signal(p.expert_bits)
         s_include = Signal(p.requests)
         m.d.sync += [
-            w_valid.eq(take), w_req.eq(rec.request), w_chip.eq(rec.chiplet), w_addr.eq(rec.expert),
-            s_valid.eq(self.scan_en), s_clear.eq(self.scan_en & self.scan_clear),
-            s_addr.eq(self.scan_addr), s_include.eq(self.scan_include),
+            w_valid.eq(take),
+            w_req.eq(rec.request),
+            w_chip.eq(rec.chiplet),
+            w_addr.eq(rec.expert),
+            s_valid.eq(self.scan_en),
+            s_clear.eq(self.scan_en & self.scan_clear),
+            s_addr.eq(self.scan_addr),
+            s_include.eq(self.scan_include),
         ]
 
         overflow_now = Signal()
@@ -87,7 +100,8 @@ class EIT(wiring.Component):
                 m.d.comb += [wp.addr.eq(s_addr), wp.en.eq(1), wp.data.eq(0)]
             with m.Elif(hit):
                 m.d.comb += [
-                    wp.addr.eq(w_addr), wp.en.eq(1),
+                    wp.addr.eq(w_addr),
+                    wp.en.eq(1),
                     wp.data.mask.eq(rp.data.mask | (1 << w_chip)),
                     wp.data.count.eq(Mux(full, rp.data.count, rp.data.count + 1)),
                 ]
@@ -115,6 +129,8 @@ class EIT(wiring.Component):
         with m.If(self.flags_clear):
             m.d.sync += [self.overflow.eq(overflow_now), self.bad_record.eq(bad_now)]
         with m.Else():
-            m.d.sync += [self.overflow.eq(self.overflow | overflow_now),
-                         self.bad_record.eq(self.bad_record | bad_now)]
+            m.d.sync += [
+                self.overflow.eq(self.overflow | overflow_now),
+                self.bad_record.eq(self.bad_record | bad_now),
+            ]
         return m

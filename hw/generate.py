@@ -4,19 +4,19 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-from ..sw.params import DatapathParams
-from .chiplet import Chiplet
-from .chiplet_array import ChipletArray
-from .ddr_ctrl import DDRController
-from .ring_buffer import RingBuffer
-from .router import Router
-from .eit import EIT
-from .icv import ICV
-from .matcher import ECMatcher
-from .pairing import PairingUnit
-from .scheduler import Scheduler
-from .sorter import BitonicSorter
-from .token_buffer import TokenBufferUnit
+from fsedp.hw.chiplet import Chiplet
+from fsedp.hw.chiplet_array import ChipletArray
+from fsedp.hw.ddr_ctrl import DDRController
+from fsedp.hw.eit import EIT
+from fsedp.hw.icv import ICV
+from fsedp.hw.matcher import ECMatcher
+from fsedp.hw.pairing import PairingUnit
+from fsedp.hw.ring_buffer import RingBuffer
+from fsedp.hw.router import Router
+from fsedp.hw.scheduler import Scheduler
+from fsedp.hw.sorter import BitonicSorter
+from fsedp.hw.token_buffer import TokenBufferUnit
+from fsedp.params import DatapathParams
 
 __all__ = ["BLOCKS", "DATAPATH_BLOCKS", "top_name", "verilog_text", "write_verilog"]
 
@@ -53,8 +53,9 @@ def verilog_text(block: str, p) -> str:
     block :class:`DatapathParams`."""
     table = DATAPATH_BLOCKS if isinstance(p, DatapathParams) else BLOCKS
     if block not in table:
-        raise ValueError(f"unknown block {block!r} for {type(p).__name__}; "
-                         f"choose from {', '.join(table)}")
+        raise ValueError(
+            f"unknown block {block!r} for {type(p).__name__}; choose from {', '.join(table)}"
+        )
     return verilog.convert(table[block](p), name=top_name(block), emit_src=False)
 
 

@@ -2,7 +2,7 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import SchedulerParams
+from fsedp.params import SchedulerParams
 
 __all__ = ["ICV"]
 

@@ -6,11 +6,19 @@ The testbenches pack and unpack beats with these same layouts (``layout.const(..
 
 from amaranth.lib import data
 
-from ..sw.params import SchedulerParams
+from fsedp.params import BeatKind, SchedulerParams
 
-__all__ = ["key_layout", "record_layout", "gate_layout", "req_init_layout", "entry_layout",
-           "dispatch_from_bits", "gate_bits", "req_init_bits",
-           "dispatch_layout"]
+__all__ = [
+    "key_layout",
+    "record_layout",
+    "gate_layout",
+    "req_init_layout",
+    "entry_layout",
+    "dispatch_from_bits",
+    "gate_bits",
+    "req_init_bits",
+    "dispatch_layout",
+]
 
 
 def key_layout(p: SchedulerParams) -> data.StructLayout:
@@ -20,14 +28,16 @@ def key_layout(p: SchedulerParams) -> data.StructLayout:
 
 def record_layout(p: SchedulerParams) -> data.StructLayout:
     """One gate result as the EIT takes it."""
-    return data.StructLayout({"request": p.request_bits, "chiplet": p.chiplet_bits,
-                              "expert": p.expert_bits})
+    return data.StructLayout(
+        {"request": p.request_bits, "chiplet": p.chiplet_bits, "expert": p.expert_bits}
+    )
 
 
 def gate_layout(p: SchedulerParams) -> data.StructLayout:
     """Scheduler ``gate`` stream: a record plus ``last`` (final record of the round)."""
-    return data.StructLayout({"request": p.request_bits, "chiplet": p.chiplet_bits,
-                              "expert": p.expert_bits, "last": 1})
+    return data.StructLayout(
+        {"request": p.request_bits, "chiplet": p.chiplet_bits, "expert": p.expert_bits, "last": 1}
+    )
 
 
 def req_init_layout(p: SchedulerParams) -> data.StructLayout:
@@ -41,78 +51,109 @@ def entry_layout(p: SchedulerParams) -> data.StructLayout:
 
 def dispatch_layout(p: SchedulerParams) -> data.StructLayout:
     """Scheduler ``dispatch`` stream (see :class:`fsedp.sw.scheduler.Dispatch`)."""
-    return data.StructLayout({
-        "kind": 1,
-        "expert": p.expert_bits,
-        "count": p.count_width,
-        "traj": p.chiplets,
-        "entry": p.chiplet_bits,
-        "next_hop": data.ArrayLayout(p.chiplet_bits, p.chiplets),
-    })
+    return data.StructLayout(
+        {
+            "kind": BeatKind,
+            "expert": p.expert_bits,
+            "count": p.count_width,
+            "traj": p.chiplets,
+            "entry": p.chiplet_bits,
+            "next_hop": data.ArrayLayout(p.chiplet_bits, p.chiplets),
+        }
+    )
 
 
 def dispatch_from_bits(p: SchedulerParams, bits: int):
     """Decode a ``dispatch`` beat into the golden model's :class:`Dispatch`."""
-    from ..sw.scheduler import Dispatch
+    from fsedp.sw.scheduler import Dispatch
 
     v = dispatch_layout(p).from_bits(bits)
-    return Dispatch(int(v.kind), int(v.expert), int(v.count), int(v.traj), int(v.entry),
-                    tuple(int(v.next_hop[c]) for c in range(p.chiplets)))
+    return Dispatch(
+        BeatKind(int(v.kind)),
+        int(v.expert),
+        int(v.count),
+        int(v.traj),
+        int(v.entry),
+        tuple(int(v.next_hop[c]) for c in range(p.chiplets)),
+    )
 
 
 def gate_bits(p: SchedulerParams, request: int, chiplet: int, expert: int, last: bool) -> int:
-    return gate_layout(p).const({"request": request, "chiplet": chiplet, "expert": expert,
-                                 "last": int(last)}).as_bits()
+    return (
+        gate_layout(p)
+        .const({"request": request, "chiplet": chiplet, "expert": expert, "last": int(last)})
+        .as_bits()
+    )
 
 
 def req_init_bits(p: SchedulerParams, request: int, t_qos: int) -> int:
     return req_init_layout(p).const({"request": request, "t_qos": t_qos}).as_bits()
 
 
-# -- chiplet datapath (fsedp.sw.params.DatapathParams) ------------------------------------
+# -- chiplet datapath (fsedp.params.DatapathParams) ------------------------------------
 def packet_layout(p) -> data.StructLayout:
     """A micro-slice header on a link, on the DDR delivery port and at a ring buffer's input
     (see :class:`fsedp.sw.streaming.Header`)."""
-    return data.StructLayout({"expert": p.expert_bits, "index": p.index_bits,
-                              "traj": p.chiplets, "dest": p.chiplet_bits,
-                              "legs": p.chiplet_bits, "r": p.hop_bits})
+    return data.StructLayout(
+        {
+            "expert": p.expert_bits,
+            "index": p.index_bits,
+            "traj": p.chiplets,
+            "dest": p.chiplet_bits,
+            "legs": p.chiplet_bits,
+            "r": p.hop_bits,
+        }
+    )
 
 
 def store_layout(p) -> data.StructLayout:
     """What a ring-buffer slot keeps in its storage (``lib.memory``): the next leg."""
-    return data.StructLayout({"index": p.index_bits, "traj": p.chiplets,
-                              "dest": p.chiplet_bits, "legs": p.chiplet_bits})
+    return data.StructLayout(
+        {"index": p.index_bits, "traj": p.chiplets, "dest": p.chiplet_bits, "legs": p.chiplet_bits}
+    )
 
 
 def delivery_layout(p) -> data.StructLayout:
     """A DDR load: target chiplet and reserved slot, the micro-slice, pre-load ``held``."""
-    return data.StructLayout({"target": p.chiplet_bits, "slot": p.slot_bits,
-                              "packet": packet_layout(p), "held": 1})
+    return data.StructLayout(
+        {"target": p.chiplet_bits, "slot": p.slot_bits, "packet": packet_layout(p), "held": 1}
+    )
 
 
 def tokens_layout(p) -> data.StructLayout:
     """Token-table write: ``count`` tokens of ``expert`` are held on ``chiplet``."""
-    return data.StructLayout({"chiplet": p.chiplet_bits, "expert": p.expert_bits,
-                              "count": p.count_width})
+    return data.StructLayout(
+        {"chiplet": p.chiplet_bits, "expert": p.expert_bits, "count": p.count_width}
+    )
 
 
 def event_layout(p) -> data.StructLayout:
     """A chiplet's compute-completion event (observation port)."""
-    return data.StructLayout({"valid": 1, "expert": p.expert_bits, "index": p.index_bits,
-                              "final": 1})
+    return data.StructLayout(
+        {"valid": 1, "expert": p.expert_bits, "index": p.index_bits, "final": 1}
+    )
 
 
 def dispatch_bits(p, b) -> int:
     """Encode a :class:`fsedp.sw.scheduler.Dispatch` as a ``dispatch`` beat."""
-    return dispatch_layout(p).const({"kind": b.kind, "expert": b.expert,
-                                     "count": min(b.count, 2**p.count_width - 1),
-                                     "traj": b.traj, "entry": b.entry,
-                                     "next_hop": list(b.next_hop)}).as_bits()
+    return (
+        dispatch_layout(p)
+        .const(
+            {
+                "kind": b.kind,
+                "expert": b.expert,
+                "count": min(b.count, 2**p.count_width - 1),
+                "traj": b.traj,
+                "entry": b.entry,
+                "next_hop": list(b.next_hop),
+            }
+        )
+        .as_bits()
+    )
 
 
 def tokens_bits(p, chiplet: int, expert: int, count: int) -> int:
-    return tokens_layout(p).const({"chiplet": chiplet, "expert": expert,
-                                   "count": count}).as_bits()
+    return tokens_layout(p).const({"chiplet": chiplet, "expert": expert, "count": count}).as_bits()
 
 
 def unpack_events(p, bits: int) -> list:

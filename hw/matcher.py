@@ -2,8 +2,8 @@ from amaranth import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import SchedulerParams
-from .common import lowest_bit, ring_next_hops
+from fsedp.hw.common import lowest_bit, ring_next_hops
+from fsedp.params import SchedulerParams
 
 __all__ = ["ECMatcher"]
 
@@ -44,13 +44,21 @@ class ECMatcher(wiring.Component):
     def __init__(self, p: SchedulerParams):
         self.p = p
         C, Cb = p.chiplets, p.chiplet_bits
-        super().__init__({
-            "traj": In(C), "icv": In(C),
-            "eligible": Out(1), "entry": Out(Cb), "first": Out(Cb),
-            "next_hop": Out(data.ArrayLayout(Cb, C)),
-            "commit": In(1), "done": In(C),
-            "release": Out(C), "spurious": Out(1), "running": Out(C),
-        })
+        super().__init__(
+            {
+                "traj": In(C),
+                "icv": In(C),
+                "eligible": Out(1),
+                "entry": Out(Cb),
+                "first": Out(Cb),
+                "next_hop": Out(data.ArrayLayout(Cb, C)),
+                "commit": In(1),
+                "done": In(C),
+                "release": Out(C),
+                "spurious": Out(1),
+                "running": Out(C),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()

@@ -2,8 +2,8 @@ from amaranth import Module, Mux
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import SchedulerParams
-from .layouts import key_layout
+from fsedp.hw.layouts import key_layout
+from fsedp.params import SchedulerParams
 
 __all__ = ["PairingUnit"]
 
@@ -34,18 +34,24 @@ class PairingUnit(wiring.Component):
     def __init__(self, p: SchedulerParams):
         self.p = p
         P = p.position_bits
-        super().__init__({
-            "keys": In(data.ArrayLayout(key_layout(p), p.sorter_lanes)),
-            "n": In(P), "position": In(P),
-            "expert": Out(p.lane_id_bits), "count": Out(p.count_width), "cold": Out(1),
-            "partner": Out(P), "partner_valid": Out(1),
-        })
+        super().__init__(
+            {
+                "keys": In(data.ArrayLayout(key_layout(p), p.sorter_lanes)),
+                "n": In(P),
+                "position": In(P),
+                "expert": Out(p.lane_id_bits),
+                "count": Out(p.count_width),
+                "cold": Out(1),
+                "partner": Out(P),
+                "partner_valid": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         half = self.position >> 1
         index = Mux(self.position[0], self.n - 1 - half, half)
-        key = self.keys[index[:self.p.lane_id_bits]]
+        key = self.keys[index[: self.p.lane_id_bits]]
         partner = self.position ^ 1
         m.d.comb += [
             self.expert.eq(key.id),

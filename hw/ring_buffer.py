@@ -5,12 +5,12 @@ compute pick, release).  Doc page: ``docs/blocks/datapath.md``.
 """
 
 from amaranth import Array, Const, Module, Mux, Signal
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import DatapathParams
-from .common import check_chiplet, lowest_bit, ring_after
-from .layouts import delivery_layout, packet_layout, store_layout
+from fsedp.hw.common import check_chiplet, lowest_bit, ring_after
+from fsedp.hw.layouts import delivery_layout, packet_layout, store_layout
+from fsedp.params import DatapathParams
 
 __all__ = ["RingBuffer", "LinkSignature", "arrive_fields"]
 
@@ -20,8 +20,7 @@ def LinkSignature(p: DatapathParams) -> wiring.Signature:
     offer a micro-slice, ``ready`` accepts it.  Unlike ``lib.stream`` an offer that is not
     accepted may be withdrawn or replaced in the next cycle: the sender always offers its
     best candidate, which is what keeps forward-count admission deadlock-free."""
-    return wiring.Signature({"payload": Out(packet_layout(p)), "valid": Out(1),
-                             "ready": In(1)})
+    return wiring.Signature({"payload": Out(packet_layout(p)), "valid": Out(1), "ready": In(1)})
 
 
 def arrive_fields(m: Module, p: DatapathParams, c: int, h, prefix: str) -> dict:
@@ -94,26 +93,28 @@ class RingBuffer(wiring.Component):
         check_chiplet(self, p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
-        super().__init__({
-            "rx": In(stream.Signature(packet_layout(p))),
-            "free": Out(p.free_bits),
-            "resv_valid": In(1),
-            "resv_slot": Out(p.slot_bits),
-            "ddr_valid": In(1),
-            "ddr": In(delivery_layout(p)),
-            "offer": Out(link).array(4),
-            "cmp_valid": Out(1),
-            "cmp_slot": Out(p.slot_bits),
-            "cmp_expert": Out(p.expert_bits),
-            "cmp_index": Out(p.index_bits),
-            "cmp_final": Out(1),
-            "cmp_take": In(1),
-            "cmp_done": In(1),
-            "cmp_done_slot": In(p.slot_bits),
-            "unhold_valid": In(1),
-            "unhold_expert": In(p.expert_bits),
-            "occupancy": Out(p.free_bits),
-        })
+        super().__init__(
+            {
+                "rx": In(stream.Signature(packet_layout(p))),
+                "free": Out(p.free_bits),
+                "resv_valid": In(1),
+                "resv_slot": Out(p.slot_bits),
+                "ddr_valid": In(1),
+                "ddr": In(delivery_layout(p)),
+                "offer": Out(link).array(4),
+                "cmp_valid": Out(1),
+                "cmp_slot": Out(p.slot_bits),
+                "cmp_expert": Out(p.expert_bits),
+                "cmp_index": Out(p.index_bits),
+                "cmp_final": Out(1),
+                "cmp_take": In(1),
+                "cmp_done": In(1),
+                "cmp_done_slot": In(p.slot_bits),
+                "unhold_valid": In(1),
+                "unhold_expert": In(p.expert_bits),
+                "occupancy": Out(p.free_bits),
+            }
+        )
 
     def elaborate(self, platform):
         p, c = self.p, self.chiplet
@@ -156,8 +157,7 @@ class RingBuffer(wiring.Component):
         for i in range(K):
             high_expr = Mux(free_vec[i], i, high_expr)
         high = Signal(p.slot_bits)
-        m.d.comb += [high.eq(high_expr), self.resv_slot.eq(high),
-                     self.rx.ready.eq(free_vec.any())]
+        m.d.comb += [high.eq(high_expr), self.resv_slot.eq(high), self.rx.ready.eq(free_vec.any())]
 
         # -- offers: fewest hops left, ties to the lower slot ----------------------------
         tx_slot = []
@@ -173,7 +173,8 @@ class RingBuffer(wiring.Component):
                 m.d.comb += [
                     cand.eq(present[i] & send[i] & (tx[i] == 0) & (dirr[i] == d)),
                     take.eq(cand if i == 0 else cand & (~best_v | (hops[i] < best_r))),
-                    nv.eq(best_v | cand), nr.eq(Mux(take, hops[i], best_r)),
+                    nv.eq(best_v | cand),
+                    nr.eq(Mux(take, hops[i], best_r)),
                     ni.eq(Mux(take, i, best_i)),
                 ]
                 best_v, best_r, best_i = nv, nr, ni
@@ -195,12 +196,19 @@ class RingBuffer(wiring.Component):
         link_c = Signal(K)
         local_c = Signal(K)
         for i in range(K):
-            m.d.comb += [link_c[i].eq(present[i] & comp[i] & ~ddr[i]),
-                         local_c[i].eq(present[i] & comp[i] & ddr[i])]
+            m.d.comb += [
+                link_c[i].eq(present[i] & comp[i] & ~ddr[i]),
+                local_c[i].eq(present[i] & comp[i] & ddr[i]),
+            ]
         cslot = Signal(p.slot_bits)
         m.d.comb += [
-            cslot.eq(Mux(link_c.any(), lowest_bit(link_c, K, p.slot_bits),
-                         lowest_bit(local_c, K, p.slot_bits))),
+            cslot.eq(
+                Mux(
+                    link_c.any(),
+                    lowest_bit(link_c, K, p.slot_bits),
+                    lowest_bit(local_c, K, p.slot_bits),
+                )
+            ),
             self.cmp_valid.eq(link_c.any() | local_c.any()),
             self.cmp_slot.eq(cslot),
             r_cmp.addr.eq(cslot),
@@ -213,19 +221,34 @@ class RingBuffer(wiring.Component):
         f_rx = arrive_fields(m, p, c, self.rx.payload, "rx")
         f_ddr = arrive_fields(m, p, c, self.ddr.packet, "ddr")
         rx_fire = self.rx.valid & self.rx.ready
-        for port, slot, h, f, en in ((w_rx, rx_slot, self.rx.payload, f_rx, rx_fire),
-                                     (w_ddr, self.ddr.slot, self.ddr.packet, f_ddr,
-                                      self.ddr_valid)):
-            m.d.comb += [port.addr.eq(slot), port.en.eq(en),
-                         port.data.index.eq(h.index), port.data.traj.eq(h.traj),
-                         port.data.dest.eq(f["dest"]), port.data.legs.eq(f["legs"])]
+        for port, slot, h, f, en in (
+            (w_rx, rx_slot, self.rx.payload, f_rx, rx_fire),
+            (w_ddr, self.ddr.slot, self.ddr.packet, f_ddr, self.ddr_valid),
+        ):
+            m.d.comb += [
+                port.addr.eq(slot),
+                port.en.eq(en),
+                port.data.index.eq(h.index),
+                port.data.traj.eq(h.traj),
+                port.data.dest.eq(f["dest"]),
+                port.data.legs.eq(f["legs"]),
+            ]
 
         def store(i, h, f, wait_value, from_ddr, held_value):
             m.d.sync += [
-                busy[i].eq(1), resv[i].eq(0), wait[i].eq(wait_value), held[i].eq(held_value),
-                ddr[i].eq(from_ddr), computing[i].eq(0), tx[i].eq(0), comp[i].eq(f["comp"]),
-                send[i].eq(f["send"]), final[i].eq(f["final"]), dirr[i].eq(f["dir"]),
-                hops[i].eq(f["r"]), expert[i].eq(h.expert),
+                busy[i].eq(1),
+                resv[i].eq(0),
+                wait[i].eq(wait_value),
+                held[i].eq(held_value),
+                ddr[i].eq(from_ddr),
+                computing[i].eq(0),
+                tx[i].eq(0),
+                comp[i].eq(f["comp"]),
+                send[i].eq(f["send"]),
+                final[i].eq(f["final"]),
+                dirr[i].eq(f["dir"]),
+                hops[i].eq(f["r"]),
+                expert[i].eq(h.expert),
             ]
 
         for i in range(K):

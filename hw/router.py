@@ -8,10 +8,10 @@ from amaranth import Array, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import DatapathParams
-from .common import check_chiplet, rr_pick
-from .layouts import packet_layout
-from .ring_buffer import LinkSignature
+from fsedp.hw.common import check_chiplet, rr_pick
+from fsedp.hw.layouts import packet_layout
+from fsedp.hw.ring_buffer import LinkSignature
+from fsedp.params import DatapathParams
 
 __all__ = ["Router"]
 
@@ -53,14 +53,16 @@ class Router(wiring.Component):
         check_chiplet(self, p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
-        super().__init__({
-            "offer": In(link).array(4),
-            "link_out": Out(link).array(4),
-            "link_in": In(link).array(4),
-            "stall": In(4),
-            "free": In(p.free_bits),
-            "rx": Out(stream.Signature(packet_layout(p))),
-        })
+        super().__init__(
+            {
+                "offer": In(link).array(4),
+                "link_out": Out(link).array(4),
+                "link_in": In(link).array(4),
+                "stall": In(4),
+                "free": In(p.free_bits),
+                "rx": Out(stream.Signature(packet_layout(p))),
+            }
+        )
 
     def elaborate(self, platform):
         p, c, L = self.p, self.chiplet, self.p.link_cycles

@@ -1,15 +1,15 @@
-from amaranth import Module, Signal, Const, Cat
+from amaranth import Cat, Const, Module, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import SchedulerParams
-from .eit import EIT
-from .icv import ICV
-from .layouts import dispatch_layout, gate_layout, key_layout, req_init_layout
-from .matcher import ECMatcher
-from .pairing import PairingUnit
-from .sorter import BitonicSorter
-from .token_buffer import TokenBufferUnit
+from fsedp.hw.eit import EIT
+from fsedp.hw.icv import ICV
+from fsedp.hw.layouts import dispatch_layout, gate_layout, key_layout, req_init_layout
+from fsedp.hw.matcher import ECMatcher
+from fsedp.hw.pairing import PairingUnit
+from fsedp.hw.sorter import BitonicSorter
+from fsedp.hw.token_buffer import TokenBufferUnit
+from fsedp.params import BeatKind, SchedulerParams
 
 __all__ = ["Scheduler"]
 
@@ -54,14 +54,20 @@ class Scheduler(wiring.Component):
 
     def __init__(self, p: SchedulerParams):
         self.p = p
-        super().__init__({
-            "gate": In(stream.Signature(gate_layout(p))),
-            "req_init": In(stream.Signature(req_init_layout(p))),
-            "dispatch": Out(stream.Signature(dispatch_layout(p))),
-            "done": In(stream.Signature(p.chiplets)),
-            "idle": Out(1), "deferred": Out(p.requests), "n_active": Out(p.position_bits),
-            "overflow": Out(1), "bad_record": Out(1), "spurious_done": Out(1),
-        })
+        super().__init__(
+            {
+                "gate": In(stream.Signature(gate_layout(p))),
+                "req_init": In(stream.Signature(req_init_layout(p))),
+                "dispatch": Out(stream.Signature(dispatch_layout(p))),
+                "done": In(stream.Signature(p.chiplets)),
+                "idle": Out(1),
+                "deferred": Out(p.requests),
+                "n_active": Out(p.position_bits),
+                "overflow": Out(1),
+                "bad_record": Out(1),
+                "spurious_done": Out(1),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
@@ -77,14 +83,14 @@ class Scheduler(wiring.Component):
         traj_wp = traj_mem.write_port()
         traj_rp = traj_mem.read_port()
 
-        addr = Signal(range(E + 1))          # scan issue counter
-        data_addr = Signal(range(E + 1))         # expert of the scan result in flight
+        addr = Signal(range(E + 1))  # scan issue counter
+        data_addr = Signal(range(E + 1))  # expert of the scan result in flight
         present = Signal(R)
         cold_hit = Signal(R)
         counts = Signal(data.ArrayLayout(p.count_width, E))
         n = Signal(p.position_bits)
-        k = Signal(p.position_bits)          # position in the paired-load order
-        q = Signal(p.position_bits)          # partner position under pre-load check
+        k = Signal(p.position_bits)  # position in the paired-load order
+        q = Signal(p.position_bits)  # partner position under pre-load check
         sched = Signal(E)
         pre = Signal(E)
         nsched = Signal(p.position_bits)
@@ -96,48 +102,70 @@ class Scheduler(wiring.Component):
         vec = data.ArrayLayout(key_layout(p), N)
         sort_in = Signal(vec)
         for lane in range(N):
-            m.d.comb += [sort_in[lane].id.eq(lane),
-                         sort_in[lane].count.eq(counts[lane] if lane < E else 0)]
+            m.d.comb += [
+                sort_in[lane].id.eq(lane),
+                sort_in[lane].count.eq(counts[lane] if lane < E else 0),
+            ]
         m.d.comb += [
             sorter.i.payload.eq(sort_in),
-            pairing.keys.eq(sorter.o.payload), pairing.n.eq(n),
-            matcher.traj.eq(traj_rp.data), matcher.icv.eq(icv.value),
+            pairing.keys.eq(sorter.o.payload),
+            pairing.n.eq(n),
+            matcher.traj.eq(traj_rp.data),
+            matcher.icv.eq(icv.value),
             icv.release.eq(matcher.release),
             eit.rec.payload.request.eq(self.gate.payload.request),
             eit.rec.payload.chiplet.eq(self.gate.payload.chiplet),
             eit.rec.payload.expert.eq(self.gate.payload.expert),
             tbu.init.payload.eq(self.req_init.payload),
-            tbu.present.eq(present), tbu.cold_hit.eq(cold_hit),
-            traj_rp.addr.eq(pairing.expert), traj_rp.en.eq(0),
-            self.dispatch.payload.eq(out), self.dispatch.valid.eq(out_valid),
-            self.deferred.eq(tbu.defer), self.n_active.eq(n),
-            self.overflow.eq(eit.overflow), self.bad_record.eq(eit.bad_record),
+            tbu.present.eq(present),
+            tbu.cold_hit.eq(cold_hit),
+            traj_rp.addr.eq(pairing.expert),
+            traj_rp.en.eq(0),
+            self.dispatch.payload.eq(out),
+            self.dispatch.valid.eq(out_valid),
+            self.deferred.eq(tbu.defer),
+            self.n_active.eq(n),
+            self.overflow.eq(eit.overflow),
+            self.bad_record.eq(eit.bad_record),
             self.spurious_done.eq(spurious),
             pairing.position.eq(k),
         ]
 
         def scan(include, clear):
             with m.If(addr != E):
-                m.d.comb += [eit.scan_en.eq(1), eit.scan_addr.eq(addr),
-                             eit.scan_include.eq(include), eit.scan_clear.eq(clear)]
+                m.d.comb += [
+                    eit.scan_en.eq(1),
+                    eit.scan_addr.eq(addr),
+                    eit.scan_include.eq(include),
+                    eit.scan_clear.eq(clear),
+                ]
                 m.d.sync += addr.eq(addr + 1)
             m.d.sync += data_addr.eq(addr)
 
         def load_beat(kind, entry):
-            """Register a dispatch (kind 0) or pre-load (kind 1) beat of the expert under
+            """Register a dispatch or pre-load beat of the expert under
             ``pairing.position`` whose trajectory is on the ``traj_mem`` read port."""
-            m.d.sync += [out.kind.eq(kind), out.expert.eq(pairing.expert),
-                         out.count.eq(pairing.count), out.traj.eq(traj_rp.data),
-                         out.entry.eq(entry), out.next_hop.eq(matcher.next_hop),
-                         out_valid.eq(1)]
+            m.d.sync += [
+                out.kind.eq(kind),
+                out.expert.eq(pairing.expert),
+                out.count.eq(pairing.count),
+                out.traj.eq(traj_rp.data),
+                out.entry.eq(entry),
+                out.next_hop.eq(matcher.next_hop),
+                out_valid.eq(1),
+            ]
 
         def advance():
             m.d.sync += k.eq(k + 1)
             m.next = "READ"
 
         def accept_gate(first):
-            m.d.comb += [self.gate.ready.eq(1), eit.rec.valid.eq(self.gate.valid),
-                         self.req_init.ready.eq(1), tbu.init.valid.eq(self.req_init.valid)]
+            m.d.comb += [
+                self.gate.ready.eq(1),
+                eit.rec.valid.eq(self.gate.valid),
+                self.req_init.ready.eq(1),
+                tbu.init.valid.eq(self.req_init.valid),
+            ]
             with m.If(self.gate.valid):
                 if first:  # a new round: clear the sticky flags
                     m.d.comb += eit.flags_clear.eq(1)
@@ -162,8 +190,10 @@ class Scheduler(wiring.Component):
                 scan(Const((1 << R) - 1, R), 0)
                 with m.If(eit.scan_valid):
                     hot_or_empty = (eit.scan_count == 0) | (eit.scan_count >= p.theta_min)
-                    m.d.sync += [present.eq(present | eit.scan_present),
-                                 cold_hit.eq(cold_hit | (eit.scan_present & ~hot_or_empty.replicate(R)))]
+                    m.d.sync += [
+                        present.eq(present | eit.scan_present),
+                        cold_hit.eq(cold_hit | (eit.scan_present & ~hot_or_empty.replicate(R))),
+                    ]
                     with m.If(data_addr == E - 1):
                         m.next = "TB"
             with m.State("TB"):
@@ -173,10 +203,15 @@ class Scheduler(wiring.Component):
             with m.State("PASS2"):
                 scan(~tbu.defer, 1)
                 with m.If(eit.scan_valid):
-                    m.d.comb += [traj_wp.en.eq(1), traj_wp.addr.eq(data_addr),
-                                 traj_wp.data.eq(eit.scan_mask)]
-                    m.d.sync += [counts.eq(Cat(counts.as_value()[p.count_width:], eit.scan_count)),
-                                 n.eq(n + (eit.scan_count != 0))]
+                    m.d.comb += [
+                        traj_wp.en.eq(1),
+                        traj_wp.addr.eq(data_addr),
+                        traj_wp.data.eq(eit.scan_mask),
+                    ]
+                    m.d.sync += [
+                        counts.eq(Cat(counts.as_value()[p.count_width :], eit.scan_count)),
+                        n.eq(n + (eit.scan_count != 0)),
+                    ]
                     with m.If(data_addr == E - 1):
                         m.next = "SORT"
             with m.State("SORT"):
@@ -198,7 +233,7 @@ class Scheduler(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(matcher.eligible):
-                    load_beat(0, matcher.entry)
+                    load_beat(BeatKind.DISPATCH, matcher.entry)
                     m.next = "EMIT_D"
                 with m.Else():
                     advance()
@@ -207,10 +242,14 @@ class Scheduler(wiring.Component):
                 m.d.comb += pairing.position.eq(partner)
                 with m.If(self.dispatch.ready):
                     m.d.comb += [matcher.commit.eq(1), icv.alloc.eq(traj_rp.data)]
-                    m.d.sync += [out_valid.eq(0), sched.bit_select(k, 1).eq(1),
-                                 nsched.eq(nsched + 1)]
-                    with m.If((partner < n) & ~sched.bit_select(partner, 1)
-                              & ~pre.bit_select(partner, 1)):
+                    m.d.sync += [
+                        out_valid.eq(0),
+                        sched.bit_select(k, 1).eq(1),
+                        nsched.eq(nsched + 1),
+                    ]
+                    with m.If(
+                        (partner < n) & ~sched.bit_select(partner, 1) & ~pre.bit_select(partner, 1)
+                    ):
                         m.d.sync += q.eq(partner)
                         m.d.comb += traj_rp.en.eq(1)
                         m.next = "PCHECK"
@@ -219,7 +258,7 @@ class Scheduler(wiring.Component):
             with m.State("PCHECK"):
                 m.d.comb += pairing.position.eq(q)
                 with m.If(~matcher.eligible):
-                    load_beat(1, matcher.first)
+                    load_beat(BeatKind.PRELOAD, matcher.first)
                     m.next = "EMIT_P"
                 with m.Else():
                     advance()

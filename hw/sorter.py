@@ -1,10 +1,10 @@
-from amaranth import Module, Signal, Mux
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import SchedulerParams
-from ..sw.sorter import bitonic_schedule, stage_count
-from .layouts import key_layout
+from fsedp.hw.layouts import key_layout
+from fsedp.params import SchedulerParams
+from fsedp.sw.sorter import bitonic_schedule, stage_count
 
 __all__ = ["BitonicSorter"]
 

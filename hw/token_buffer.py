@@ -1,9 +1,9 @@
-from amaranth import Module, Signal, Mux
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.params import SchedulerParams
-from .layouts import req_init_layout
+from fsedp.hw.layouts import req_init_layout
+from fsedp.params import SchedulerParams
 
 __all__ = ["TokenBufferUnit"]
 
@@ -33,13 +33,17 @@ class TokenBufferUnit(wiring.Component):
     def __init__(self, p: SchedulerParams):
         self.p = p
         R = p.requests
-        super().__init__({
-            "init": In(stream.Signature(req_init_layout(p))),
-            "decide": In(1), "present": In(R), "cold_hit": In(R),
-            "defer": Out(R),
-            "t_qos": Out(data.ArrayLayout(p.qos_width, R)),
-            "c_fw": Out(data.ArrayLayout(p.cfw_width, R)),
-        })
+        super().__init__(
+            {
+                "init": In(stream.Signature(req_init_layout(p))),
+                "decide": In(1),
+                "present": In(R),
+                "cold_hit": In(R),
+                "defer": Out(R),
+                "t_qos": Out(data.ArrayLayout(p.qos_width, R)),
+                "c_fw": Out(data.ArrayLayout(p.cfw_width, R)),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()

@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from .result import LayerResult
-from .setup import Setup
+from fsedp.sim.result import LayerResult
+from fsedp.sim.setup import Setup
 
 __all__ = ["ep_home", "hydra_home", "ep_layer", "bounds"]
 
@@ -40,7 +40,7 @@ def hydra_home(setup: Setup, predicted: np.ndarray) -> list[int]:
     home = [0] * len(predicted)
     for e in order:
         t = int(predicted[e])
-        l_e = load_one if t else load_one // 2       # unseen experts: half likely active
+        l_e = load_one if t else load_one // 2  # unseen experts: half likely active
         c_e = setup.expert_compute_cycles(t) if t else 0
         best = min(range(n), key=lambda c: (max(load[c] + l_e, comp[c] + c_e), c))
         home[e] = best
@@ -58,8 +58,9 @@ def bounds(setup: Setup, counts: np.ndarray) -> tuple[int, int]:
     return ddr, compute
 
 
-def _flow_shop(chunks: list[tuple[int, int]], slots: int, interval: int, latency: int,
-               start: int) -> tuple[int, list[tuple[int, int]]]:
+def _flow_shop(
+    chunks: list[tuple[int, int]], slots: int, interval: int, latency: int, start: int
+) -> tuple[int, list[tuple[int, int]]]:
     """Two-stage pipeline over chunks ``(load_cycles, compute_cycles)`` with ``slots``
     buffer slots: a load is issued when the channel is free and a slot is free (the chunk
     ``slots`` earlier has been computed); compute starts when the chunk has arrived, the
@@ -117,29 +118,44 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
     ddr_per_chiplet = [0] * n
     for c in range(n):
         mine = [e for e in range(len(counts)) if counts[e] and home[e] == c]
-        jobs = [(setup.expert_load_cycles(), setup.expert_compute_cycles(int(counts[e])), e)
-                for e in mine]
+        jobs = [
+            (setup.expert_load_cycles(), setup.expert_compute_cycles(int(counts[e])), e)
+            for e in mine
+        ]
         first = sorted((j for j in jobs if j[0] < j[1]), key=lambda j: j[0])
         last = sorted((j for j in jobs if j[0] >= j[1]), key=lambda j: -j[1])
-        chunks = [(dp.ddr_interval, int(counts[e]) * dp.cycles_per_token)
-                  for _, _, e in first + last for _ in range(dp.micro_slices)]
-        finish[c], iv = _flow_shop(chunks, slots, dp.ddr_interval, setup.ddr_access_cycles, dispatch)
+        chunks = [
+            (dp.ddr_interval, int(counts[e]) * dp.cycles_per_token)
+            for _, _, e in first + last
+            for _ in range(dp.micro_slices)
+        ]
+        finish[c], iv = _flow_shop(
+            chunks, slots, dp.ddr_interval, setup.ddr_access_cycles, dispatch
+        )
         busy[c] = sum(b - a for a, b in iv)
         intervals_all.append(iv)
         peak_tokens[c] = int(sum(counts[e] for e in mine))
         chunks_per_chiplet[c] = len(chunks)
         ddr_per_chiplet[c] = len(mine) * setup.expert_bytes
-    cycles = max(finish) + dispatch       # results travel back like the tokens came
+    cycles = max(finish) + dispatch  # results travel back like the tokens came
     ddr_b, comp_b = bounds(setup, counts)
     timeline = _timeline(intervals_all)
     active = int(np.count_nonzero(counts))
     return LayerResult(
-        strategy=name, cycles=cycles, bound=max(ddr_b, comp_b), busy=busy,
-        ddr_bytes=active * setup.expert_bytes, d2d_bytes=2 * a2a_bytes,
+        strategy=name,
+        cycles=cycles,
+        bound=max(ddr_b, comp_b),
+        busy=busy,
+        ddr_bytes=active * setup.expert_bytes,
+        d2d_bytes=2 * a2a_bytes,
         peak_weight_bytes=min(slots, max(chunks_per_chiplet)) * setup.microslice_bytes,
         peak_token_bytes=max(peak_tokens) * setup.act_bytes * 2,
-        ddr_cycles=ddr_b, compute_cycles=comp_b, timeline=timeline, decisions=active,
-        ddr_per_chiplet=ddr_per_chiplet)
+        ddr_cycles=ddr_b,
+        compute_cycles=comp_b,
+        timeline=timeline,
+        decisions=active,
+        ddr_per_chiplet=ddr_per_chiplet,
+    )
 
 
 def _timeline(intervals_per_chiplet) -> list[tuple[int, int]]:

@@ -20,12 +20,11 @@ from collections import deque
 
 import numpy as np
 
-from ..sw.datapath_cosim import layer_tokens
-from ..sw.scheduler import Scheduler
-from ..sw.streaming import StepIn, StreamingArray
-from .baselines import bounds
-from .result import LayerResult
-from .setup import Setup
+from fsedp.sim.baselines import bounds
+from fsedp.sim.result import LayerResult
+from fsedp.sim.setup import Setup
+from fsedp.sw.scheduler import Scheduler, layer_tokens
+from fsedp.sw.streaming import StepIn, StreamingArray
 
 __all__ = ["VARIANTS", "variant_params", "fsedp_layer"]
 
@@ -35,11 +34,16 @@ VARIANTS = ("A1", "A2", "A3", "A4", "A5")
 def variant_params(setup: Setup, variant: str):
     dp = setup.dp
     if variant == "A1":
-        return dataclasses.replace(dp, micro_slices=1, ddr_interval=dp.ddr_interval * dp.micro_slices,
-                                   cycles_per_token=dp.cycles_per_token * dp.micro_slices,
-                                   link_cycles=(dp.link_cycles - setup.link_latency_cycles)
-                                   * dp.micro_slices + setup.link_latency_cycles,
-                                   slots=dp.max_hops + 1, preload_entries=0)
+        return dataclasses.replace(
+            dp,
+            micro_slices=1,
+            ddr_interval=dp.ddr_interval * dp.micro_slices,
+            cycles_per_token=dp.cycles_per_token * dp.micro_slices,
+            link_cycles=(dp.link_cycles - setup.link_latency_cycles) * dp.micro_slices
+            + setup.link_latency_cycles,
+            slots=dp.max_hops + 1,
+            preload_entries=0,
+        )
     if variant == "A4":
         return dataclasses.replace(dp, rule5=True)
     if variant in ("A2", "A3", "A5"):
@@ -52,12 +56,14 @@ def a5_params(setup: Setup, slack: float = 0.2):
     one buffering opportunity per ``1 / slack`` forward passes (``N_threshold``; 20 % slack:
     one deferral per 5 rounds a request goes through)."""
     sp = setup.cfg.scheduler_params()
-    return dataclasses.replace(sp, theta_min=max(2, sp.theta_min),
-                               n_threshold=max(1, round(1 / slack)))
+    return dataclasses.replace(
+        sp, theta_min=max(2, sp.theta_min), n_threshold=max(1, round(1 / slack))
+    )
 
 
-def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | None = None,
-                trace: bool = False) -> LayerResult:
+def fsedp_layer(
+    setup: Setup, records, variant: str = "A3", sched: Scheduler | None = None, trace: bool = False
+) -> LayerResult:
     """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
     table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
     requests Algorithm 2 deferred."""
@@ -67,13 +73,23 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
         sched = Scheduler(sp, order="sorted" if variant == "A2" else "paired")
     arr = StreamingArray(dp)
     plan = sched.start_round(records)
-    if plan.n == 0:                   # everything deferred (or no records): nothing to run
-        return LayerResult(strategy=f"FSE-DP {variant}", cycles=0, bound=0, busy=[0] * dp.chiplets,
-                           ddr_bytes=0, d2d_bytes=0, peak_weight_bytes=0, peak_token_bytes=0,
-                           ddr_cycles=0, compute_cycles=0, defer=plan.defer)
+    if plan.n == 0:  # everything deferred (or no records): nothing to run
+        return LayerResult(
+            strategy=f"FSE-DP {variant}",
+            cycles=0,
+            bound=0,
+            busy=[0] * dp.chiplets,
+            ddr_bytes=0,
+            d2d_bytes=0,
+            peak_weight_bytes=0,
+            peak_token_bytes=0,
+            ddr_cycles=0,
+            compute_cycles=0,
+            defer=plan.defer,
+        )
     tokens = layer_tokens(sp, records, plan.defer)
     for (c, e), n in tokens.items():
-        arr.tokens[c][e] = n          # the gate fills the tables with the records
+        arr.tokens[c][e] = n  # the gate fills the tables with the records
     beats = deque(sched.decide())
     n = dp.chiplets
     busy = [0] * n
@@ -103,11 +119,13 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
                 if trace:
                     activity.append((c, "compute", cycle - dur + 1, cycle + 1))
         if trace:
-            for target, *_ in out.ddr_issues:       # the channel streams it for an interval
+            for target, *_ in out.ddr_issues:  # the channel streams it for an interval
                 activity.append((target, "DDR load", cycle, cycle + dp.ddr_interval))
             for src, d, _ in out.transfers:
                 activity.append((src, "D2D send", cycle, cycle + dp.link_cycles))
-                activity.append((dp.neighbour(src, d), "D2D receive", cycle, cycle + dp.link_cycles))
+                activity.append(
+                    (dp.neighbour(src, d), "D2D receive", cycle, cycle + dp.link_cycles)
+                )
         for c, o in enumerate(out.occupancy):
             if o > peak[c]:
                 peak[c] = o
@@ -134,11 +152,24 @@ def fsedp_layer(setup: Setup, records, variant: str = "A3", sched: Scheduler | N
         per_chiplet_tokens[c] += t
     ddr_cycles, compute_cycles = bounds(setup, counts)
     return LayerResult(
-        strategy=f"FSE-DP {variant}", cycles=cycles, bound=max(ddr_cycles, compute_cycles),
-        busy=busy, ddr_bytes=loads * slot_bytes, d2d_bytes=transfers * slot_bytes,
+        strategy=f"FSE-DP {variant}",
+        cycles=cycles,
+        bound=max(ddr_cycles, compute_cycles),
+        busy=busy,
+        ddr_bytes=loads * slot_bytes,
+        d2d_bytes=transfers * slot_bytes,
         peak_weight_bytes=max(peak) * slot_bytes,
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
-        ddr_cycles=ddr_cycles, compute_cycles=compute_cycles, timeline=timeline,
-        decisions=decisions, link_bytes=link_bytes, ddr_per_chiplet=ddr_per,
-        script=script, beats=made, steps=steps, defer=plan.defer, activity=activity,
-        events=loads + transfers + computations)
+        ddr_cycles=ddr_cycles,
+        compute_cycles=compute_cycles,
+        timeline=timeline,
+        decisions=decisions,
+        link_bytes=link_bytes,
+        ddr_per_chiplet=ddr_per,
+        script=script,
+        beats=made,
+        steps=steps,
+        defer=plan.defer,
+        activity=activity,
+        events=loads + transfers + computations,
+    )

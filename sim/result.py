@@ -21,19 +21,19 @@ class LayerResult:
     busy: list[int]
     ddr_bytes: int
     d2d_bytes: int
-    peak_weight_bytes: int          # largest over chiplets
-    peak_token_bytes: int           # largest over chiplets
-    ddr_cycles: int                 # bound components, for the breakdown
+    peak_weight_bytes: int  # largest over chiplets
+    peak_token_bytes: int  # largest over chiplets
+    ddr_cycles: int  # bound components, for the breakdown
     compute_cycles: int
     timeline: list[tuple[int, int]] = field(default_factory=list)
     decisions: int = 0
     link_bytes: dict = field(default_factory=dict)
-    ddr_per_chiplet: list = field(default_factory=list)   # bytes loaded into each chiplet
-    script: list = field(default_factory=list)    # FSE-DP: completion masks, in order
-    beats: list = field(default_factory=list)     # FSE-DP: [kind, expert, entry, traj] decisions
-    steps: int = 0                                # golden-model steps simulated
-    events: int = 0                               # micro-slice DDR loads, D2D transfers, computations
-    defer: int = 0                                # requests deferred by Algorithm 2
+    ddr_per_chiplet: list = field(default_factory=list)  # bytes loaded into each chiplet
+    script: list = field(default_factory=list)  # FSE-DP: completion masks, in order
+    beats: list = field(default_factory=list)  # FSE-DP: [kind, expert, entry, traj] decisions
+    steps: int = 0  # golden-model steps simulated
+    events: int = 0  # micro-slice DDR loads, D2D transfers, computations
+    defer: int = 0  # requests deferred by Algorithm 2
     activity: list = field(default_factory=list)  # (chiplet, kind, start, end) when traced
 
     @property

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import RunConfig, config_to_dict
-from .baselines import ep_home, ep_layer, hydra_home
-from .fsedp import VARIANTS, fsedp_layer
-from .setup import Setup, make_setup
-from .workload import iterations
+from fsedp.config import RunConfig, config_to_dict
+from fsedp.sim.baselines import ep_home, ep_layer, hydra_home
+from fsedp.sim.fsedp import VARIANTS, fsedp_layer
+from fsedp.sim.setup import Setup, make_setup
+from fsedp.workload import iterations
 
 __all__ = ["STRATEGIES", "run_experiment", "summarize", "format_table", "write_report"]
 
@@ -28,9 +28,16 @@ def _fsedp_task(setup: Setup, strategy: str, records, trace: bool):
     return r, time.perf_counter() - t0
 
 
-def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 1,
-                   layers: int | None = None, progress: bool = True, setup: Setup | None = None,
-                   on_layer=None, workers: int | None = None) -> dict:
+def run_experiment(
+    cfg: RunConfig,
+    strategies=DEFAULT_STRATEGIES,
+    n_iter: int = 1,
+    layers: int | None = None,
+    progress: bool = True,
+    setup: Setup | None = None,
+    on_layer=None,
+    workers: int | None = None,
+) -> dict:
     """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy.
 
     Returns ``{"setup": Setup, "layers": [Layer], "results": {strategy: [LayerResult]},
@@ -53,8 +60,13 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(flat) * len(strategies), unit="layer", leave=False,
-                   desc=f"{cfg.model.name} on {cfg.hardware.name}")
+
+        bar = tqdm(
+            total=len(flat) * len(strategies),
+            unit="layer",
+            leave=False,
+            desc=f"{cfg.model.name} on {cfg.hardware.name}",
+        )
     traced = [l.layer == 0 and l.iteration == n_iter - 1 for l in flat]
     parallel = [s for s in strategies if s in ("A1", "A2", "A3", "A4")]
     pool = futures = None
@@ -62,10 +74,13 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
         from concurrent.futures import ProcessPoolExecutor
 
         pool = ProcessPoolExecutor(max_workers=workers)
-        futures = {pool.submit(_fsedp_task, setup, s, lay.records, traced[i]): (s, i)
-                   for s in parallel for i, lay in enumerate(flat)}
+        futures = {
+            pool.submit(_fsedp_task, setup, s, lay.records, traced[i]): (s, i)
+            for s in parallel
+            for i, lay in enumerate(flat)
+        }
     try:
-        history: dict = {}                 # layer -> counts seen in the last iteration
+        history: dict = {}  # layer -> counts seen in the last iteration
         experts = setup.sp.experts
         a5 = _A5(setup) if "A5" in strategies else None
         for i, lay in enumerate(flat):
@@ -80,8 +95,11 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
                     pred = history.get(lay.layer)
                     if pred is None:
                         pred = history.get(("prev",), None)
-                    home = (hydra_home(setup, pred) if pred is not None
-                            else ep_home(experts, setup.chiplets))
+                    home = (
+                        hydra_home(setup, pred)
+                        if pred is not None
+                        else ep_home(experts, setup.chiplets)
+                    )
                     r = ep_layer(setup, lay.records, home, "Hydra")
                 elif s == "A5":
                     r = a5.layer(lay)
@@ -114,8 +132,13 @@ def run_experiment(cfg: RunConfig, strategies=DEFAULT_STRATEGIES, n_iter: int = 
     if bar is not None:
         bar.close()
     attention = [setup.attention_cycles(l.tokens) for l in flat]
-    return {"setup": setup, "layers": flat, "results": results, "attention": attention,
-            "wall_s": {s: round(w, 2) for s, w in wall.items()}}
+    return {
+        "setup": setup,
+        "layers": flat,
+        "results": results,
+        "attention": attention,
+        "wall_s": {s: round(w, 2) for s, w in wall.items()},
+    }
 
 
 class _A5:
@@ -124,14 +147,14 @@ class _A5:
     iteration ``i + 1``.  The scheduler (and its request table) persists."""
 
     def __init__(self, setup: Setup):
-        from ..sw.scheduler import Scheduler
-        from .fsedp import a5_params
+        from fsedp.sim.fsedp import a5_params
+        from fsedp.sw.scheduler import Scheduler
 
         self.setup = setup
         self.sched = Scheduler(a5_params(setup))
-        self.carry: dict[int, list] = {}      # layer -> records carried into the next iteration
+        self.carry: dict[int, list] = {}  # layer -> records carried into the next iteration
         self.next_carry: dict[int, list] = {}
-        self.paused = 0                       # requests paused in this iteration
+        self.paused = 0  # requests paused in this iteration
         self.iteration = None
 
     def layer(self, lay):
@@ -181,7 +204,8 @@ def summarize(run: dict) -> dict:
     att = sum(run["attention"])
     cfg = setup.cfg
     tokens = sum(l.tokens for l in run["layers"] if l.layer == 0) / max(
-        1, len({l.iteration for l in run["layers"]}))
+        1, len({l.iteration for l in run["layers"]})
+    )
     out = {}
     base = sum(r.cycles for r in run["results"].get("EP", [])) or None
     n_layers = len(run["layers"])
@@ -189,8 +213,10 @@ def summarize(run: dict) -> dict:
         cyc = sum(r.cycles for r in rs)
         bound = sum(r.bound for r in rs)
         busy = [sum(r.busy[c] for r in rs) for c in range(setup.chiplets)]
-        ddr_per = [sum(r.ddr_per_chiplet[c] for r in rs if r.ddr_per_chiplet)
-                   for c in range(setup.chiplets)]
+        ddr_per = [
+            sum(r.ddr_per_chiplet[c] for r in rs if r.ddr_per_chiplet)
+            for c in range(setup.chiplets)
+        ]
         # one forward iteration of the whole model: the simulated layers' mean, times the
         # model's layers (MoE layer plus attention each)
         e2e_s = (cyc + att) / n_layers * cfg.model.layers * ns * 1e-9
@@ -199,7 +225,9 @@ def summarize(run: dict) -> dict:
             "speedup_vs_ep": round(base / cyc, 3) if base else None,
             "x_bound": round(cyc / bound, 3) if bound else None,
             "utilization": round(sum(busy) / (setup.chiplets * cyc), 4) if cyc else 0,
-            "onchip_mb": round(max(r.peak_weight_bytes + r.peak_token_bytes for r in rs) / 2**20, 2),
+            "onchip_mb": round(
+                max(r.peak_weight_bytes + r.peak_token_bytes for r in rs) / 2**20, 2
+            ),
             "deferrals": sum(bin(r.defer).count("1") for r in rs),
             "weights_mb": round(max(r.peak_weight_bytes for r in rs) / 2**20, 2),
             "tokens_mb": round(max(r.peak_token_bytes for r in rs) / 2**20, 3),
@@ -209,7 +237,9 @@ def summarize(run: dict) -> dict:
             "d2d_busiest_link_gb": _busiest_link(rs),
             "breakdown": {
                 "ddr_bound_share": round(sum(r.ddr_cycles for r in rs) / cyc, 3) if cyc else None,
-                "compute_bound_share": round(sum(r.compute_cycles for r in rs) / cyc, 3) if cyc else None,
+                "compute_bound_share": round(sum(r.compute_cycles for r in rs) / cyc, 3)
+                if cyc
+                else None,
                 "compute_imbalance": _imbalance(busy),
                 "ddr_imbalance": _imbalance(ddr_per) if any(ddr_per) else None,
             },
@@ -221,19 +251,25 @@ def summarize(run: dict) -> dict:
 
 
 def format_table(summary: dict, title: str) -> str:
-    head = (f"{'strategy':<10} {'MoE layer':>10} {'speedup':>8} {'x bound':>8} {'util':>6} "
-            f"{'on-chip':>8} {'e2e tok/s':>10} {'DDR imb':>8} {'PE imb':>7}")
+    head = (
+        f"{'strategy':<10} {'MoE layer':>10} {'speedup':>8} {'x bound':>8} {'util':>6} "
+        f"{'on-chip':>8} {'e2e tok/s':>10} {'DDR imb':>8} {'PE imb':>7}"
+    )
     lines = [title, head, f"{'':<10} {'(us)':>10} {'vs EP':>8} {'':>8} {'':>6} {'(MB)':>8}"]
     for s, m in summary.items():
         b = m["breakdown"]
         speedup = f"{m['speedup_vs_ep']:>7.2f}x" if m["speedup_vs_ep"] else f"{'-':>8}"
-        lines.append(f"{s:<10} {m['moe_layer_us']:>10.1f} {speedup} "
-                     f"{m['x_bound']:>7.2f}x {m['utilization'] * 100:>5.1f}% {m['onchip_mb']:>8.2f} "
-                     f"{m['throughput_tok_s']:>10.1f} {b['ddr_imbalance'] or 0:>8.2f} "
-                     f"{b['compute_imbalance']:>7.2f}")
-    lines.append("x bound: latency over the layer's lower bound (every active expert loaded once "
-                 "over all DDR channels, or all MACs spread evenly, whichever is larger); "
-                 "imb: busiest chiplet over the mean (DDR bytes, compute cycles)")
+        lines.append(
+            f"{s:<10} {m['moe_layer_us']:>10.1f} {speedup} "
+            f"{m['x_bound']:>7.2f}x {m['utilization'] * 100:>5.1f}% {m['onchip_mb']:>8.2f} "
+            f"{m['throughput_tok_s']:>10.1f} {b['ddr_imbalance'] or 0:>8.2f} "
+            f"{b['compute_imbalance']:>7.2f}"
+        )
+    lines.append(
+        "x bound: latency over the layer's lower bound (every active expert loaded once "
+        "over all DDR channels, or all MACs spread evenly, whichever is larger); "
+        "imb: busiest chiplet over the mean (DDR bytes, compute cycles)"
+    )
     return "\n".join(lines)
 
 
@@ -246,6 +282,7 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
     ``chiplets.png`` and, with an FSE-DP strategy, ``activity.png`` (Figure 13) into
     ``out_dir`` (all or nothing: written to a temporary folder that is then renamed)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -255,23 +292,49 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir.parent))
     try:
-        doc = {"command": command, "config": config_to_dict(cfg), "summary": summary,
-               "datapath": {k: v for k, v in vars(setup.dp).items()},
-               "layers": {s: [{"iteration": l.iteration, "layer": l.layer, "cycles": r.cycles,
-                               "bound": r.bound, "utilization": round(r.utilization, 4)}
-                              for l, r in zip(run["layers"], rs)]
-                          for s, rs in run["results"].items()}}
+        doc = {
+            "command": command,
+            "config": config_to_dict(cfg),
+            "summary": summary,
+            "datapath": {k: v for k, v in vars(setup.dp).items()},
+            "layers": {
+                s: [
+                    {
+                        "iteration": l.iteration,
+                        "layer": l.layer,
+                        "cycles": r.cycles,
+                        "bound": r.bound,
+                        "utilization": round(r.utilization, 4),
+                    }
+                    for l, r in zip(run["layers"], rs)
+                ]
+                for s, rs in run["results"].items()
+            },
+        }
         (tmp / "summary.json").write_text(json.dumps(doc, indent=1))
-        md = [f"# {cfg.model.name} on {cfg.hardware.name}", "", f"`{command}`", "",
-              "| strategy | MoE layer (us) | speedup vs EP | x bound | utilization | on-chip (MB) "
-              "| e2e tokens/s | DDR imbalance | compute imbalance |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        md = [
+            f"# {cfg.model.name} on {cfg.hardware.name}",
+            "",
+            f"`{command}`",
+            "",
+            "| strategy | MoE layer (us) | speedup vs EP | x bound | utilization | on-chip (MB) "
+            "| e2e tokens/s | DDR imbalance | compute imbalance |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for s, m in summary.items():
             b = m["breakdown"]
-            md.append(f"| {_label(s)} | {m['moe_layer_us']} | {m['speedup_vs_ep']} | {m['x_bound']} "
-                      f"| {m['utilization'] * 100:.1f} % | {m['onchip_mb']} | {m['throughput_tok_s']} "
-                      f"| {b['ddr_imbalance']} | {b['compute_imbalance']} |")
-        md += ["", "![utilization](utilization.png)", "", "![per-chiplet activity](chiplets.png)", ""]
+            md.append(
+                f"| {_label(s)} | {m['moe_layer_us']} | {m['speedup_vs_ep']} | {m['x_bound']} "
+                f"| {m['utilization'] * 100:.1f} % | {m['onchip_mb']} | {m['throughput_tok_s']} "
+                f"| {b['ddr_imbalance']} | {b['compute_imbalance']} |"
+            )
+        md += [
+            "",
+            "![utilization](utilization.png)",
+            "",
+            "![per-chiplet activity](chiplets.png)",
+            "",
+        ]
         (tmp / "report.md").write_text("\n".join(md))
 
         # utilization timeline of one layer (the first layer of the last iteration)
@@ -279,13 +342,17 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
         fig, ax = plt.subplots(figsize=(8, 3.5))
         for s, rs in run["results"].items():
             r = rs[idx]
-            xs = [t * setup.ns_per_cycle / 1000 for t, _ in r.timeline] + [r.cycles * setup.ns_per_cycle / 1000]
+            xs = [t * setup.ns_per_cycle / 1000 for t, _ in r.timeline] + [
+                r.cycles * setup.ns_per_cycle / 1000
+            ]
             ys = [v / setup.chiplets * 100 for _, v in r.timeline] + [0]
             ax.step(xs, ys, where="post", label=_label(s))
         ax.set_xlabel("time in the MoE layer (us)")
         ax.set_ylabel("chiplets computing (%)")
-        ax.set_title(f"Compute utilization over one MoE layer ({cfg.model.name}, "
-                     f"{run['layers'][idx].tokens} tokens)")
+        ax.set_title(
+            f"Compute utilization over one MoE layer ({cfg.model.name}, "
+            f"{run['layers'][idx].tokens} tokens)"
+        )
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(tmp / "utilization.png", dpi=120)
@@ -318,10 +385,17 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
             us = setup.ns_per_cycle / 1000
             for c in range(setup.chiplets):
                 for k, kind in enumerate(kinds):
-                    spans = [(a * us, (b - a) * us) for cc, kk, a, b in r.activity
-                             if cc == c and kk == kind]
-                    ax.broken_barh(spans, (c + k * 0.2, 0.18), color=colours[kind],
-                                   label=kind if c == 0 else None)
+                    spans = [
+                        (a * us, (b - a) * us)
+                        for cc, kk, a, b in r.activity
+                        if cc == c and kk == kind
+                    ]
+                    ax.broken_barh(
+                        spans,
+                        (c + k * 0.2, 0.18),
+                        color=colours[kind],
+                        label=kind if c == 0 else None,
+                    )
             ax.set_yticks([c + 0.4 for c in range(setup.chiplets)])
             ax.set_yticklabels([f"chiplet {c}" for c in range(setup.chiplets)])
             ax.set_xlabel("time in the MoE layer (us)")

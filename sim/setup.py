@@ -4,8 +4,9 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..config import WEIGHT_BYTES, ConfigError, RunConfig
-from ..sw.params import DatapathParams, SchedulerParams
+from fsedp.config import WEIGHT_BYTES, RunConfig
+from fsedp.errors import InputError
+from fsedp.params import DatapathParams, SchedulerParams
 
 __all__ = ["Setup", "make_setup", "ACT_BYTES"]
 
@@ -28,11 +29,11 @@ class Setup:
     dp: DatapathParams
     microslice_bytes: int
     expert_bytes: int
-    buffer_bytes: int               # on-chip memory per chiplet
-    act_bytes: int                  # one token's activation vector
+    buffer_bytes: int  # on-chip memory per chiplet
+    act_bytes: int  # one token's activation vector
     link_bytes_per_cycle: float
     link_latency_cycles: int
-    attention_weight_bytes: int     # per layer, all heads
+    attention_weight_bytes: int  # per layer, all heads
 
     @property
     def ddr_access_cycles(self) -> int:
@@ -63,7 +64,10 @@ class Setup:
         DDR channels, overlapped.  The same for every strategy."""
         n, m, hw = self.chiplets, self.cfg.model, self.cfg.hardware
         compute = math.ceil(tokens * 4 * m.d_model * m.d_model / (n * hw.macs_per_chiplet))
-        load = math.ceil(self.attention_weight_bytes / self.microslice_bytes / n) * self.dp.ddr_interval
+        load = (
+            math.ceil(self.attention_weight_bytes / self.microslice_bytes / n)
+            * self.dp.ddr_interval
+        )
         return max(compute, load) + self.ddr_access_cycles
 
 
@@ -71,24 +75,30 @@ def make_setup(cfg: RunConfig, **overrides) -> Setup:
     """Setup of a run; ``overrides`` replace ``DatapathParams`` fields (e.g. ``rule5``)."""
     hw, m = cfg.hardware, cfg.model
     if hw.ddr_channels % hw.chiplets:
-        raise ConfigError(cfg.source, "hardware.ddr_channels",
-                          f"{hw.ddr_channels} channels cannot be split evenly over "
-                          f"{hw.chiplets} chiplets")
+        raise InputError(
+            cfg.source,
+            "hardware.ddr_channels",
+            f"{hw.ddr_channels} channels cannot be split evenly over {hw.chiplets} chiplets",
+        )
     per_channel = hw.ddr_bandwidth_gbps_per_channel * (hw.ddr_channels // hw.chiplets)
     ms = cfg.microslice_bytes()
     interval = math.ceil(ms / (per_channel * 1e9 / (hw.clock_mhz * 1e6)))
     # a micro-slice is usable once its last byte is on chip: the access latency plus the
     # interval its channel streams it for (the same arrival time as the baselines')
     access = cfg.datapath_params().ddr_latency
-    dp = cfg.datapath_params(ddr_channels=hw.chiplets, ddr_interval=interval,
-                             ddr_latency=access + interval)
+    dp = cfg.datapath_params(
+        ddr_channels=hw.chiplets, ddr_interval=interval, ddr_latency=access + interval
+    )
     if overrides:
         dp = dataclasses.replace(dp, **overrides)
     # token buffering (Algorithm 2, ablation A5) defers work to later iterations, which this
     # simulator does not carry over: it is switched off (theta_min = 0) for A1-A4
     sp = dataclasses.replace(cfg.scheduler_params(), theta_min=0)
     return Setup(
-        cfg=cfg, sp=sp, dp=dp, microslice_bytes=ms,
+        cfg=cfg,
+        sp=sp,
+        dp=dp,
+        microslice_bytes=ms,
         expert_bytes=ms * hw.microslices_per_expert,
         buffer_bytes=hw.onchip_buffer_kib * 1024,
         act_bytes=m.d_model * ACT_BYTES,

@@ -2,240 +2,348 @@
 (``configs/experiments/*.yaml``, run by ``fsedp run --config FILE``) or by
 ``fsedp sweep figure9``.
 
-Micro-slices per expert: the smallest count (at least the hardware config's) for which the
-chiplet's buffer holds 7 micro-slices (the default run's), capped at 256; the paper leaves
-the size open, and the three largest experts of Table I do not fit 8 micro-slices in 4 MiB.
+Micro-slices per expert: :func:`fsedp.config.derived_microslices`, the smallest count (at
+least the hardware config's, else 8) for which the chiplet's buffer holds 7 micro-slices (the
+default run's), capped at 256; the paper leaves the size open, and the three largest experts
+of Table I do not fit 8 micro-slices in 4 MiB.
 """
 
-import math
+from dataclasses import dataclass
 
-from ..config import CONFIG_DIR, WEIGHT_BYTES, _read_yaml, run_from_dict
-from .run import run_experiment, summarize
+from fsedp.config import (
+    CONFIG_DIR,
+    MICROSLICES_FLOOR,
+    HardwareConfig,
+    ModelConfig,
+    config_path,
+    derived_microslices,
+    load_section,
+    run_from_dict,
+)
+from fsedp.errors import InputError
+from fsedp.fields import Spec, build, check, spec, specs
+from fsedp.files import read_yaml
+from fsedp.sim.run import STRATEGIES, run_experiment, summarize
 
-__all__ = ["TABLE1", "figure9", "load_experiment", "run_experiment_file", "FORMATS",
-           "load_grid", "run_grid"]
+__all__ = [
+    "TABLE1",
+    "figure9",
+    "load_experiment",
+    "run_experiment_file",
+    "FORMATS",
+    "load_grid",
+    "run_grid",
+]
 
 TABLE1 = ("phi-3.5-moe", "yuan2.0-m32", "deepseek-moe-16b", "qwen3-30b-a3b")
 
 
-def microslices_for(model: dict, hardware: dict, slots: int = 7) -> int:
-    expert = 3 * model["d_model"] * model["d_ffn"] * WEIGHT_BYTES
-    need = math.ceil(expert * slots / (hardware["onchip_buffer_kib"] * 1024))
-    return min(256, max(hardware["microslices_per_expert"], need))
+def microslices_for(model: str, hardware: dict) -> int:
+    """Micro-slices per expert of a named model on a hardware mapping."""
+    m = load_section(ModelConfig, config_path("models", model))
+    return derived_microslices(
+        m.expert_bytes,
+        hardware["onchip_buffer_kib"],
+        hardware.get("microslices_per_expert", MICROSLICES_FLOOR),
+    )
 
 
-def sweep_config(hardware: dict, model: str, tokens: int, seed: int, source: str,
-                 scheduler="default"):
+def sweep_config(
+    hardware: dict, model: str, tokens: int, seed: int, source: str, scheduler="default"
+):
     """The run config of one sweep point: a hardware mapping, a named model, the synthetic
     long-tailed trace (skew 1.1) at ``tokens`` per iteration."""
-    return run_from_dict({"hardware": hardware, "model": model, "scheduler": scheduler,
-                          "scenario": {"tokens_per_iteration": tokens, "rounds": 1, "seed": seed,
-                                       "trace": "synthetic", "skew": 1.1,
-                                       "prefill_fraction": 0.5}}, source)
+    return run_from_dict(
+        {
+            "hardware": hardware,
+            "model": model,
+            "scheduler": scheduler,
+            "scenario": {
+                "tokens_per_iteration": tokens,
+                "rounds": 1,
+                "seed": seed,
+                "trace": "synthetic",
+                "skew": 1.1,
+                "prefill_fraction": 0.5,
+            },
+        },
+        source,
+    )
 
 
-def figure9(models=TABLE1, tokens=(16, 64), layers: int = 8, strategies=("EP", "Hydra", "A2", "A3"),
-            progress: bool = True, seed: int = 1, hardware: str = "chip2x2",
-            iterations: int = 1) -> list[dict]:
-    hw = _read_yaml(CONFIG_DIR / "hardware" / f"{hardware}.yaml")
+def figure9(
+    models=TABLE1,
+    tokens=(16, 64),
+    layers: int = 8,
+    strategies=("EP", "Hydra", "A2", "A3"),
+    progress: bool = True,
+    seed: int = 1,
+    hardware: str = "chip2x2",
+    iterations: int = 1,
+) -> list[dict]:
+    hw = read_yaml(config_path("hardware", hardware))
     rows = []
     for name in models:
-        model = _read_yaml(CONFIG_DIR / "models" / f"{name}.yaml")
-        m = microslices_for(model, hw)
+        m = microslices_for(name, hw)
         for t in tokens:
-            cfg = sweep_config({**hw, "microslices_per_expert": m}, name, t, seed,
-                               f"<figure9 {name} {t}>")
-            run = run_experiment(cfg, strategies, n_iter=iterations, layers=layers,
-                                 progress=progress)
+            cfg = sweep_config(
+                {**hw, "microslices_per_expert": m}, name, t, seed, f"<figure9 {name} {t}>"
+            )
+            run = run_experiment(
+                cfg, strategies, n_iter=iterations, layers=layers, progress=progress
+            )
             s = summarize(run)
-            rows.append({"model": name, "tokens": t, "micro_slices": m,
-                         "slots": run["setup"].dp.slots, **{k: s[k] for k in strategies}})
+            rows.append(
+                {
+                    "model": name,
+                    "tokens": t,
+                    "micro_slices": m,
+                    "slots": run["setup"].dp.slots,
+                    **{k: s[k] for k in strategies},
+                }
+            )
     return rows
 
 
 def format_figure9(rows, strategies=("EP", "Hydra", "A2", "A3")) -> str:
     """Figure 9: each strategy's speedup over EP (MoE-layer latency), x bound, memory."""
     others = [x for x in strategies if x != "EP"]
-    out = ["| model | tokens | M | " + " | ".join(f"{x} vs EP" for x in others)
-           + " | x bound " + " / ".join(strategies) + " | on-chip MB " + " / ".join(strategies)
-           + " | utilization " + " / ".join(strategies) + " |",
-           "|---|---:|---:|" + "---:|" * len(others) + "---|---|---|"]
+    out = [
+        "| model | tokens | M | "
+        + " | ".join(f"{x} vs EP" for x in others)
+        + " | x bound "
+        + " / ".join(strategies)
+        + " | on-chip MB "
+        + " / ".join(strategies)
+        + " | utilization "
+        + " / ".join(strategies)
+        + " |",
+        "|---|---:|---:|" + "---:|" * len(others) + "---|---|---|",
+    ]
     for r in rows:
         ep = r["EP"]["moe_layer_us"]
         out.append(
             f"| {r['model']} | {r['tokens']} | {r['micro_slices']} | "
-            + " | ".join(f"{ep / r[x]['moe_layer_us']:.3f}" for x in others) + " | "
-            + " / ".join(str(r[x]["x_bound"]) for x in strategies) + " | "
-            + " / ".join(str(r[x]["onchip_mb"]) for x in strategies) + " | "
-            + " / ".join(f"{r[x]['utilization'] * 100:.1f} %" for x in strategies) + " |")
+            + " | ".join(f"{ep / r[x]['moe_layer_us']:.3f}" for x in others)
+            + " | "
+            + " / ".join(str(r[x]["x_bound"]) for x in strategies)
+            + " | "
+            + " / ".join(str(r[x]["onchip_mb"]) for x in strategies)
+            + " | "
+            + " / ".join(f"{r[x]['utilization'] * 100:.1f} %" for x in strategies)
+            + " |"
+        )
     return "\n".join(out)
 
 
 def format_memory(rows, strategies) -> str:
     """Figure 12: peak on-chip memory (weights + tokens) per strategy."""
-    out = ["| model | tokens | " + " | ".join(f"{s} MB (weights + tokens)" for s in strategies)
-           + " | FSE-DP A3 saving vs EP |", "|---|---:|" + "---:|" * (len(strategies) + 1)]
+    out = [
+        "| model | tokens | "
+        + " | ".join(f"{s} MB (weights + tokens)" for s in strategies)
+        + " | FSE-DP A3 saving vs EP |",
+        "|---|---:|" + "---:|" * (len(strategies) + 1),
+    ]
     for r in rows:
         cells = [f"{r[s]['weights_mb']} + {r[s]['tokens_mb']}" for s in strategies]
-        saving = (1 - r["A3"]["onchip_mb"] / r["EP"]["onchip_mb"]) * 100 if "A3" in r and "EP" in r else float("nan")
-        out.append(f"| {r['model']} | {r['tokens']} | " + " | ".join(cells) + f" | {saving:.0f} % |")
+        saving = (
+            (1 - r["A3"]["onchip_mb"] / r["EP"]["onchip_mb"]) * 100
+            if "A3" in r and "EP" in r
+            else float("nan")
+        )
+        out.append(
+            f"| {r['model']} | {r['tokens']} | " + " | ".join(cells) + f" | {saving:.0f} % |"
+        )
     return "\n".join(out)
 
 
 def format_ablation(rows, strategies) -> str:
     """Figure 15: compute utilization and speedup over EP of each configuration."""
-    out = ["| model | tokens | " + " | ".join(f"{s} util / vs EP" for s in strategies) + " |",
-           "|---|---:|" + "---|" * len(strategies)]
+    out = [
+        "| model | tokens | " + " | ".join(f"{s} util / vs EP" for s in strategies) + " |",
+        "|---|---:|" + "---|" * len(strategies),
+    ]
     for r in rows:
-        cells = [f"{r[s]['utilization'] * 100:.1f} % / {r[s]['speedup_vs_ep'] or 0:.3f}"
-                 for s in strategies]
+        cells = [
+            f"{r[s]['utilization'] * 100:.1f} % / {r[s]['speedup_vs_ep'] or 0:.3f}"
+            for s in strategies
+        ]
         out.append(f"| {r['model']} | {r['tokens']} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def format_throughput(rows, strategies) -> str:
     """Figure 14: end-to-end tokens per second (attention + MoE, the model's layers)."""
-    out = ["| model | tokens | " + " | ".join(f"{s} tok/s (vs EP)" for s in strategies) + " |",
-           "|---|---:|" + "---:|" * len(strategies)]
+    out = [
+        "| model | tokens | " + " | ".join(f"{s} tok/s (vs EP)" for s in strategies) + " |",
+        "|---|---:|" + "---:|" * len(strategies),
+    ]
     for r in rows:
         ep = r["EP"]["throughput_tok_s"]
-        out.append(f"| {r['model']} | {r['tokens']} | " + " | ".join(
-            f"{r[s]['throughput_tok_s']} ({r[s]['throughput_tok_s'] / ep:.3f})" for s in strategies)
-            + " |")
+        out.append(
+            f"| {r['model']} | {r['tokens']} | "
+            + " | ".join(
+                f"{r[s]['throughput_tok_s']} ({r[s]['throughput_tok_s'] / ep:.3f})"
+                for s in strategies
+            )
+            + " |"
+        )
     return "\n".join(out)
 
 
-FORMATS = {"latency": format_figure9, "throughput": format_throughput,
-           "memory": format_memory, "ablation": format_ablation}
+FORMATS = {
+    "latency": format_figure9,
+    "throughput": format_throughput,
+    "memory": format_memory,
+    "ablation": format_ablation,
+}
 
-_FIELDS = {"experiment": str, "figure": str, "table": str, "hardware": str, "models": list,
-           "tokens": list, "iterations": int, "layers": int, "strategies": list, "seed": int}
+
+@dataclass(frozen=True)
+class SweepFile:
+    """``experiment: sweep``: a paper figure over models and token counts."""
+
+    experiment: str = spec(str, choices=("sweep",), doc="the kind of experiment file")
+    figure: str = spec(str, doc="the paper's figure it reproduces")
+    table: str = spec(str, choices=tuple(FORMATS), doc="the table printed")
+    hardware: str = spec(str, doc="a named hardware config or a file path")
+    models: list = spec(list, items=str, doc="named model configs")
+    tokens: list = spec(list, 1, 4096, items=int, doc="tokens per iteration")
+    iterations: int = spec(int, 1, 1000, doc="forward iterations per point")
+    layers: int = spec(int, 1, 1024, doc="MoE layers simulated per point")
+    strategies: list = spec(list, items=str, choices=STRATEGIES, doc="must include EP")
+    seed: int = spec(int, 0, 2**32 - 1, doc="seed of the synthetic trace")
 
 
-def _read_fields(path, fields: dict) -> dict:
-    """The mapping of an experiment file with exactly ``fields`` (name -> type)."""
-    from ..config import ConfigError
+@dataclass(frozen=True)
+class GridFile:
+    """``experiment: grid``: one model and token count, one or two hardware fields varied."""
 
+    experiment: str = spec(str, choices=("grid",), doc="the kind of experiment file")
+    figure: str = spec(str, doc="the paper's figure it reproduces")
+    hardware: str = spec(str, doc="a named hardware config or a file path")
+    model: str = spec(str, doc="a named model config or a file path")
+    tokens: int = spec(int, 1, 4096, doc="tokens per iteration")
+    layers: int = spec(int, 1, 1024, doc="MoE layers simulated per point")
+    strategies: list = spec(list, items=str, choices=STRATEGIES, doc="strategies")
+    seed: int = spec(int, 0, 2**32 - 1, doc="seed of the synthetic trace")
+    vary: dict = spec(dict, doc="hardware field (or hardware) -> list of values")
+
+
+def _resolve(kind: str, name: str, file: str, where: str) -> str:
+    """A named config stays a name; a file path becomes relative to the current directory
+    (it was relative to the experiment file), and its section is checked now."""
+    path = config_path(kind, name, file, where)
+    load_section(HardwareConfig if kind == "hardware" else ModelConfig, path)
+    return name if path == CONFIG_DIR / kind / f"{name}.yaml" else str(path)
+
+
+def _read(path, cls) -> tuple[str, dict]:
     file = str(path)
-    d = _read_yaml(path)
-    for k in d:
-        if k not in fields:
-            raise ConfigError(file, k, f"unknown field; expected one of {', '.join(fields)}")
-    for k, t in fields.items():
-        if k not in d:
-            raise ConfigError(file, k, "missing")
-        if not isinstance(d[k], t) or isinstance(d[k], bool):
-            raise ConfigError(file, k, f"must be a {t.__name__}, not {d[k]!r}")
-    return d
+    d = read_yaml(path)
+    kind = d.get("experiment")
+    if kind not in ("sweep", "grid"):
+        raise InputError(file, "experiment", f"must be 'sweep' or 'grid', not {str(kind)[:40]!r}")
+    return file, build(cls, d, file)
 
 
 def load_experiment(path) -> dict:
     """An experiment file: ``experiment: sweep``, the ``figure`` it reproduces, the ``table``
-    to print (``latency``, ``memory``, ``ablation``), ``hardware``, ``models``, ``tokens``,
-    ``layers``, ``strategies``, ``seed``.  Errors name the file and the field."""
-    from ..config import ConfigError, named_configs
-    from .run import STRATEGIES
-
-    file = str(path)
-    d = _read_fields(path, _FIELDS)
-    if d["experiment"] != "sweep":
-        raise ConfigError(file, "experiment", f"must be 'sweep' or 'grid', not {d['experiment']!r}")
-    if d["table"] not in FORMATS:
-        raise ConfigError(file, "table", f"must be one of {', '.join(FORMATS)}, not {d['table']!r}")
-    if d["hardware"] not in named_configs("hardware"):
-        raise ConfigError(file, "hardware", f"no configs/hardware/{d['hardware']}.yaml")
-    for m in d["models"]:
-        if m not in named_configs("models"):
-            raise ConfigError(file, "models", f"no configs/models/{m}.yaml")
-    for t in d["tokens"]:
-        if not isinstance(t, int) or isinstance(t, bool) or not 1 <= t <= 4096:
-            raise ConfigError(file, "tokens", f"each must be an integer in 1..4096, not {t!r}")
-    for s in d["strategies"]:
-        if s not in STRATEGIES:
-            raise ConfigError(file, "strategies", f"unknown {s!r}; choose from {', '.join(STRATEGIES)}")
+    to print (``latency``, ``memory``, ``ablation``, ``throughput``), ``hardware``,
+    ``models``, ``tokens``, ``iterations``, ``layers``, ``strategies``, ``seed``
+    (:class:`SweepFile`).  Errors name the file and the field."""
+    file, d = _read(path, SweepFile)
+    d["hardware"] = _resolve("hardware", d["hardware"], file, "hardware")
+    d["models"] = [_resolve("models", m, file, f"models[{i}]") for i, m in enumerate(d["models"])]
     if "EP" not in d["strategies"]:
-        raise ConfigError(file, "strategies", "must include EP (speedups are over EP)")
-    for k in ("layers", "iterations"):
-        if d[k] < 1:
-            raise ConfigError(file, k, f"must be at least 1, not {d[k]}")
+        raise InputError(file, "strategies", "must include EP (speedups are over EP)")
     return d
 
 
 def run_experiment_file(d: dict, progress: bool = True) -> tuple[list[dict], str]:
-    rows = figure9(d["models"], d["tokens"], layers=d["layers"], strategies=d["strategies"],
-                   progress=progress, seed=d["seed"], hardware=d["hardware"],
-                   iterations=d["iterations"])
+    rows = figure9(
+        d["models"],
+        d["tokens"],
+        layers=d["layers"],
+        strategies=d["strategies"],
+        progress=progress,
+        seed=d["seed"],
+        hardware=d["hardware"],
+        iterations=d["iterations"],
+    )
     return rows, FORMATS[d["table"]](rows, d["strategies"])
 
 
 # -- hardware grids (Figures 16-18) -----------------------------------------------------------
-_GRID_FIELDS = {"experiment": str, "figure": str, "hardware": str, "model": str, "tokens": int,
-                "layers": int, "strategies": list, "seed": int, "vary": dict}
-
-
 def load_grid(path) -> dict:
-    """``experiment: grid``: one model and token count, one or two hardware fields varied
-    over lists of values (``vary: {onchip_buffer_kib: [...], ...}``; the key ``hardware``
-    varies the hardware config itself)."""
-    from ..config import ConfigError, named_configs
-    from .run import STRATEGIES
-
-    file = str(path)
-    d = _read_fields(path, _GRID_FIELDS)
-    if d["hardware"] not in named_configs("hardware"):
-        raise ConfigError(file, "hardware", f"no configs/hardware/{d['hardware']}.yaml")
-    if d["model"] not in named_configs("models"):
-        raise ConfigError(file, "model", f"no configs/models/{d['model']}.yaml")
-    for s in d["strategies"]:
-        if s not in STRATEGIES:
-            raise ConfigError(file, "strategies", f"unknown {s!r}; choose from {', '.join(STRATEGIES)}")
-    hw = _read_yaml(CONFIG_DIR / "hardware" / f"{d['hardware']}.yaml")
+    """``experiment: grid`` (:class:`GridFile`): one model and token count, one or two
+    hardware fields varied over lists of values (``vary: {onchip_buffer_kib: [...], ...}``;
+    the key ``hardware`` varies the hardware config itself).  Every varied value is checked
+    against the hardware field's declared range."""
+    file, d = _read(path, GridFile)
+    d["hardware"] = _resolve("hardware", d["hardware"], file, "hardware")
+    d["model"] = _resolve("models", d["model"], file, "model")
+    fields = {k: s for k, s in specs(HardwareConfig).items() if k != "name"}
     if not 1 <= len(d["vary"]) <= 2:
-        raise ConfigError(file, "vary", f"must vary one or two fields, not {len(d['vary'])}")
+        raise InputError(file, "vary", f"must vary one or two fields, not {len(d['vary'])}")
     for k, vals in d["vary"].items():
-        if k != "hardware" and k not in hw:
-            raise ConfigError(file, f"vary.{k}", f"not a hardware field; expected one of "
-                                                 f"{', '.join(x for x in hw if x != 'name')}")
-        if not isinstance(vals, list) or not vals:
-            raise ConfigError(file, f"vary.{k}", f"must be a non-empty list, not {vals!r}")
         if k == "hardware":
-            for v in vals:
-                if v not in named_configs("hardware"):
-                    raise ConfigError(file, "vary.hardware", f"no configs/hardware/{v}.yaml")
-    if d["layers"] < 1:
-        raise ConfigError(file, "layers", f"must be at least 1, not {d['layers']}")
+            names = check(file, "vary.hardware", Spec(list, items=str), vals)
+            d["vary"]["hardware"] = [
+                _resolve("hardware", v, file, f"vary.hardware[{i}]") for i, v in enumerate(names)
+            ]
+        elif k in fields:
+            s = fields[k]
+            check(file, f"vary.{k}", Spec(list, s.lo, s.hi, items=s.kind), vals)
+        else:
+            raise InputError(
+                file,
+                f"vary.{str(k)[:40]}",
+                f"not a hardware field; expected one of hardware, {', '.join(fields)}",
+            )
     return d
 
 
 def run_grid(d: dict, progress: bool = True) -> tuple[list[dict], str]:
     import itertools
 
-    from ..config import ConfigError
+    from fsedp.errors import InputError
 
     keys = list(d["vary"])
     rows = []
     for values in itertools.product(*(d["vary"][k] for k in keys)):
         point = dict(zip(keys, values))
-        hw = _read_yaml(CONFIG_DIR / "hardware" / f"{point.get('hardware', d['hardware'])}.yaml")
+        hw = read_yaml(config_path("hardware", point.get("hardware", d["hardware"])))
         hw.update({k: v for k, v in point.items() if k != "hardware"})
         try:
-            cfg = sweep_config(hw, d["model"], d["tokens"], d["seed"],
-                               f"<figure {d['figure']} {point}>")
-            run = run_experiment(cfg, d["strategies"], n_iter=1, layers=d["layers"],
-                                 progress=progress)
+            cfg = sweep_config(
+                hw, d["model"], d["tokens"], d["seed"], f"<figure {d['figure']} {point}>"
+            )
+            run = run_experiment(
+                cfg, d["strategies"], n_iter=1, layers=d["layers"], progress=progress
+            )
             rows.append({"point": point, **summarize(run)})
-        except ConfigError as e:
-            rows.append({"point": point, "infeasible": e.reason if hasattr(e, "reason") else str(e)})
-    head = ("| " + " | ".join(keys) + " | " + " | ".join(
-        f"{s} util / us" for s in d["strategies"]) + " |")
+        except InputError as e:
+            rows.append(
+                {"point": point, "infeasible": e.reason if hasattr(e, "reason") else str(e)}
+            )
+    head = (
+        "| "
+        + " | ".join(keys)
+        + " | "
+        + " | ".join(f"{s} util / us" for s in d["strategies"])
+        + " |"
+    )
     out = [head, "|" + "---|" * (len(keys) + len(d["strategies"]))]
     for r in rows:
         cells = [str(r["point"][k]) for k in keys]
         if "infeasible" in r:
             cells += ["infeasible"] * len(d["strategies"])
         else:
-            cells += [f"{r[s]['utilization'] * 100:.1f} % / {r[s]['moe_layer_us']}"
-                      for s in d["strategies"]]
+            cells += [
+                f"{r[s]['utilization'] * 100:.1f} % / {r[s]['moe_layer_us']}"
+                for s in d["strategies"]
+            ]
         out.append("| " + " | ".join(cells) + " |")
     notes = sorted({r["infeasible"] for r in rows if "infeasible" in r})
     table = "\n".join(out) + ("\n\ninfeasible: " + "; ".join(notes) if notes else "")

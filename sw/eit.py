@@ -13,7 +13,7 @@ chiplet or expert id is out of range is dropped and sets the sticky ``bad_record
 
 from dataclasses import dataclass
 
-from .params import SchedulerParams
+from fsedp.params import SchedulerParams
 
 __all__ = ["GateRecord", "ScanResult", "EIT"]
 
@@ -32,9 +32,9 @@ class GateRecord:
 
 @dataclass(frozen=True)
 class ScanResult:
-    count: int      # saturating sum of the included requests' counts
-    mask: int       # OR of the included requests' trajectory masks
-    present: int    # bit r set when request r has at least one token on this expert
+    count: int  # saturating sum of the included requests' counts
+    mask: int  # OR of the included requests' trajectory masks
+    present: int  # bit r set when request r has at least one token on this expert
 
 
 class EIT:
@@ -50,7 +50,11 @@ class EIT:
 
     def valid(self, rec: GateRecord) -> bool:
         p = self.p
-        return 0 <= rec.request < p.requests and 0 <= rec.chiplet < p.chiplets and 0 <= rec.expert < p.experts
+        return (
+            0 <= rec.request < p.requests
+            and 0 <= rec.chiplet < p.chiplets
+            and 0 <= rec.expert < p.experts
+        )
 
     def write(self, rec: GateRecord):
         """Accumulate one gate record (RTL: read-modify-write of bank ``request``)."""

@@ -10,7 +10,7 @@ allocated in the same cycle the allocation wins::
 Reset: all chiplets idle.
 """
 
-from .params import SchedulerParams
+from fsedp.params import SchedulerParams
 
 __all__ = ["ICV"]
 

@@ -26,18 +26,18 @@ model and compares every dispatch.
 
 from dataclasses import dataclass, field
 
-from .eit import EIT, GateRecord
-from .icv import ICV
-from .matcher import entry_chiplet, lowest_bit, next_hops, release_mask
-from .pairing import paired_index, partner
-from .params import SchedulerParams
-from .sorter import bitonic_sort, sorter_keys
-from .token_buffer import TokenBuffer
+from fsedp.params import BeatKind, SchedulerParams
+from fsedp.sw.eit import EIT, GateRecord
+from fsedp.sw.icv import ICV
+from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
+from fsedp.sw.pairing import paired_index, partner
+from fsedp.sw.sorter import bitonic_sort, sorter_keys
+from fsedp.sw.token_buffer import TokenBuffer
 
-__all__ = ["Dispatch", "RoundPlan", "Scheduler", "run_round"]
+__all__ = ["Dispatch", "RoundPlan", "Scheduler", "run_round", "layer_tokens"]
 
-DISPATCH = 0
-PRELOAD = 1
+DISPATCH = BeatKind.DISPATCH
+PRELOAD = BeatKind.PRELOAD
 
 
 @dataclass(frozen=True)
@@ -71,13 +71,13 @@ class Dispatch:
 class RoundPlan:
     """What the front half of a round produced (inputs of the scheduling loop)."""
 
-    defer: int                      # defer bit-mask over requests
-    cold_hit: int                   # cold_hit bit-mask over requests
-    present: int                    # requests with at least one record
-    counts: list[int]               # merged count per expert (after deferral)
-    trajs: list[int]                # merged trajectory mask per expert
+    defer: int  # defer bit-mask over requests
+    cold_hit: int  # cold_hit bit-mask over requests
+    present: int  # requests with at least one record
+    counts: list[int]  # merged count per expert (after deferral)
+    trajs: list[int]  # merged trajectory mask per expert
     sorted_keys: list[tuple[int, int]]  # sorter output (count, id) per lane
-    n: int                          # experts with a non-zero count
+    n: int  # experts with a non-zero count
     order: list[int] = field(default_factory=list)  # expert ids in paired-load order
 
 
@@ -169,8 +169,14 @@ class Scheduler:
         n = self.plan.n
         while True:
             icv = self.icv.value
-            k = next((k for k in range(n) if not self.scheduled[k]
-                      and self.plan.trajs[self.plan.order[k]] & icv), None)
+            k = next(
+                (
+                    k
+                    for k in range(n)
+                    if not self.scheduled[k] and self.plan.trajs[self.plan.order[k]] & icv
+                ),
+                None,
+            )
             if k is None:
                 break
             traj = self.plan.trajs[self.plan.order[k]]
@@ -203,8 +209,11 @@ class Scheduler:
 
     @property
     def flags(self) -> dict:
-        return {"overflow": self.eit.overflow, "bad_record": self.eit.bad_record,
-                "spurious_done": self.spurious_done}
+        return {
+            "overflow": self.eit.overflow,
+            "bad_record": self.eit.bad_record,
+            "spurious_done": self.spurious_done,
+        }
 
 
 def run_round(sched: Scheduler, records, pick_done=None) -> tuple[RoundPlan, list]:
@@ -223,3 +232,17 @@ def run_round(sched: Scheduler, records, pick_done=None) -> tuple[RoundPlan, lis
         events.append(("done", mask))
         sched.complete(mask)
     return plan, events
+
+
+def layer_tokens(sp: SchedulerParams, records, defer: int) -> dict[tuple[int, int], int]:
+    """Token count per (chiplet, expert) of the requests not deferred this round."""
+    out: dict[tuple[int, int], int] = {}
+    for r, c, e in records:
+        if (
+            0 <= r < sp.requests
+            and not defer >> r & 1
+            and 0 <= c < sp.chiplets
+            and 0 <= e < sp.experts
+        ):
+            out[c, e] = min(out.get((c, e), 0) + 1, sp.count_max)
+    return out

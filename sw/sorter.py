@@ -8,12 +8,12 @@ is total and the result deterministic).  ``E`` that is not a power of two is pad
 lanes ``(count=0, id=E..N-1)``, which sort behind every real expert.
 """
 
-from functools import lru_cache
+from functools import cache
 
 __all__ = ["bitonic_schedule", "stage_count", "winner_first", "bitonic_sort", "sorter_keys"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def bitonic_schedule(lanes: int) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Stages of compare-exchange pairs ``(a, b)``: after the exchange lane ``a`` holds the
     element that comes first in the final order (the winner) and lane ``b`` the other one.

@@ -21,7 +21,7 @@ its bank (the entries are cleared all the same) and the host re-presents its tok
 iteration.
 """
 
-from .params import SchedulerParams
+from fsedp.params import SchedulerParams
 
 __all__ = ["TokenBuffer"]
 

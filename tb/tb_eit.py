@@ -9,7 +9,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import record_layout
 from fsedp.sw.eit import EIT, GateRecord
-from streams import knobs, params, resolved, start, u, write_report
+from fsedp.tb.streams import knobs, params, resolved, start, u, write_report
 
 
 @cocotb.test()
@@ -24,7 +24,12 @@ async def eit_vs_golden(dut):
         getattr(dut, name).value = 0
     # clear every entry first (what the scheduler's CLEAR phase does after reset)
     for e in range(p.experts):
-        dut.scan_en.value, dut.scan_addr.value, dut.scan_include.value, dut.scan_clear.value = 1, e, 0, 1
+        dut.scan_en.value, dut.scan_addr.value, dut.scan_include.value, dut.scan_clear.value = (
+            1,
+            e,
+            0,
+            1,
+        )
         await RisingEdge(dut.clk)
     dut.scan_en.value = 0
     dut.flags_clear.value = 1
@@ -39,12 +44,14 @@ async def eit_vs_golden(dut):
         dut.rec__valid.value = dut.scan_en.value = dut.scan_clear.value = 0
         if op < 0.6:
             if rng.random() < 0.05:
-                rec = tuple(rng.randrange(x) for x in lim)       # possibly out of range
+                rec = tuple(rng.randrange(x) for x in lim)  # possibly out of range
             else:
                 e = hot if rng.random() < 0.3 else rng.randrange(p.experts)
                 rec = (rng.randrange(p.requests), rng.randrange(p.chiplets), e)
             dut.rec__valid.value = 1
-            dut.rec__payload.value = lay.const(dict(zip(("request", "chiplet", "expert"), rec))).as_bits()
+            dut.rec__payload.value = lay.const(
+                dict(zip(("request", "chiplet", "expert"), rec))
+            ).as_bits()
         elif op < 0.85:
             scan = (rng.randrange(p.experts), rng.getrandbits(p.requests), int(rng.random() < 0.1))
             dut.scan_en.value, dut.scan_addr.value = 1, scan[0]

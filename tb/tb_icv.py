@@ -7,7 +7,7 @@ import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.sw.icv import ICV
-from streams import knobs, params, start, u, write_report
+from fsedp.tb.streams import knobs, params, start, u, write_report
 
 
 @cocotb.test()
@@ -19,13 +19,15 @@ async def icv_vs_golden(dut):
     full = (1 << p.chiplets) - 1
     cycles = k.get("cycles", 400)
     for cycle in range(cycles):
-        if cycle == cycles // 2:                       # reset in the middle
+        if cycle == cycles // 2:  # reset in the middle
             dut.rst.value = 1
             await RisingEdge(dut.clk)
             dut.rst.value = 0
             gold.reset()
         alloc = rng.getrandbits(p.chiplets) if rng.random() < 0.4 else 0
-        release = rng.getrandbits(p.chiplets) & rng.getrandbits(p.chiplets) if rng.random() < 0.5 else 0
+        release = (
+            rng.getrandbits(p.chiplets) & rng.getrandbits(p.chiplets) if rng.random() < 0.5 else 0
+        )
         dut.alloc.value, dut.release.value = alloc, release
         await ReadOnly()
         assert u(dut.value) == gold.value, f"cycle {cycle}: {u(dut.value):b} != {gold.value:b}"

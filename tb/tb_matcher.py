@@ -8,7 +8,7 @@ import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
-from streams import knobs, params, start, u, write_report
+from fsedp.tb.streams import knobs, params, start, u, write_report
 
 
 @cocotb.test()
@@ -19,10 +19,12 @@ async def matcher_vs_golden(dut):
     running = [0] * C
     await start(dut)
     checks = 0
-    for cycle in range(k.get("cycles", 400)):
+    for _ in range(k.get("cycles", 400)):
         traj = rng.getrandbits(C) or 1 << rng.randrange(C)
         icv = rng.getrandbits(C) if rng.random() < 0.8 else 0
-        commit = int(rng.random() < 0.3 and bool(traj & icv) and not running[entry_chiplet(traj, icv)])
+        commit = int(
+            rng.random() < 0.3 and bool(traj & icv) and not running[entry_chiplet(traj, icv)]
+        )
         done = 0
         if not commit and rng.random() < 0.4:
             done = rng.getrandbits(C)

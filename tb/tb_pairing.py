@@ -10,7 +10,7 @@ from cocotb.triggers import ReadOnly, Timer
 from fsedp.hw.layouts import key_layout
 from fsedp.sw.pairing import is_cold, paired_index, partner
 from fsedp.sw.sorter import bitonic_sort, sorter_keys
-from streams import knobs, params, u, write_report
+from fsedp.tb.streams import knobs, params, u, write_report
 
 
 @cocotb.test()
@@ -32,7 +32,7 @@ async def pairing_vs_golden(dut):
             await Timer(1, unit="ns")
         for pos in range(n):
             dut.position.value = pos
-            await Timer(1, unit="ns")   # purely combinational: no clock
+            await Timer(1, unit="ns")  # purely combinational: no clock
             await ReadOnly()
             count, expert = keys[paired_index(pos, n)]
             assert (u(dut.expert), u(dut.count)) == (expert, count), f"position {pos} of {n}"

@@ -1,8 +1,8 @@
 """cocotb testbench of the scheduler top (``fsedp_scheduler``) against the golden model.
 
-Driver -> DUT -> monitor -> :class:`fsedp.sw.cosim.RoundChecker`.  One cycle-level loop
+Driver -> DUT -> monitor -> :class:`fsedp.tb.scoreboard.RoundChecker`.  One cycle-level loop
 drives every stream (random valid gaps on ``gate``, random ``ready`` on ``dispatch``),
-models the datapath's completions (:class:`fsedp.sw.cosim.DatapathModel`), optionally
+models the datapath's completions (:class:`fsedp.tb.scoreboard.DatapathModel`), optionally
 resets the DUT in the middle of a round, and measures scheduling latency in cycles.
 
 Knobs (``FSEDP_KNOBS``): rounds, seed, stall (probability of a valid gap or a ready
@@ -19,8 +19,9 @@ import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import dispatch_from_bits, gate_bits, req_init_bits
-from fsedp.sw.cosim import DatapathModel, Round, RoundChecker, ScriptedDatapath, random_round
-from streams import knobs, params, resolved, start, u, write_report
+from fsedp.tb.scoreboard import DatapathModel, RoundChecker, ScriptedDatapath, random_round
+from fsedp.tb.streams import knobs, params, resolved, start, u, write_report
+from fsedp.workload import Round
 
 
 async def wait_idle(dut):
@@ -38,27 +39,33 @@ def make_rounds(p, k, rng):
     if k.get("rounds_file"):
         with open(k["rounds_file"]) as f:
             data = json.load(f)
-        rounds = [Round([tuple(x) for x in d["records"]], [tuple(x) for x in d.get("req_inits", [])])
-                  for d in data]
-        for r, d in zip(rounds, data):      # optional: scripted completions, expected beats
+        rounds = [
+            Round([tuple(x) for x in d["records"]], [tuple(x) for x in d.get("req_inits", [])])
+            for d in data
+        ]
+        for r, d in zip(rounds, data):  # optional: scripted completions, expected beats
             r.done_script = d.get("done_script")
             r.expected = d.get("expected")
         return rounds
     rounds = []
     for i in range(k.get("rounds", 20)):
         kind = i % 10
-        if kind == 3:      # full table: every expert active, every request present
+        if kind == 3:  # full table: every expert active, every request present
             recs = [(e % p.requests, rng.randrange(p.chiplets), e) for e in range(p.experts)]
-            recs += [(r, rng.randrange(p.chiplets), rng.randrange(p.experts)) for r in range(p.requests)]
+            recs += [
+                (r, rng.randrange(p.chiplets), rng.randrange(p.experts)) for r in range(p.requests)
+            ]
             rounds.append(Round(recs, []))
-        elif kind == 7:    # empty after buffering: lone cold tokens, every request has slack
+        elif kind == 7:  # empty after buffering: lone cold tokens, every request has slack
             inits = [(r, p.qos_max) for r in range(p.requests)]
             recs = [(r, rng.randrange(p.chiplets), (r * 7) % p.experts) for r in range(p.requests)]
             rounds.append(Round(recs if p.theta_min >= 2 else recs[:1], inits))
-        elif kind == 5:    # counts at their width limit: one expert hammered
+        elif kind == 5:  # counts at their width limit: one expert hammered
             e = rng.randrange(p.experts)
-            recs = [(rng.randrange(p.requests), rng.randrange(p.chiplets), e)
-                    for _ in range(min(p.count_max + 3, 300))]
+            recs = [
+                (rng.randrange(p.requests), rng.randrange(p.chiplets), e)
+                for _ in range(min(p.count_max + 3, 300))
+            ]
             rounds.append(Round(recs, []))
         else:
             rounds.append(random_round(p, rng, tokens=k.get("tokens"), top_k=k.get("top_k")))
@@ -93,14 +100,18 @@ async def scheduler_vs_golden(dut):
     now = 0
     lat_first, lat_done, resets, rounds_done, logs = [], [], 0, 0, []
     expected_diffs = []
-    gaps, last_beat = [], None         # cycles between back-to-back dispatch beats
+    gaps, last_beat = [], None  # cycles between back-to-back dispatch beats
     for index, rnd in enumerate(rounds):
         script = getattr(rnd, "done_script", None)
         expected = getattr(rnd, "expected", None)
         seen = []
-        dp = (ScriptedDatapath(p.chiplets, script) if script is not None else
-              DatapathModel(p.chiplets, rng, max_delay=k.get("max_delay", 12),
-                            per_token=k.get("per_token", 0)))
+        dp = (
+            ScriptedDatapath(p.chiplets, script)
+            if script is not None
+            else DatapathModel(
+                p.chiplets, rng, max_delay=k.get("max_delay", 12), per_token=k.get("per_token", 0)
+            )
+        )
         log = [] if index < k.get("log_rounds", 0) else None
         queue = [("init", x) for x in rnd.req_inits]
         queue += [("rec", x, i == len(rnd.records) - 1) for i, x in enumerate(rnd.records)]
@@ -110,8 +121,11 @@ async def scheduler_vs_golden(dut):
         t_last = t_done = None
         start_cycle = now
         span = int(len(queue) * (1 + stall)) + 2 * p.experts + 40
-        reset_at = (start_cycle + rng.randrange(1, span)
-                    if reset_every and index % reset_every == reset_every - 1 else None)
+        reset_at = (
+            start_cycle + rng.randrange(1, span)
+            if reset_every and index % reset_every == reset_every - 1
+            else None
+        )
         aborted = diverged = False
         while True:
             # -- drive (just after the clock edge) ------------------------------------
@@ -131,8 +145,10 @@ async def scheduler_vs_golden(dut):
             dn_p.value = done_mask
             if script is not None and now - start_cycle > 64 * (len(queue) + 8 * p.experts) + 10000:
                 # a scripted completion names a slot the RTL never filled: it diverged
-                expected_diffs.append(f"round {index}: no progress after {now - start_cycle} "
-                                      f"cycles; completions {dp.script[:3]} still pending")
+                expected_diffs.append(
+                    f"round {index}: no progress after {now - start_cycle} "
+                    f"cycles; completions {dp.script[:3]} still pending"
+                )
                 diverged = True
                 break
             if reset_at is not None and now >= reset_at:
@@ -151,18 +167,34 @@ async def scheduler_vs_golden(dut):
             idle = u(dut.idle)
             if sent_last and idle:
                 if log is not None:
-                    logs.append({"round": index, "deferred": u(dut.deferred),
-                                 "n_active": u(dut.n_active), "events": log})
-                checker.end_round(u(dut.deferred), u(dut.n_active),
-                                  {"overflow": u(dut.overflow), "bad_record": u(dut.bad_record),
-                                   "spurious_done": u(dut.spurious_done)})
+                    logs.append(
+                        {
+                            "round": index,
+                            "deferred": u(dut.deferred),
+                            "n_active": u(dut.n_active),
+                            "events": log,
+                        }
+                    )
+                checker.end_round(
+                    u(dut.deferred),
+                    u(dut.n_active),
+                    {
+                        "overflow": u(dut.overflow),
+                        "bad_record": u(dut.bad_record),
+                        "spurious_done": u(dut.spurious_done),
+                    },
+                )
                 rounds_done += 1
                 if expected is not None and len(seen) != len(expected) and len(expected_diffs) < 10:
-                    expected_diffs.append(f"round {index}: simulator made {len(expected)} "
-                                          f"decisions, RTL {len(seen)}")
+                    expected_diffs.append(
+                        f"round {index}: simulator made {len(expected)} decisions, RTL {len(seen)}"
+                    )
             if k.get("debug") and now < k["debug"]:
-                dut._log.info(f"c{now} gv={gv} gr={dut.gate__ready.value} idle={idle} qi={qi} "
-                              f"st={dut.fsm_state.value} sent_last={sent_last} dv={d_v.value} dn={done_mask} dnr={dn_r.value}")
+                dut._log.info(
+                    f"c{now} gv={gv} gr={dut.gate__ready.value} idle={idle} qi={qi} "
+                    f"st={dut.fsm_state.value} sent_last={sent_last} dv={d_v.value} "
+                    f"dn={done_mask} dnr={dn_r.value}"
+                )
             got = None
             if ready and u(d_v):
                 got = dispatch_from_bits(p, u(d_p))
@@ -197,8 +229,9 @@ async def scheduler_vs_golden(dut):
                     want = expected[i] if i < len(expected) else None
                     have = [got.kind, got.expert, got.entry, got.traj]
                     if want != have and len(expected_diffs) < 10:
-                        expected_diffs.append(f"round {index}, decision {i}: simulator {want}, "
-                                              f"RTL {have}")
+                        expected_diffs.append(
+                            f"round {index}, decision {i}: simulator {want}, RTL {have}"
+                        )
                 if got.kind == 0:
                     dp.on_dispatch(got.entry, now, got.count, got.traj)
                 if log is not None:
@@ -220,12 +253,17 @@ async def scheduler_vs_golden(dut):
             now += 1
 
     report = {
-        "rounds": rounds_done, "resets": resets, "beats": checker.beats,
+        "rounds": rounds_done,
+        "resets": resets,
+        "beats": checker.beats,
         "mismatches": len(checker.mismatches),
         "first_mismatches": [str(m) for m in checker.mismatches[:10]],
         "latency_first_dispatch": [x for _, x in lat_first],
-        "latency_done_to_dispatch": lat_done, "cycles": now, "logs": logs,
-        "dispatch_gaps": gaps, "expected_mismatches": expected_diffs,
+        "latency_done_to_dispatch": lat_done,
+        "cycles": now,
+        "logs": logs,
+        "dispatch_gaps": gaps,
+        "expected_mismatches": expected_diffs,
     }
     write_report(report)
     assert not checker.mismatches, "\n".join(report["first_mismatches"])

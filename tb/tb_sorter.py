@@ -10,7 +10,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import key_layout
 from fsedp.sw.sorter import bitonic_sort, stage_count
-from streams import knobs, params, start, u, write_report
+from fsedp.tb.streams import knobs, params, start, u, write_report
 
 
 @cocotb.test()
@@ -21,7 +21,7 @@ async def sorter_vs_golden(dut):
     vec = data.ArrayLayout(key_layout(p), N)
     vectors = []
     for i in range(k.get("vectors", 60)):
-        hi = [1, 3, p.count_max][i % 3]          # many ties, and counts at the width limit
+        hi = [1, 3, p.count_max][i % 3]  # many ties, and counts at the width limit
         ids = list(range(N))
         rng.shuffle(ids)
         vectors.append([(rng.randint(0, hi), ids[j]) for j in range(N)])
@@ -32,7 +32,9 @@ async def sorter_vs_golden(dut):
     while got < len(vectors):
         iv = int(sent < len(vectors) and rng.random() >= stall)
         if iv:
-            dut.i__payload.value = vec.const([{"count": c, "id": e} for c, e in vectors[sent]]).as_bits()
+            dut.i__payload.value = vec.const(
+                [{"count": c, "id": e} for c, e in vectors[sent]]
+            ).as_bits()
         dut.i__valid.value = iv
         ready = int(rng.random() >= stall)
         dut.o__ready.value = ready
@@ -53,5 +55,11 @@ async def sorter_vs_golden(dut):
         now += 1
     latencies = [t_out[i] - t_in[i] for i in range(got)]
     # the minimum is the pipeline latency (the others include back-pressure)
-    write_report({"vectors": got, "stages": stage_count(N), "latency": min(latencies),
-                  "latencies": latencies})
+    write_report(
+        {
+            "vectors": got,
+            "stages": stage_count(N),
+            "latency": min(latencies),
+            "latencies": latencies,
+        }
+    )

@@ -9,7 +9,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import req_init_bits
 from fsedp.sw.token_buffer import TokenBuffer
-from streams import knobs, params, start, u, write_report
+from fsedp.tb.streams import knobs, params, start, u, write_report
 
 
 def table(dut, p, name, width):
@@ -45,7 +45,9 @@ async def token_buffer_vs_golden(dut):
         dut.decide.value, dut.init__valid.value = 0, 0
         await ReadOnly()
         if expected is not None:
-            assert u(dut.defer) == expected, f"cycle {cycle}: defer {u(dut.defer):b} != {expected:b}"
+            assert u(dut.defer) == expected, (
+                f"cycle {cycle}: defer {u(dut.defer):b} != {expected:b}"
+            )
         assert table(dut, p, "t_qos", p.qos_width) == gold.t_qos
         assert table(dut, p, "c_fw", p.cfw_width) == gold.c_fw
         await RisingEdge(dut.clk)

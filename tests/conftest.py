@@ -1,5 +1,4 @@
 import os
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -7,5 +6,3 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 # the product reads corpora only from a folder the user names; the tests name the shared one
 if SHARED_DATA.exists():
     os.environ.setdefault("FSEDP_DATA", str(SHARED_DATA))
-# testbench modules live in tb/ (not a package of the product)
-sys.path.insert(0, str(ROOT / "tb"))

@@ -14,8 +14,9 @@ BAD = sorted((ROOT / "configs" / "bad").glob("*.yaml"))
 
 
 def fsedp(*args):
-    return subprocess.run([sys.executable, "-m", "fsedp.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "fsedp", *args], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_help_lists_subcommands(capsys):
@@ -36,17 +37,20 @@ def test_bad_config_one_line_exit_2(path, capsys):
     assert expect.split(".")[-1] in err
 
 
-@pytest.mark.parametrize("args", [
-    ["rtl", "cosim", "--experts", "300"],
-    ["rtl", "cosim", "--chiplets", "2"],
-    ["rtl", "verilog"],                                    # --out missing
-    ["rtl", "report", "--experts", "16,x"],
-    ["bogus"],
-    ["run", "--config", "/nonexistent/run.yaml"],
-    ["run", "--strategies", "EP,XX"],
-    ["run", "--iterations", "0"],
-    ["run", "--layers", "-1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rtl", "cosim", "--experts", "300"],
+        ["rtl", "cosim", "--chiplets", "2"],
+        ["rtl", "verilog"],  # --out missing
+        ["rtl", "report", "--experts", "16,x"],
+        ["bogus"],
+        ["run", "--config", "/nonexistent/run.yaml"],
+        ["run", "--strategies", "EP,XX"],
+        ["run", "--iterations", "0"],
+        ["run", "--layers", "-1"],
+    ],
+)
 def test_bad_arguments_one_line_exit_2(args):
     proc = fsedp(*args)
     assert proc.returncode == 2, proc.stderr
@@ -54,8 +58,20 @@ def test_bad_arguments_one_line_exit_2(args):
 
 
 def test_verilog_written_and_lint_clean(tmp_path, capsys):
-    rc = main(["rtl", "verilog", "--out", str(tmp_path), "--experts", "12", "--chiplets", "5",
-               "--lint", "--json"])
+    rc = main(
+        [
+            "rtl",
+            "verilog",
+            "--out",
+            str(tmp_path),
+            "--experts",
+            "12",
+            "--chiplets",
+            "5",
+            "--lint",
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0, doc["lint"]
     assert len(doc["files"]) == 7 and all(v == "clean" for v in doc["lint"].values())
@@ -78,9 +94,11 @@ scenario: {tokens_per_iteration: 16, rounds: 3, seed: 5, trace: synthetic, skew:
     assert len(doc["schedule"]) == 3 and doc["latency_first_dispatch_cycles"]["max"] > 0
 
 
-TINY_HW = ("{name: tiny2x2, rows: 2, cols: 2, clock_mhz: 800, macs_per_chiplet: 2048, "
-           "onchip_buffer_kib: %d, d2d_bandwidth_gbps: 288, d2d_latency_ns: 4.02, "
-           "ddr_channels: 4, ddr_bandwidth_gbps_per_channel: 25.6, microslices_per_expert: 8}")
+TINY_HW = (
+    "{name: tiny2x2, rows: 2, cols: 2, clock_mhz: 800, macs_per_chiplet: 2048, "
+    "onchip_buffer_kib: %d, d2d_bandwidth_gbps: 288, d2d_latency_ns: 4.02, "
+    "ddr_channels: 4, ddr_bandwidth_gbps_per_channel: 25.6, microslices_per_expert: 8}"
+)
 TINY_RUN = """\
 hardware: %s
 model: {name: tiny, d_model: 64, d_ffn: 128, experts: 16, top_k: 2, shared_experts: 0,
@@ -91,13 +109,16 @@ scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew:
 """
 
 
-@pytest.mark.parametrize("args", [
-    ["rtl", "datapath", "--mesh", "2by2"],
-    ["rtl", "datapath", "--mesh", "2x2:0"],
-    ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "5x5"],
-    ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2", "--slots", "3"],
-    ["rtl", "verilog", "--out", "build/never", "--block", "router", "--chiplets", "9"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rtl", "datapath", "--mesh", "2by2"],
+        ["rtl", "datapath", "--mesh", "2x2:0"],
+        ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "5x5"],
+        ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2", "--slots", "3"],
+        ["rtl", "verilog", "--out", "build/never", "--block", "router", "--chiplets", "9"],
+    ],
+)
 def test_bad_datapath_arguments_one_line_exit_2(args):
     proc = fsedp(*args)
     assert proc.returncode == 2, proc.stderr
@@ -106,7 +127,7 @@ def test_bad_datapath_arguments_one_line_exit_2(args):
 
 def test_datapath_buffer_too_small_names_the_field(tmp_path, capsys):
     cfg = tmp_path / "small-buffer.yaml"
-    cfg.write_text(TINY_RUN % (TINY_HW % 4))        # 4 KiB: one 3 KiB micro-slice
+    cfg.write_text(TINY_RUN % (TINY_HW % 4))  # 4 KiB: one 3 KiB micro-slice
     assert main(["rtl", "verilog", "--config", str(cfg), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "hardware.onchip_buffer_kib" in err and "deadlock" in err
@@ -115,9 +136,21 @@ def test_datapath_buffer_too_small_names_the_field(tmp_path, capsys):
 
 def test_datapath_verilog_lint_clean(tmp_path, capsys):
     cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(TINY_RUN % (TINY_HW % 18))       # 6 slots of 3 KiB
-    rc = main(["rtl", "verilog", "--config", str(cfg), "--out", str(tmp_path), "--block",
-               "chiplet_array", "--lint", "--json"])
+    cfg.write_text(TINY_RUN % (TINY_HW % 18))  # 6 slots of 3 KiB
+    rc = main(
+        [
+            "rtl",
+            "verilog",
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path),
+            "--block",
+            "chiplet_array",
+            "--lint",
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0, doc["lint"]
     assert doc["datapath_params"]["slots"] == 6 and len(doc["files"]) == 1
@@ -128,23 +161,54 @@ def test_run_main_job_writes_report(tmp_path, capsys):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(TINY_RUN % (TINY_HW % 24))
     out = tmp_path / "report"
-    rc = main(["run", "--config", str(cfg), "--layers", "3", "--out", str(out), "--json",
-               "--strategies", "EP,Hydra,A1,A2,A3,A4"])
+    rc = main(
+        [
+            "run",
+            "--config",
+            str(cfg),
+            "--layers",
+            "3",
+            "--out",
+            str(out),
+            "--json",
+            "--strategies",
+            "EP,Hydra,A1,A2,A3,A4",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert set(doc["summary"]) == {"EP", "Hydra", "A1", "A2", "A3", "A4"}
     for m in doc["summary"].values():
         assert m["x_bound"] >= 1.0 and 0 < m["utilization"] <= 1 and m["layers"] == 3
-    assert sorted(p.name for p in out.iterdir()) == ["activity.png", "chiplets.png", "report.md",
-                                                     "summary.json", "utilization.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "activity.png",
+        "chiplets.png",
+        "report.md",
+        "summary.json",
+        "utilization.png",
+    ]
     assert json.loads((out / "summary.json").read_text())["summary"] == doc["summary"]
 
 
 def test_run_with_rtl_scheduler_agrees(tmp_path, capsys):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(TINY_RUN % (TINY_HW % 24))
-    rc = main(["run", "--config", str(cfg), "--layers", "2", "--strategies", "A3",
-               "--scheduler", "rtl", "--out", str(tmp_path / "r"), "--json"])
+    rc = main(
+        [
+            "run",
+            "--config",
+            str(cfg),
+            "--layers",
+            "2",
+            "--strategies",
+            "A3",
+            "--scheduler",
+            "rtl",
+            "--out",
+            str(tmp_path / "r"),
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["rtl_check"]["mismatches"] == 0
     assert doc["rtl_check"]["layers"] == 2 and doc["rtl_check"]["beats"] > 0
@@ -164,10 +228,15 @@ seed: 1
 """
 
 
-@pytest.mark.parametrize("change,field", [("models: [deepseek-moe-16b]", "models: [nope]"),
-                                          ("layers: 1", "layers: 0"),
-                                          ("strategies: [EP, Hydra, A3]", "strategies: [A3]"),
-                                          ("seed: 1", "seed: 1\nextra: 2")])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ("models: [deepseek-moe-16b]", "models: [nope]"),
+        ("layers: 1", "layers: 0"),
+        ("strategies: [EP, Hydra, A3]", "strategies: [A3]"),
+        ("seed: 1", "seed: 1\nextra: 2"),
+    ],
+)
 def test_bad_experiment_file_one_line_exit_2(tmp_path, capsys, change, field):
     f = tmp_path / "exp.yaml"
     f.write_text((EXPERIMENT % "latency").replace(change, field))

@@ -1,10 +1,10 @@
 """cocotb testbenches of the scheduler blocks on Verilator and Icarus."""
 
 import pytest
-
 from test_cocotb import ODD, SMALL, run
-from runner import SIMULATORS
+
 from fsedp.sw.sorter import stage_count
+from fsedp.tb.runner import SIMULATORS
 
 
 @pytest.mark.parametrize("sim", SIMULATORS)
@@ -21,4 +21,4 @@ def test_sorter(sim, p):
 def test_block(block, sim, p):
     res = run(block, p, sim, knobs={"seed": 5})
     if block == "eit" and p is ODD:
-        assert res["overflow"] and res["bad_record"]     # the width limit and bad ids were hit
+        assert res["overflow"] and res["bad_record"]  # the width limit and bad ids were hit

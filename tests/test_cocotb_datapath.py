@@ -4,25 +4,45 @@ streaming golden model plus the conservation / occupancy / progress scoreboard."
 import dataclasses
 
 import pytest
-
 from test_cocotb import run
-from fsedp.sw.params import DatapathParams, SchedulerParams
 
-SP4 = SchedulerParams(chiplets=4, experts=8, count_width=4, requests=4, theta_min=2,
-                      n_threshold=2, qos_width=2)
-ARRAY_2X2 = DatapathParams.for_scheduler(SP4, 2, 2, slots=5, micro_slices=3, link_cycles=2,
-                                         ddr_interval=2, ddr_latency=6, preload_entries=2)
+from fsedp.params import DatapathParams, SchedulerParams
+
+SP4 = SchedulerParams(
+    chiplets=4, experts=8, count_width=4, requests=4, theta_min=2, n_threshold=2, qos_width=2
+)
+ARRAY_2X2 = DatapathParams.for_scheduler(
+    SP4,
+    2,
+    2,
+    slots=5,
+    micro_slices=3,
+    link_cycles=2,
+    ddr_interval=2,
+    ddr_latency=6,
+    preload_entries=2,
+)
 
 
 def knobs(sp, **kw):
-    return {"sched": dataclasses.asdict(sp), "seed": 3, "stall": 0.25, "gap": 0.2,
-            "done_stall": 0.2, **kw}
+    return {
+        "sched": dataclasses.asdict(sp),
+        "seed": 3,
+        "stall": 0.25,
+        "gap": 0.2,
+        "done_stall": 0.2,
+        **kw,
+    }
 
 
 @pytest.mark.parametrize("sim", ["verilator", "icarus"])
 def test_array_2x2(sim):
-    res = run("chiplet_array", ARRAY_2X2, sim, knobs=knobs(SP4, layers=12 if sim == "icarus" else 40,
-                                                            reset_every=5))
+    res = run(
+        "chiplet_array",
+        ARRAY_2X2,
+        sim,
+        knobs=knobs(SP4, layers=12 if sim == "icarus" else 40, reset_every=5),
+    )
     assert res["mismatches"] == 0 and not res["violations"] and res["deadlocks"] == 0
     assert res["resets"] >= 2 and res["computed"] > 0
     assert max(res["peak_rtl"]) <= ARRAY_2X2.slots
@@ -30,13 +50,14 @@ def test_array_2x2(sim):
 
 def test_array_2x2_flame_trace(tmp_path):
     """Layers of real routing (FLAME-MoE-290M, 64 experts, top-6) through the 2x2 array."""
-    from test_cocotb import flame_rounds
+    from test_cocotb import flame_config, flame_rounds
 
-    sp = SchedulerParams(chiplets=4, experts=64, count_width=8, requests=8, theta_min=2,
-                         n_threshold=2, qos_width=2)
-    p = DatapathParams.for_scheduler(sp, 2, 2, slots=5, micro_slices=2, link_cycles=1,
-                                     ddr_interval=1, ddr_latency=4)
-    path, n = flame_rounds(tmp_path, sp, windows=1, tokens=16)
+    cfg = flame_config(tokens=16, rounds=8, n_threshold=2, qos_width=2)
+    sp = cfg.scheduler_params()
+    p = DatapathParams.for_scheduler(
+        sp, 2, 2, slots=5, micro_slices=2, link_cycles=1, ddr_interval=1, ddr_latency=4
+    )
+    path, n = flame_rounds(tmp_path, cfg)
     res = run("chiplet_array", p, "verilator", knobs=knobs(sp, rounds_file=str(path)))
     assert res["mismatches"] == 0 and not res["violations"] and res["layers"] == n
 
@@ -44,10 +65,25 @@ def test_array_2x2_flame_trace(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("rows,cols,slots", [(3, 3, 12), (4, 4, 18)])
 def test_array_large(rows, cols, slots):
-    sp = SchedulerParams(chiplets=rows * cols, experts=16, count_width=4, requests=4,
-                         theta_min=2, n_threshold=2, qos_width=2)
-    p = DatapathParams.for_scheduler(sp, rows, cols, slots=slots, micro_slices=3,
-                                     link_cycles=2, ddr_interval=1, ddr_latency=6,
-                                     preload_entries=2)
+    sp = SchedulerParams(
+        chiplets=rows * cols,
+        experts=16,
+        count_width=4,
+        requests=4,
+        theta_min=2,
+        n_threshold=2,
+        qos_width=2,
+    )
+    p = DatapathParams.for_scheduler(
+        sp,
+        rows,
+        cols,
+        slots=slots,
+        micro_slices=3,
+        link_cycles=2,
+        ddr_interval=1,
+        ddr_latency=6,
+        preload_entries=2,
+    )
     res = run("chiplet_array", p, "verilator", knobs=knobs(sp, layers=10, reset_every=4))
     assert res["mismatches"] == 0 and not res["violations"] and res["deadlocks"] == 0

@@ -8,14 +8,20 @@ from amaranth.sim import Simulator
 
 from fsedp.hw.chiplet_array import ChipletArray
 from fsedp.hw.layouts import dispatch_bits, tokens_bits, unpack_events, unpack_occupancy
-from fsedp.sw.cosim import random_round
-from fsedp.sw.datapath_cosim import LayerDriver, compare, stall_bits
-from fsedp.sw.params import DatapathParams, SchedulerParams
+from fsedp.params import DatapathParams, SchedulerParams
 from fsedp.sw.streaming import StreamingArray
+from fsedp.tb.datapath_scoreboard import LayerDriver, compare, stall_bits
+from fsedp.tb.scoreboard import random_round
 
 
-def run_array(sp: SchedulerParams, p: DatapathParams, layers: int, seed: int,
-              stall: float = 0.25, max_cycles: int = 20000):
+def run_array(
+    sp: SchedulerParams,
+    p: DatapathParams,
+    layers: int,
+    seed: int,
+    stall: float = 0.25,
+    max_cycles: int = 20000,
+):
     rng = random.Random(seed)
     dut = ChipletArray(p)
     model = StreamingArray(p)
@@ -65,16 +71,29 @@ def run_array(sp: SchedulerParams, p: DatapathParams, layers: int, seed: int,
     return result
 
 
-SP4 = SchedulerParams(chiplets=4, experts=8, count_width=4, requests=4, theta_min=2,
-                      n_threshold=2, qos_width=2)
+SP4 = SchedulerParams(
+    chiplets=4, experts=8, count_width=4, requests=4, theta_min=2, n_threshold=2, qos_width=2
+)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(),
-    dict(link_cycles=1, ddr_interval=1, ddr_latency=1, slots=4, preload_entries=0),
-    dict(link_cycles=3, ddr_interval=3, ddr_latency=12, slots=7, preload_entries=2, rule5=True,
-         micro_slices=3, cycles_per_token=2),
-], ids=["default", "fast-min-slots", "slow-rule5-preload"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(link_cycles=1, ddr_interval=1, ddr_latency=1, slots=4, preload_entries=0),
+        dict(
+            link_cycles=3,
+            ddr_interval=3,
+            ddr_latency=12,
+            slots=7,
+            preload_entries=2,
+            rule5=True,
+            micro_slices=3,
+            cycles_per_token=2,
+        ),
+    ],
+    ids=["default", "fast-min-slots", "slow-rule5-preload"],
+)
 def test_array_2x2_matches_golden(kw):
     p = DatapathParams.for_scheduler(SP4, 2, 2, **kw)
     res = run_array(SP4, p, layers=4, seed=11)
@@ -84,8 +103,8 @@ def test_array_2x2_matches_golden(kw):
 
 
 def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:
-    """``fsedp.datapath_report.one_expert_cycles`` measured on the RTL."""
-    from fsedp.datapath_report import full_ring_dispatch
+    """``fsedp.experiments.datapath_report.one_expert_cycles`` measured on the RTL."""
+    from fsedp.experiments.datapath_report import full_ring_dispatch
 
     dut = ChipletArray(p)
     n = p.chiplets
@@ -118,8 +137,15 @@ def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:
 
 @pytest.mark.parametrize("slots,tokens,link", [(4, 1, 4), (6, 1, 4), (6, 8, 8)])
 def test_ring_streaming_time_rtl_equals_golden(slots, tokens, link):
-    from fsedp.datapath_report import one_expert_cycles
+    from fsedp.experiments.datapath_report import one_expert_cycles
 
-    p = DatapathParams(rows=2, cols=2, slots=slots, micro_slices=16, link_cycles=link,
-                       ddr_interval=1, ddr_latency=4)
+    p = DatapathParams(
+        rows=2,
+        cols=2,
+        slots=slots,
+        micro_slices=16,
+        link_cycles=link,
+        ddr_interval=1,
+        ddr_latency=4,
+    )
     assert rtl_one_expert_cycles(p, tokens) == one_expert_cycles(p, tokens)

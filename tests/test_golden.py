@@ -2,26 +2,27 @@
 
 import random
 
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from fsedp.errors import InputError
+from fsedp.params import SchedulerParams
 from fsedp.sw.eit import EIT, GateRecord
 from fsedp.sw.icv import ICV
 from fsedp.sw.matcher import entry_chiplet, next_hops, release_mask
 from fsedp.sw.pairing import paired_index, partner
-from fsedp.sw.params import ParamError, SchedulerParams
 from fsedp.sw.scheduler import Scheduler, run_round
 from fsedp.sw.sorter import bitonic_schedule, bitonic_sort, sorter_keys, stage_count
 from fsedp.sw.token_buffer import TokenBuffer
-from fsedp.sw.cosim import random_round
-
-import pytest
+from fsedp.tb.scoreboard import random_round
 
 
 @pytest.mark.parametrize("lanes", [2, 8, 16, 64, 256])
 def test_schedule_shape(lanes):
     sched = bitonic_schedule(lanes)
     assert len(sched) == stage_count(lanes)
-    for stage in sched:   # every lane used exactly once per stage
+    for stage in sched:  # every lane used exactly once per stage
         assert sorted(x for pair in stage for x in pair) == list(range(lanes))
 
 
@@ -48,12 +49,12 @@ def test_paired_order_is_a_permutation_from_both_ends(n):
 
 
 def test_params_reject_bad_values_with_field():
-    with pytest.raises(ParamError) as e:
+    with pytest.raises(InputError) as e:
         SchedulerParams(chiplets=3)
     assert e.value.field == "chiplets" and "3" in str(e.value)
-    with pytest.raises(ParamError):
+    with pytest.raises(InputError):
         SchedulerParams(experts=300)
-    with pytest.raises(ParamError):
+    with pytest.raises(InputError):
         SchedulerParams(count_width=2, theta_min=4)
 
 
@@ -85,16 +86,16 @@ def test_token_buffer_algorithm2():
     p = SchedulerParams(n_threshold=2, qos_width=2)
     tb = TokenBuffer(p)
     tb.init_request(0, 1)
-    assert tb.decide(present=0b1, cold_hit=0b1) == 0b1      # slack: defer, T 1 -> 0
+    assert tb.decide(present=0b1, cold_hit=0b1) == 0b1  # slack: defer, T 1 -> 0
     assert tb.t_qos[0] == 0 and tb.c_fw[0] == 0
-    assert tb.decide(0b1, 0b1) == 0                         # no slack left
+    assert tb.decide(0b1, 0b1) == 0  # no slack left
     assert tb.decide(0b1, 0b1) == 0 and tb.c_fw[0] == 2
-    assert tb.decide(0b1, 0b1) == 0b1                       # C_fw reached N: T += 1, defer
-    assert tb.decide(0b10, 0b10) == 0                       # absent request 0 untouched
+    assert tb.decide(0b1, 0b1) == 0b1  # C_fw reached N: T += 1, defer
+    assert tb.decide(0b10, 0b10) == 0  # absent request 0 untouched
     assert tb.c_fw[0] == 0 and tb.c_fw[1] == 1
-    tb.init_request(9, 3)                                   # outside the table: ignored
+    tb.init_request(9, 3)  # outside the table: ignored
     tb.init_request(0, 99)
-    assert tb.t_qos[0] == p.qos_max                         # saturates
+    assert tb.t_qos[0] == p.qos_max  # saturates
 
 
 def test_icv_alloc_wins_over_release():
@@ -118,8 +119,9 @@ def test_matcher_ring_and_release():
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), chiplets=st.integers(4, 16), experts=st.integers(8, 64))
 def test_scheduler_round_invariants(seed, chiplets, experts):
-    p = SchedulerParams(chiplets=chiplets, experts=experts, requests=4, theta_min=2,
-                        n_threshold=2, qos_width=2)
+    p = SchedulerParams(
+        chiplets=chiplets, experts=experts, requests=4, theta_min=2, n_threshold=2, qos_width=2
+    )
     rng = random.Random(seed)
     s = Scheduler(p)
     for _ in range(3):
@@ -127,7 +129,7 @@ def test_scheduler_round_invariants(seed, chiplets, experts):
         for r, t in rnd.req_inits:
             s.init_request(r, t)
 
-        def pick(running):   # complete a random non-empty subset of the running slots
+        def pick(running):  # complete a random non-empty subset of the running slots
             slots = [i for i, t in enumerate(running) if t]
             chosen = [i for i in slots if rng.random() < 0.5] or slots[:1]
             return sum(1 << i for i in chosen)
@@ -136,14 +138,14 @@ def test_scheduler_round_invariants(seed, chiplets, experts):
         dispatched = [d.expert for k, d in events if k == "dispatch"]
         preloaded = [d.expert for k, d in events if k == "preload"]
         active = [e for e in range(p.experts) if plan.counts[e]]
-        assert sorted(dispatched) == active                    # each active expert exactly once
-        assert len(preloaded) == len(set(preloaded))           # at most one pre-load each
+        assert sorted(dispatched) == active  # each active expert exactly once
+        assert len(preloaded) == len(set(preloaded))  # at most one pre-load each
         assert s.icv.value == (1 << chiplets) - 1 and not any(s.running)
         running = 0
         for kind, d in events:
             if kind == "dispatch":
                 assert d.traj & (1 << d.entry) and d.count == plan.counts[d.expert]
-                assert not running >> d.entry & 1              # entry slots are distinct
+                assert not running >> d.entry & 1  # entry slots are distinct
                 running |= 1 << d.entry
             elif kind == "done":
                 running &= ~d

@@ -4,15 +4,34 @@ LM-level runs of ``fsedp offload``."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fsedp.sw.buddy import (BuddyConfig, BuddyProfile, algorithm1_loop, algorithm1_vectorized,
-                            buddy_lists, coactivation, conditional, random_substitute,
-                            substitute, tae)
-from fsedp.sw.offload import (Cost, FrequencyPrefetcher, Link, LRUCache, OffloadRuntime,
-                              OraclePrefetcher, TransitionPrefetcher, popularity_order)
+from fsedp.errors import InputError
+from fsedp.sw.policies.buddy import (
+    BuddyConfig,
+    BuddyProfile,
+    algorithm1_loop,
+    algorithm1_vectorized,
+    buddy_lists,
+    coactivation,
+    conditional,
+    random_substitute,
+    substitute,
+    tae,
+)
+from fsedp.sw.policies.offload import (
+    Cost,
+    FrequencyPrefetcher,
+    Link,
+    LRUCache,
+    OffloadRuntime,
+    OraclePrefetcher,
+    TransitionPrefetcher,
+    popularity_order,
+)
 
-LINK = Link("test", 1.0, 0.0)          # 1 GB/s, no latency: 1e9 bytes = 1 s
+LINK = Link("test", 1.0, 0.0)  # 1 GB/s, no latency: 1e9 bytes = 1 s
 COST = Cost(unit_bytes=1e9, unit_flops=0.0, dense_flops=0.0, flops=1.0, overhead_s=0.0)
 
 
@@ -21,14 +40,17 @@ def test_lru_cache():
     c = LRUCache(2, [5, 6, 7])
     assert 5 in c and 6 in c and 7 not in c
     c.touch(5)
-    assert c.insert(8) and 6 not in c and 5 in c          # 6 was least recently used
+    assert c.insert(8) and 6 not in c and 5 in c  # 6 was least recently used
     assert not c.insert(9, keep={5, 8}) and 9 not in c
     assert not LRUCache(0).insert(1)
 
 
 def run(rt, steps, layer_major=False):
-    order = ([(s, l) for l in range(rt.layers) for s in range(len(steps))] if layer_major
-             else [(s, l) for s in range(len(steps)) for l in range(rt.layers)])
+    order = (
+        [(s, l) for l in range(rt.layers) for s in range(len(steps))]
+        if layer_major
+        else [(s, l) for s in range(len(steps)) for l in range(rt.layers)]
+    )
     for s, l in order:
         u = np.asarray(sorted(steps[s][l]))
         rt.layer_step(s, l, u, np.ones(len(u), int), 1)
@@ -46,7 +68,7 @@ def test_everything_resident_never_waits_and_nothing_resident_waits_per_fetch():
 def test_lru_keeps_what_was_just_used():
     rt = OffloadRuntime(1, 8, 2, LINK, COST)
     st = run(rt, [[{0}], [{1}], [{0}], [{2}], [{0}]])
-    assert st.demand == 3 and st.hits == 2                # 0 stays resident once loaded
+    assert st.demand == 3 and st.hits == 2  # 0 stays resident once loaded
 
 
 def test_oracle_prefetch_hides_fetches_behind_the_previous_layer():
@@ -55,11 +77,11 @@ def test_oracle_prefetch_hides_fetches_behind_the_previous_layer():
     plain = run(OffloadRuntime(2, 8, 2, LINK, cost), steps)
     oracle = run(OffloadRuntime(2, 8, 2, LINK, cost, OraclePrefetcher(), prefetch_count=2), steps)
     assert oracle.prefetch_useful == oracle.prefetched == 2 and oracle.demand == 2
-    assert oracle.wait_s < plain.wait_s                    # layer 1's fetch overlaps layer 0
+    assert oracle.wait_s < plain.wait_s  # layer 1's fetch overlaps layer 0
 
 
 def test_transition_prefetcher_learns_a_deterministic_map():
-    prof = np.array([[[e], [(e + 3) % 8]] for e in range(8)] * 4)    # layer 1 = layer 0 + 3
+    prof = np.array([[[e], [(e + 3) % 8]] for e in range(8)] * 4)  # layer 1 = layer 0 + 3
     orders = [popularity_order(prof[:, l], 8) for l in range(2)]
     trans = [None, np.zeros((8, 8))]
     np.add.at(trans[1], (prof[:, 0, 0], prof[:, 1, 0]), 1)
@@ -75,8 +97,11 @@ def test_timing_does_not_depend_on_the_call_order():
     rng = np.random.default_rng(1)
     steps = [[set(rng.choice(16, 3, replace=False).tolist()) for _ in range(3)] for _ in range(12)]
     a = run(OffloadRuntime(3, 16, 6, LINK, COST, OraclePrefetcher(), prefetch_count=2), steps)
-    b = run(OffloadRuntime(3, 16, 6, LINK, COST, OraclePrefetcher(), prefetch_count=2), steps,
-            layer_major=True)
+    b = run(
+        OffloadRuntime(3, 16, 6, LINK, COST, OraclePrefetcher(), prefetch_count=2),
+        steps,
+        layer_major=True,
+    )
     assert a.as_dict() == b.as_dict()
 
 
@@ -95,7 +120,7 @@ def test_coactivation_counts_weights_and_warmup():
 def test_laplace_smoothing_and_conditional():
     q = conditional(np.array([[0, 4, 0], [4, 0, 0], [0, 0, 0]]), eps=0.5)
     assert np.allclose(q.sum(1), 1) and (np.diag(q) == 0).all()
-    assert q[0, 2] > 0 and q[2, 0] == q[2, 1] == 0.5       # unseen expert: uniform peers
+    assert q[0, 2] > 0 and q[2, 0] == q[2, 1] == 0.5  # unseen expert: uniform peers
     assert (conditional(np.zeros((3, 3)), eps=0) == 0).all()
     assert conditional(np.array([[0, 4, 0], [4, 0, 0], [0, 0, 0]]), eps=0)[0, 2] == 0
 
@@ -135,7 +160,7 @@ def step(n=4):
     return ids, np.full((n, 2), 0.5), probs
 
 
-RES = np.array([False, True, True, True, True, True, True, True])   # expert 0 is off chip
+RES = np.array([False, True, True, True, True, True, True, True])  # expert 0 is off chip
 
 
 def test_buddy_substitutes_the_co_activated_peer():
@@ -150,7 +175,7 @@ def test_tau_gate_and_percentile_calibration():
     assert out[:, 0].tolist() == [1, 0, 1, 0] and info["tae_blocked"] == 2
     assert profile(BuddyConfig(tau=None, tau_pct=50)).tau[0] == pytest.approx(1.0)
     out, _ = substitute(profile(BuddyConfig(tau=1.0)), 0, ids, w, p, RES)
-    assert (out == ids).all()                               # TAE <= 1 always: nothing allowed
+    assert (out == ids).all()  # TAE <= 1 always: nothing allowed
 
 
 def test_margin_gate():
@@ -168,11 +193,13 @@ def test_residency_gate_and_budget():
     _, info = substitute(profile(BuddyConfig(tau=0.0, beta=0.6)), 0, ids, w, p, RES)
     assert info["substituted"] == 4
     # a budget that carries one of the two requested experts: beta = 0.5 -> bypass
-    _, info = substitute(profile(BuddyConfig(tau=0.0, budget_bytes=100.0)), 0, ids, w, p, RES,
-                         unit_bytes=100.0)
+    _, info = substitute(
+        profile(BuddyConfig(tau=0.0, budget_bytes=100.0)), 0, ids, w, p, RES, unit_bytes=100.0
+    )
     assert info["residency_bypass"] == 1
-    _, info = substitute(profile(BuddyConfig(tau=0.0, budget_bytes=50.0)), 0, ids, w, p, RES,
-                         unit_bytes=100.0)
+    _, info = substitute(
+        profile(BuddyConfig(tau=0.0, budget_bytes=50.0)), 0, ids, w, p, RES, unit_bytes=100.0
+    )
     assert info["substituted"] == 4
 
 
@@ -185,9 +212,9 @@ def flat_profile(cfg):
 
 def test_eta_prefers_the_router_s_choice():
     ids, w, p = step(1)
-    p[0, 5] = 0.3                                           # the router likes 5 for this token
+    p[0, 5] = 0.3  # the router likes 5 for this token
     out, _ = substitute(flat_profile(BuddyConfig(tau=0.0)), 0, ids, w, p, RES)
-    assert out[0, 0] == 3                                   # global similarity alone
+    assert out[0, 0] == 3  # global similarity alone
     out, _ = substitute(flat_profile(BuddyConfig(tau=0.0, eta=1.0)), 0, ids, w, p, RES)
     assert out[0, 0] == 5
 
@@ -206,16 +233,16 @@ def test_diversity_and_uniqueness():
     p = np.full((1, 8), 0.1)
     cfg = dict(tau=0.0, unique=False)
     out, _ = substitute(flat_profile(BuddyConfig(**cfg, diversity=1.0)), 0, ids, w, p, RES)
-    assert out[0, 0] == 3                                   # reuse allowed, not discouraged
+    assert out[0, 0] == 3  # reuse allowed, not discouraged
     out, _ = substitute(flat_profile(BuddyConfig(**cfg, diversity=0.5)), 0, ids, w, p, RES)
     assert out[0, 0] == 1
     out, _ = substitute(flat_profile(BuddyConfig(tau=0.0)), 0, ids, w, p, RES)
-    assert out[0, 0] == 1                                   # Algorithm 1: never a used expert
+    assert out[0, 0] == 1  # Algorithm 1: never a used expert
 
 
 def test_search_limit_h_and_budget_rho():
     res = RES.copy()
-    res[1] = False                                          # the best buddy is off chip too
+    res[1] = False  # the best buddy is off chip too
     ids, w, p = step(2)
     out, info = substitute(profile(BuddyConfig(tau=0.0, alpha=1.0, search=1)), 0, ids, w, p, res)
     assert (out[:, 0] == 0).all() and info["no_buddy"] == 2
@@ -225,11 +252,13 @@ def test_search_limit_h_and_budget_rho():
     res2 = RES.copy()
     res2[1] = False
     wt = np.array([[0.7, 0.3]])
-    out, info = substitute(profile(BuddyConfig(tau=0.0, alpha=1.0, rho=1)), 0, both, wt,
-                           np.full((1, 8), 0.1), res2)
-    assert info["substituted"] == 1 and out[0, 0] == 0 and out[0, 1] != 1   # the lighter one
-    out, info = substitute(profile(BuddyConfig(tau=0.0, alpha=1.0, rho=0)), 0, both, wt,
-                           np.full((1, 8), 0.1), res2)
+    out, info = substitute(
+        profile(BuddyConfig(tau=0.0, alpha=1.0, rho=1)), 0, both, wt, np.full((1, 8), 0.1), res2
+    )
+    assert info["substituted"] == 1 and out[0, 0] == 0 and out[0, 1] != 1  # the lighter one
+    out, info = substitute(
+        profile(BuddyConfig(tau=0.0, alpha=1.0, rho=0)), 0, both, wt, np.full((1, 8), 0.1), res2
+    )
     assert info["substituted"] == 0
 
 
@@ -243,23 +272,37 @@ def test_random_substitution_uses_only_resident_unused_experts():
 
 
 def test_bad_buddy_config():
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(InputError) as e:
         BuddyConfig(alpha=0)
-    with pytest.raises(ValueError, match="beta"):
+    assert (e.value.file, e.value.field) == ("<params>", "alpha")
+    with pytest.raises(InputError) as e:
         BuddyConfig(beta=1.5)
+    assert e.value.field == "beta" and "1.5" in e.value.reason
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10**6), E=st.integers(4, 24), K=st.integers(1, 4),
-       H=st.integers(1, 6), res=st.floats(0.1, 0.9))
+@given(
+    seed=st.integers(0, 10**6),
+    E=st.integers(4, 24),
+    K=st.integers(1, 4),
+    H=st.integers(1, 6),
+    res=st.floats(0.1, 0.9),
+)
 def test_algorithm1_vectorized_equals_the_loop(seed, E, K, H, res):
     rng = np.random.default_rng(seed)
     K = min(K, E)
     S = np.stack([rng.choice(E, K, replace=False) for _ in range(50)])
     M = rng.random(E) < res
-    B = np.stack([rng.permutation(np.delete(np.arange(E), i))[:6] if E > 6 else
-                  np.concatenate([rng.permutation(np.delete(np.arange(E), i)),
-                                  np.full(7 - E, -1)])[:6] for i in range(E)])
+    B = np.stack(
+        [
+            rng.permutation(np.delete(np.arange(E), i))[:6]
+            if E > 6
+            else np.concatenate([rng.permutation(np.delete(np.arange(E), i)), np.full(7 - E, -1)])[
+                :6
+            ]
+            for i in range(E)
+        ]
+    )
     assert np.array_equal(algorithm1_vectorized(S, M, B, H), algorithm1_loop(S, M, B, H))
 
 
@@ -269,19 +312,24 @@ import sys  # noqa: E402
 
 from conftest import SHARED_DATA  # noqa: E402
 
-needs_text = pytest.mark.skipif(not (SHARED_DATA / "text" / "wikitext-2-test.tokens").exists(),
-                                reason="shared text corpora absent")
+needs_text = pytest.mark.skipif(
+    not (SHARED_DATA / "text" / "wikitext-2-test.tokens").exists(),
+    reason="shared text corpora absent",
+)
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "fsedp.cli", "offload", *map(str, args)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "fsedp", "offload", *map(str, args)], capture_output=True, text=True
+    )
 
 
 def test_routing_only_on_the_embedded_trace():
     import json
 
-    r = cli("--trace", "model", "--cache-rates", "0.25,1.0", "--prefetches", "none,oracle", "--json")
+    r = cli(
+        "--trace", "model", "--cache-rates", "0.25,1.0", "--prefetches", "none,oracle", "--json"
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     full = [x for x in rows if x["cache_rate"] == 1.0]
@@ -291,12 +339,17 @@ def test_routing_only_on_the_embedded_trace():
     assert quarter["oracle"]["prefetch_accuracy"] == 1.0
 
 
-@pytest.mark.parametrize("args,msg", [(["--cache-rate", "1.5"], "--cache-rate"),
-                                      (["--policy", "magic"], "invalid choice"),
-                                      (["--alpha", "0"], "--alpha"),
-                                      (["--tau", "2"], "--tau"),
-                                      (["--scale-to", "nope", "--trace", "model"], "--scale-to"),
-                                      (["--trace", "/nonexistent.npz"], "no such file")])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--cache-rate", "1.5"], "--cache-rate"),
+        (["--policy", "magic"], "invalid choice"),
+        (["--alpha", "0"], "--alpha"),
+        (["--tau", "2"], "--tau"),
+        (["--scale-to", "nope", "--trace", "model"], "--scale-to"),
+        (["--trace", "/nonexistent.npz"], "no such file"),
+    ],
+)
 def test_bad_offload_arguments(args, msg):
     r = cli(*args)
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
@@ -307,18 +360,21 @@ def test_lm_policies_trade_accuracy_for_throughput():
     """On the committed model: on-demand fetching keeps the model's perplexity; BuddyMoE
     loses less than random substitution and runs faster than fetching on demand; dropping
     is fastest and worst."""
-    from fsedp.offload_eval import OffloadConfig, lm_data, run_lm
+    from fsedp.experiments.offload import OffloadConfig, lm_data, run_lm
 
     model, test, prof = lm_data(2048)
     full = model.perplexity(test)
-    res = {p: run_lm(model, test, prof, OffloadConfig(policy=p, cache_rate=0.5,
-                                                      buddy=BuddyConfig(rho=1)))
-           for p in ("demand", "random", "buddy", "drop")}
+    res = {
+        p: run_lm(
+            model, test, prof, OffloadConfig(policy=p, cache_rate=0.5, buddy=BuddyConfig(rho=1))
+        )
+        for p in ("demand", "random", "buddy", "drop")
+    }
     assert res["demand"]["perplexity"] == pytest.approx(full, rel=1e-6)
     assert res["buddy"]["perplexity"] < res["random"]["perplexity"]
     assert res["buddy"]["tokens_per_s"] > res["demand"]["tokens_per_s"]
     assert res["drop"]["tokens_per_s"] > res["demand"]["tokens_per_s"]
     prism = run_lm(model, test, prof, OffloadConfig(policy="prism", cache_rate=0.5, active=4))
-    assert prism["perplexity"] == pytest.approx(full, rel=1e-5)   # all sub-experts: exact
+    assert prism["perplexity"] == pytest.approx(full, rel=1e-5)  # all sub-experts: exact
     fewer = run_lm(model, test, prof, OffloadConfig(policy="prism", cache_rate=0.5, active=2))
     assert fewer["bytes_moved_mb"] < prism["bytes_moved_mb"]

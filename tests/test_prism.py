@@ -6,13 +6,21 @@ import sys
 
 import numpy as np
 import pytest
+from test_lm import random_model
 
 from fsedp.lm.config import LMConfig
 from fsedp.lm.model import MoELM
-from fsedp.sw.prism import (Partition, SubExpertHook, anneal, gate_neurons, greedy_partition,
-                            group_norms, partition_cost, profile_activations, refactor)
-
-from test_lm import random_model
+from fsedp.sw.policies.prism import (
+    Partition,
+    SubExpertHook,
+    anneal,
+    gate_neurons,
+    greedy_partition,
+    group_norms,
+    partition_cost,
+    profile_activations,
+    refactor,
+)
 
 
 def planted(n=600, F=16, S=4, seed=0):
@@ -71,12 +79,12 @@ def test_refactored_model_is_the_same_function_and_proxy_gating_is_exact_at_full
     acts = profile_activations(m, ids)
     ref, part, report = refactor(m, acts, S=2, K=1, g=2, iters=200)
     x = ids[:12][None]
-    assert np.allclose(ref.forward(x), m.forward(x), atol=1e-5)        # a permutation only
+    assert np.allclose(ref.forward(x), m.forward(x), atol=1e-5)  # a permutation only
     full = SubExpertHook(ref, part, K=TINY.top_k * 2)
     assert np.allclose(ref.forward(x, full.hooks), m.forward(x), atol=1e-5)
     one = SubExpertHook(ref, part, K=1)
     assert not np.allclose(ref.forward(x, one.hooks), m.forward(x))
-    assert all(r["cost"][2] <= r["cost"][1] + 1e-9 for r in report)   # annealing never worsens
+    assert all(r["cost"][2] <= r["cost"][1] + 1e-9 for r in report)  # annealing never worsens
     ref.save(tmp_path / "r.npz", dtype=np.float32)
     back = Partition.of(MoELM.load(tmp_path / "r.npz"))
     assert back.S == 2 and np.array_equal(back.gates, part.gates)
@@ -93,14 +101,20 @@ def test_oracle_selection_keeps_the_largest_groups():
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "fsedp.cli", "prism", *map(str, args)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "fsedp", "prism", *map(str, args)], capture_output=True, text=True
+    )
 
 
-@pytest.mark.parametrize("args,msg", [(["refactor", "--out", "x.txt"], ".npz"),
-                                      (["refactor", "--out", "x.npz", "--objective-k", "4"], "--objective-k"),
-                                      (["refactor", "--out", "x.npz", "--top-p", "2"], "--top-p"),
-                                      (["curve", "--refactored", "/nonexistent.npz"], "")])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["refactor", "--out", "x.txt"], ".npz"),
+        (["refactor", "--out", "x.npz", "--objective-k", "4"], "--objective-k"),
+        (["refactor", "--out", "x.npz", "--top-p", "2"], "--top-p"),
+        (["curve", "--refactored", "/nonexistent.npz"], ""),
+    ],
+)
 def test_bad_prism_arguments(args, msg, tmp_path):
     r = cli(*args)
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
@@ -111,9 +125,12 @@ def test_prism_and_offload_run_on_the_embedded_trace_without_shared_data(tmp_pat
     import os
 
     env = {**os.environ, "FSEDP_DATA": str(tmp_path / "absent")}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "fsedp.cli", *map(str, a)],
-                                    capture_output=True, text=True, env=env)
-    r = run("prism", "refactor", "--iters", 20, "--profile-tokens", 1024, "--out", tmp_path / "r.npz")
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "fsedp", *map(str, a)], capture_output=True, text=True, env=env
+    )
+    r = run(
+        "prism", "refactor", "--iters", 20, "--profile-tokens", 1024, "--out", tmp_path / "r.npz"
+    )
     assert r.returncode == 0 and "embedded trace" in r.stderr, r.stderr
     r = run("prism", "curve", "--refactored", tmp_path / "r.npz", "--max-tokens", 256, "--json")
     assert r.returncode == 0, r.stderr
@@ -121,14 +138,24 @@ def test_prism_and_offload_run_on_the_embedded_trace_without_shared_data(tmp_pat
     assert r.returncode == 0 and "perplexity" in r.stdout, r.stderr
 
 
-@pytest.mark.parametrize("args", [["prism", "curve", "--refactored", "/nonexistent.npz"],
-                                  ["prism", "refactor", "--model", "/nonexistent.npz", "--out", "x.npz"],
-                                  ["offload", "--model", "/nonexistent.npz"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["prism", "curve", "--refactored", "/nonexistent.npz"],
+        ["prism", "refactor", "--model", "/nonexistent.npz", "--out", "x.npz"],
+        ["offload", "--model", "/nonexistent.npz"],
+    ],
+)
 def test_bad_model_files_are_one_line_without_shared_data(args, tmp_path):
     import os
 
     env = {**os.environ, "FSEDP_DATA": str(tmp_path / "absent")}
-    r = subprocess.run([sys.executable, "-m", "fsedp.cli", *args], capture_output=True, text=True,
-                       env=env, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "fsedp", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr, r.stderr
     assert not (tmp_path / "x.npz").exists()

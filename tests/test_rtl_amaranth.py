@@ -7,12 +7,13 @@ from amaranth.sim import Simulator
 
 from fsedp.hw.layouts import dispatch_from_bits, gate_bits, req_init_bits
 from fsedp.hw.scheduler import Scheduler
-from fsedp.sw.cosim import DatapathModel, RoundChecker, random_round
-from fsedp.sw.params import SchedulerParams
+from fsedp.params import SchedulerParams
+from fsedp.tb.scoreboard import DatapathModel, RoundChecker, random_round
 
 
-def run_scheduler(p: SchedulerParams, rounds: int, seed: int, stall: float = 0.3,
-                  round_kwargs=None):
+def run_scheduler(
+    p: SchedulerParams, rounds: int, seed: int, stall: float = 0.3, round_kwargs=None
+):
     rng = random.Random(seed)
     dut = Scheduler(p)
     checker = RoundChecker(p)
@@ -23,24 +24,31 @@ def run_scheduler(p: SchedulerParams, rounds: int, seed: int, stall: float = 0.3
         now = 0
         for rnd in rounds_data:
             while not ctx.get(dut.idle):
-                await ctx.tick(); now += 1
+                await ctx.tick()
+                now += 1
             for r, t in rnd.req_inits:
                 ctx.set(dut.req_init.valid, 1)
                 ctx.set(dut.req_init.payload.as_value(), req_init_bits(p, r, t))
-                await ctx.tick(); now += 1
+                await ctx.tick()
+                now += 1
                 checker.init_request(r, t)
             ctx.set(dut.req_init.valid, 0)
             for i, (r, c, e) in enumerate(rnd.records):
                 while rng.random() < stall:
                     ctx.set(dut.gate.valid, 0)
-                    await ctx.tick(); now += 1
+                    await ctx.tick()
+                    now += 1
                 ctx.set(dut.gate.valid, 1)
-                ctx.set(dut.gate.payload.as_value(), gate_bits(p, r, c, e, i == len(rnd.records) - 1))
-                await ctx.tick(); now += 1
+                ctx.set(
+                    dut.gate.payload.as_value(), gate_bits(p, r, c, e, i == len(rnd.records) - 1)
+                )
+                await ctx.tick()
+                now += 1
             ctx.set(dut.gate.valid, 0)
             checker.start_round(rnd.records)
             done_mask = 0
-            await ctx.tick(); now += 1
+            await ctx.tick()
+            now += 1
             while not ctx.get(dut.idle):
                 ready = rng.random() >= stall
                 ctx.set(dut.dispatch.ready, ready)
@@ -57,11 +65,18 @@ def run_scheduler(p: SchedulerParams, rounds: int, seed: int, stall: float = 0.3
                     checker.on_done(done_mask)
                     dp.on_done(done_mask)
                     done_mask = 0
-                await ctx.tick(); now += 1
+                await ctx.tick()
+                now += 1
             ctx.set(dut.done.valid, 0)
-            checker.end_round(ctx.get(dut.deferred), ctx.get(dut.n_active),
-                              {"overflow": ctx.get(dut.overflow), "bad_record": ctx.get(dut.bad_record),
-                               "spurious_done": ctx.get(dut.spurious_done)})
+            checker.end_round(
+                ctx.get(dut.deferred),
+                ctx.get(dut.n_active),
+                {
+                    "overflow": ctx.get(dut.overflow),
+                    "bad_record": ctx.get(dut.bad_record),
+                    "spurious_done": ctx.get(dut.spurious_done),
+                },
+            )
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -72,8 +87,14 @@ def run_scheduler(p: SchedulerParams, rounds: int, seed: int, stall: float = 0.3
 
 @pytest.mark.parametrize("chiplets,experts,requests", [(4, 8, 4), (5, 12, 3), (9, 16, 8)])
 def test_scheduler_matches_golden(chiplets, experts, requests):
-    p = SchedulerParams(chiplets=chiplets, experts=experts, requests=requests, theta_min=3,
-                        n_threshold=2, qos_width=2)
+    p = SchedulerParams(
+        chiplets=chiplets,
+        experts=experts,
+        requests=requests,
+        theta_min=3,
+        n_threshold=2,
+        qos_width=2,
+    )
     checker = run_scheduler(p, rounds=6, seed=chiplets * 100 + experts)
     assert not checker.mismatches, "\n".join(map(str, checker.mismatches[:5]))
     assert checker.beats > 0

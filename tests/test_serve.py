@@ -7,16 +7,16 @@ import sys
 import numpy as np
 import pytest
 
-from fsedp.sw.qos import PerfModel, Request, metrics, serve, workload
+from fsedp.sw.policies.qos import PerfModel, Request, metrics, serve, workload
 
 PM = PerfModel(layers=4, d_model=1024, d_ffn=4096, experts=8, top_k=2, S=4)
-Q = {k: 100.0 / k for k in range(1, 9)}            # perplexity falls with K
+Q = {k: 100.0 / k for k in range(1, 9)}  # perplexity falls with K
 ORIG = {4: Q[4], 8: Q[8]}
 
 
 def test_perf_model():
     assert PM.step_s(8, 1) < PM.step_s(8, 16) < PM.step_s(8, 64)
-    assert PM.step_s(2, 4) < PM.step_s(8, 4)         # fewer sub-experts touched
+    assert PM.step_s(2, 4) < PM.step_s(8, 4)  # fewer sub-experts touched
     # at large batches every sub-expert is read whatever K is
     assert PM.step_s(2, 512) == pytest.approx(PM.step_s(8, 512), rel=0.6)
     assert PM.prefill_s(8, 100) == pytest.approx(2 * PM.prefill_s(8, 50))
@@ -28,7 +28,7 @@ def test_workload_is_poisson_and_seeded():
     assert [r.arrival for r in a] == [r.arrival for r in b]
     assert 850 < len(a) < 1150 and all(64 <= r.prompt <= 512 for r in a)
     gaps = np.diff([r.arrival for r in a])
-    assert abs(gaps.mean() - 0.2) < 0.02 and abs(gaps.std() - 0.2) < 0.03   # exponential
+    assert abs(gaps.mean() - 0.2) < 0.02 and abs(gaps.std() - 0.2) < 0.03  # exponential
 
 
 @pytest.mark.parametrize("policy,quality", [("qos", Q), ("fifo", ORIG), ("fullbatch", ORIG)])
@@ -42,8 +42,10 @@ def test_every_request_served_once_at_or_above_its_floor(policy, quality):
         starts.setdefault(r.start, []).append(r)
     assert all(len(b) <= 8 and len({r.K for r in b}) == 1 for b in starts.values())
     # batches do not overlap on the one instance
-    spans = sorted((s, max(r.start + (r.done - r.first) + (r.first - r.start) for r in b))
-                   for s, b in starts.items())
+    spans = sorted(
+        (s, max(r.start + (r.done - r.first) + (r.first - r.start) for r in b))
+        for s, b in starts.items()
+    )
     assert all(spans[i][1] <= spans[i + 1][0] + 1e-9 for i in range(len(spans) - 1))
 
 
@@ -72,7 +74,7 @@ def test_timeout_trigger_serves_a_starving_high_floor_request():
 
 
 def test_qos_beats_fifo_under_high_load():
-    from fsedp.serve_eval import run
+    from fsedp.experiments.serve import run
 
     rows = {r["policy"]: r for r in run(["qos", "fifo"], ["high"], duration=120.0, max_batch=8)}
     assert rows["qos"]["throughput_tok_s"] > rows["fifo"]["throughput_tok_s"]
@@ -87,10 +89,17 @@ def test_metrics():
     assert metrics([r], slo_e2e=5.0, duration=10.0)["goodput_tok_s"] == 0
 
 
-@pytest.mark.parametrize("args,msg", [(["--max-batch", "0"], "--max-batch"),
-                                      (["--load", "extreme"], "invalid choice"),
-                                      (["--curve", "/nonexistent.json"], "no such file"),
-                                      (["--scale-to", "nope"], "--scale-to")])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--max-batch", "0"], "--max-batch"),
+        (["--load", "extreme"], "invalid choice"),
+        (["--curve", "/nonexistent.json"], "no such file"),
+        (["--scale-to", "nope"], "--scale-to"),
+    ],
+)
 def test_bad_serve_arguments(args, msg):
-    r = subprocess.run([sys.executable, "-m", "fsedp.cli", "serve", *args], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "fsedp", "serve", *args], capture_output=True, text=True
+    )
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1

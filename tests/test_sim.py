@@ -8,24 +8,51 @@ from fsedp.sim.baselines import _flow_shop, ep_home, ep_layer, hydra_home
 from fsedp.sim.fsedp import fsedp_layer
 from fsedp.sim.run import run_experiment, summarize
 from fsedp.sim.setup import make_setup
-from fsedp.sim.workload import iterations
+from fsedp.workload import iterations
 
 TINY = {
-    "hardware": {"name": "tiny2x2", "rows": 2, "cols": 2, "clock_mhz": 800,
-                 "macs_per_chiplet": 2048, "onchip_buffer_kib": 24, "d2d_bandwidth_gbps": 288,
-                 "d2d_latency_ns": 4.02, "ddr_channels": 4,
-                 "ddr_bandwidth_gbps_per_channel": 25.6, "microslices_per_expert": 8},
-    "model": {"name": "tiny", "d_model": 64, "d_ffn": 128, "experts": 16, "top_k": 2,
-              "shared_experts": 0, "layers": 4, "heads": 2, "params_b": 0.01},
+    "hardware": {
+        "name": "tiny2x2",
+        "rows": 2,
+        "cols": 2,
+        "clock_mhz": 800,
+        "macs_per_chiplet": 2048,
+        "onchip_buffer_kib": 24,
+        "d2d_bandwidth_gbps": 288,
+        "d2d_latency_ns": 4.02,
+        "ddr_channels": 4,
+        "ddr_bandwidth_gbps_per_channel": 25.6,
+        "microslices_per_expert": 8,
+    },
+    "model": {
+        "name": "tiny",
+        "d_model": 64,
+        "d_ffn": 128,
+        "experts": 16,
+        "top_k": 2,
+        "shared_experts": 0,
+        "layers": 4,
+        "heads": 2,
+        "params_b": 0.01,
+    },
     "scheduler": "default",
-    "scenario": {"tokens_per_iteration": 64, "rounds": 2, "seed": 5, "trace": "synthetic",
-                 "skew": 1.2, "prefill_fraction": 0.5},
+    "scenario": {
+        "tokens_per_iteration": 64,
+        "rounds": 2,
+        "seed": 5,
+        "trace": "synthetic",
+        "skew": 1.2,
+        "prefill_fraction": 0.5,
+    },
 }
 
 
 def tiny(tokens=64, **hw):
-    d = {**TINY, "hardware": {**TINY["hardware"], **hw},
-         "scenario": {**TINY["scenario"], "tokens_per_iteration": tokens}}
+    d = {
+        **TINY,
+        "hardware": {**TINY["hardware"], **hw},
+        "scenario": {**TINY["scenario"], "tokens_per_iteration": tokens},
+    }
     return run_from_dict(d, "tiny.yaml")
 
 
@@ -35,17 +62,18 @@ def test_setup_of_the_default_run():
     assert s.microslice_bytes == 3 * 2048 * 768 // 8
     # one 25.6 GB/s channel at 800 MHz moves 32 bytes per cycle
     assert s.dp.ddr_interval == -(-s.microslice_bytes // 32)
-    assert s.sp.theta_min == 0                      # token buffering off for A1-A4
+    assert s.sp.theta_min == 0  # token buffering off for A1-A4
 
 
 @pytest.mark.parametrize("tokens", [16, 64, 256])
 def test_no_strategy_beats_the_bound(tokens):
     cfg = tiny(tokens)
-    run = run_experiment(cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5"), n_iter=2,
-                         progress=False)
+    run = run_experiment(
+        cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5"), n_iter=2, progress=False
+    )
     for s, rs in run["results"].items():
         for r in rs:
-            if r.bound == 0:                         # A5: every request of the layer deferred
+            if r.bound == 0:  # A5: every request of the layer deferred
                 assert s == "A5" and r.cycles == 0
                 continue
             assert r.cycles >= r.bound > 0, (s, r.cycles, r.bound)
@@ -64,8 +92,9 @@ def test_fsedp_loads_each_active_expert_once():
     for v in ("A1", "A2", "A3", "A4"):
         r = fsedp_layer(s, layer.records, v)
         assert r.ddr_bytes == np.count_nonzero(counts) * s.expert_bytes
-        assert sum(r.busy) == sum(int(counts[e]) * s.dp.micro_slices * s.dp.cycles_per_token
-                                  for e in range(len(counts)))
+        assert sum(r.busy) == sum(
+            int(counts[e]) * s.dp.micro_slices * s.dp.cycles_per_token for e in range(len(counts))
+        )
 
 
 def test_flow_shop_pipeline():
@@ -82,22 +111,22 @@ def test_hydra_balances_predicted_load():
     pred = np.array([40, 30, 20, 10] + [0] * 12)
     home = hydra_home(s, pred)
     hot = [home[e] for e in range(4)]
-    assert len(set(hot)) == 4                        # the four hot experts on four chiplets
+    assert len(set(hot)) == 4  # the four hot experts on four chiplets
     assert ep_home(16, 4)[:5] == [0, 1, 2, 3, 0]
 
 
 def test_ep_compute_imbalance_costs_time():
     s = make_setup(tiny(64))
-    hot = [(0, c, 0) for c in range(4) for _ in range(40)]          # one very hot expert
+    hot = [(0, c, 0) for c in range(4) for _ in range(40)]  # one very hot expert
     r = ep_layer(s, hot, ep_home(16, 4))
     assert r.busy[0] > 0 and r.busy[1:] == [0, 0, 0]
     f = fsedp_layer(s, hot, "A3")
-    assert max(f.busy) < r.busy[0] and f.cycles < r.cycles          # FSE-DP spreads it
+    assert max(f.busy) < r.busy[0] and f.cycles < r.cycles  # FSE-DP spreads it
 
 
 def test_rtl_check_reports_the_first_difference(tmp_path):
     from fsedp.sim.rtl_check import RTLSchedulerCheck
-    from runner import simulator_missing
+    from fsedp.tb.runner import simulator_missing
 
     if simulator_missing("verilator"):
         pytest.skip(simulator_missing("verilator"))
@@ -130,8 +159,9 @@ def test_parallel_run_equals_sequential():
     seq = run_experiment(cfg, ("EP", "A2", "A3"), n_iter=1, progress=False, workers=1)
     par = run_experiment(cfg, ("EP", "A2", "A3"), n_iter=1, progress=False, workers=2)
     for s in ("EP", "A2", "A3"):
-        assert [(r.cycles, r.busy, r.ddr_bytes) for r in seq["results"][s]] == \
-            [(r.cycles, r.busy, r.ddr_bytes) for r in par["results"][s]]
+        assert [(r.cycles, r.busy, r.ddr_bytes) for r in seq["results"][s]] == [
+            (r.cycles, r.busy, r.ddr_bytes) for r in par["results"][s]
+        ]
 
 
 def test_bench_rows_are_consistent():

@@ -8,9 +8,19 @@ import sys
 import numpy as np
 import pytest
 
-from fsedp.sw.speculative import (DeviceBigram, TokenTable, _balanced, cem_placement,
-                                  comm_volume, kmeans_placement, lar, metis_placement,
-                                  place_tokens, precision_f1, predicted_devices)
+from fsedp.sw.policies.speculative import (
+    DeviceBigram,
+    TokenTable,
+    _balanced,
+    cem_placement,
+    comm_volume,
+    kmeans_placement,
+    lar,
+    metis_placement,
+    place_tokens,
+    precision_f1,
+    predicted_devices,
+)
 
 
 def planted(n=2000, V=40, E=16, D=4, k=2, seed=0):
@@ -19,8 +29,9 @@ def planted(n=2000, V=40, E=16, D=4, k=2, seed=0):
     label = rng.permutation(E)
     ids = rng.integers(0, V, n)
     group = ids % D
-    experts = np.stack([label[group * (E // D) + rng.choice(E // D, k, replace=False)]
-                        for group in group])
+    experts = np.stack(
+        [label[group * (E // D) + rng.choice(E // D, k, replace=False)] for group in group]
+    )
     return ids, experts[:, None, :], label
 
 
@@ -38,7 +49,7 @@ def test_token_table_and_fallbacks():
     # unseen id 9, no embeddings: popularity (0 and 3 are the most used)
     assert sorted(t.predict(0, np.array([9]), 2)[0]) == [0, 3]
     emb = np.zeros((10, 2))
-    emb[[1, 2, 3, 9]] = [[1, 0], [0, 1], [1, 1], [0.1, 1]]        # 9 looks like 2
+    emb[[1, 2, 3, 9]] = [[1, 0], [0, 1], [1, 1], [0.1, 1]]  # 9 looks like 2
     te = TokenTable(ids, ex, 4, embeddings=emb)
     assert sorted(te.predict(0, np.array([9]), 2)[0]) == [2, 3]
     idx, seen = te.rows(np.array([2, 9]))
@@ -57,9 +68,9 @@ def test_lar_place_tokens_and_balance():
     dev = _balanced(np.random.default_rng(1).random((16, 4)), 4)
     assert np.bincount(dev).tolist() == [4, 4, 4, 4]
     aff = np.zeros((8, 4))
-    aff[:, 0] = 10                                           # everyone wants device 0
+    aff[:, 0] = 10  # everyone wants device 0
     tok = place_tokens(aff, np.array([0, 1, 2, 3]), 4, slack=0.0)
-    assert np.bincount(tok, minlength=4).max() <= 2           # capacity respected
+    assert np.bincount(tok, minlength=4).max() <= 2  # capacity respected
 
 
 def test_co_clustering_recovers_planted_groups():
@@ -84,13 +95,14 @@ def test_comm_volume():
     local = comm_volume(experts, np.array([0, 0, 1, 1]), np.array([0, 1]), 2, 1.0)
     assert local["ep"] == 0 and local["smoe"] == 0 and local["shuffle"] == 0
     v = comm_volume(experts, np.array([1, 1, 0, 0]), np.array([1, 0]), 2, 1.0)
-    assert v["ep"] == 4.0 and v["ep_dedup"] == 2.0       # 2 remote experts each way, 1 device
-    assert v["smoe"] == 1.0 and v["smoe_dedup"] == 1.0   # only the shuffles, 1 per token
+    assert v["ep"] == 4.0 and v["ep_dedup"] == 2.0  # 2 remote experts each way, 1 device
+    assert v["smoe"] == 1.0 and v["smoe_dedup"] == 1.0  # only the shuffles, 1 per token
 
 
 def shuffle(*args):
-    return subprocess.run([sys.executable, "-m", "fsedp.cli", "shuffle", *map(str, args)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "fsedp", "shuffle", *map(str, args)], capture_output=True, text=True
+    )
 
 
 def test_shuffle_on_the_embedded_trace():
@@ -103,10 +115,15 @@ def test_shuffle_on_the_embedded_trace():
     assert all(m["lar"] > d["ep"]["lar"] for m in d["methods"].values())
 
 
-@pytest.mark.parametrize("args,msg", [(["--devices", "3"], "do not split evenly"),
-                                      (["--methods", "x"], "--methods"),
-                                      (["--elite", "0"], "--elite"),
-                                      (["/nonexistent.npz"], "no such file")])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--devices", "3"], "do not split evenly"),
+        (["--methods", "x"], "--methods"),
+        (["--elite", "0"], "--elite"),
+        (["/nonexistent.npz"], "no such file"),
+    ],
+)
 def test_bad_shuffle_arguments(args, msg):
     r = shuffle(*args)
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1

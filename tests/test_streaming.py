@@ -4,27 +4,37 @@ deadlock freedom (and the deadlock the naive rule runs into), streaming time."""
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fsedp.datapath_report import one_expert_cycles, one_expert_ideal
-from fsedp.sw.cosim import random_round
-from fsedp.sw.datapath_cosim import Conservation, LayerDriver, Violation
-from fsedp.sw.params import DatapathParams, ParamError, SchedulerParams, max_hops
+from fsedp.errors import InputError
+from fsedp.experiments.datapath_report import one_expert_cycles, one_expert_ideal
+from fsedp.params import OPPOSITE, DatapathParams, SchedulerParams, max_hops
 from fsedp.sw.scheduler import DISPATCH, Dispatch
-from fsedp.sw.streaming import OPPOSITE, Header, StepIn, StreamingArray, arrive
+from fsedp.sw.streaming import Header, StepIn, StreamingArray, arrive
+from fsedp.tb.datapath_scoreboard import Conservation, LayerDriver, Violation
+from fsedp.tb.scoreboard import random_round
 
 
 def sched(rows, cols, experts=16, theta_min=2):
-    return SchedulerParams(chiplets=rows * cols, experts=experts, count_width=6, requests=4,
-                           theta_min=theta_min, n_threshold=2, qos_width=2)
+    return SchedulerParams(
+        chiplets=rows * cols,
+        experts=experts,
+        count_width=6,
+        requests=4,
+        theta_min=theta_min,
+        n_threshold=2,
+        qos_width=2,
+    )
 
 
 def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000):
     """Run rounds through scheduler + golden array; returns (driver, array, cycles per layer);
     raises Violation on a conservation error and TimeoutError on no progress."""
     arr = StreamingArray(p, admission=admission)
-    drv = LayerDriver(sp, p, rng, stall=stall, gap=0.2 if stall else 0.0,
-                      done_stall=0.2 if stall else 0.0)
+    drv = LayerDriver(
+        sp, p, rng, stall=stall, gap=0.2 if stall else 0.0, done_stall=0.2 if stall else 0.0
+    )
     per_layer = []
     cycle = 0
     for records, inits in rounds:
@@ -35,8 +45,10 @@ def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000):
             drv.outputs(cycle, out.dispatch_ready, out.done, out.events, out.occupancy)
             cycle += 1
             if cycle - start > bound:
-                raise TimeoutError(f"no progress after {bound} cycles: occupancy "
-                                   f"{[p.slots - arr.free(c) for c in range(p.chiplets)]}")
+                raise TimeoutError(
+                    f"no progress after {bound} cycles: occupancy "
+                    f"{[p.slots - arr.free(c) for c in range(p.chiplets)]}"
+                )
         drv.check.end_layer([p.slots - arr.free(c) for c in range(p.chiplets)])
         per_layer.append(cycle - start)
     return drv, arr, per_layer
@@ -46,14 +58,23 @@ def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000):
 @pytest.mark.parametrize("rows,cols,hops", [(1, 3, 3), (2, 2, 3), (3, 3, 11), (4, 4, 17)])
 def test_max_hops(rows, cols, hops):
     assert DatapathParams(rows=rows, cols=cols, slots=hops + 1).max_hops == hops
-    with pytest.raises(ParamError, match=f"slots: must be at least max_hops \\+ 1 = {hops + 1}"):
+    with pytest.raises(InputError, match=f"slots: must be at least max_hops \\+ 1 = {hops + 1}"):
         DatapathParams(rows=rows, cols=cols, slots=hops)
 
 
-@pytest.mark.parametrize("field,value", [("rows", 0), ("micro_slices", 0), ("link_cycles", 0),
-                                         ("rule5", 1), ("preload_entries", 17), ("slots", "6")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("rows", 0),
+        ("micro_slices", 0),
+        ("link_cycles", 0),
+        ("rule5", 1),
+        ("preload_entries", 17),
+        ("slots", "6"),
+    ],
+)
 def test_bad_params_name_the_field(field, value):
-    with pytest.raises(ParamError) as e:
+    with pytest.raises(InputError) as e:
         DatapathParams(**{field: value})
     msg = str(e.value)
     assert e.value.field == field and (repr(value) in msg or str(value) in msg)
@@ -62,10 +83,11 @@ def test_bad_params_name_the_field(field, value):
 @pytest.mark.parametrize("rows,cols", [(2, 2), (3, 3), (2, 4), (4, 4), (1, 5)])
 def test_snake_placement_is_a_mesh(rows, cols):
     p = DatapathParams(rows=rows, cols=cols, slots=64)
-    assert sorted(p.position(c) for c in range(p.chiplets)) == \
-        [(r, k) for r in range(rows) for k in range(cols)]
+    assert sorted(p.position(c) for c in range(p.chiplets)) == [
+        (r, k) for r in range(rows) for k in range(cols)
+    ]
     for c in range(p.chiplets - 1):
-        assert p.distance(c, c + 1) == 1          # consecutive numbers are neighbours
+        assert p.distance(c, c + 1) == 1  # consecutive numbers are neighbours
     for c in range(p.chiplets):
         for d in range(4):
             nb = p.neighbour(c, d)
@@ -75,18 +97,19 @@ def test_snake_placement_is_a_mesh(rows, cols):
 
 
 def test_path_hops_counts_xy_legs():
-    p = DatapathParams(rows=2, cols=2)            # snake: 0 (0,0) 1 (0,1) 2 (1,1) 3 (1,0)
+    p = DatapathParams(rows=2, cols=2)  # snake: 0 (0,0) 1 (0,1) 2 (1,1) 3 (1,0)
     assert p.path_hops(0b0001, 0) == 0
-    assert p.path_hops(0b1111, 0) == 3            # 0-1-2-3
-    assert p.path_hops(0b0101, 0) == 2            # 0 -> 2 diagonal: two XY hops
-    assert p.path_hops(0b1011, 3) == 2            # 3 -> 0 -> 1
+    assert p.path_hops(0b1111, 0) == 3  # 0-1-2-3
+    assert p.path_hops(0b0101, 0) == 2  # 0 -> 2 diagonal: two XY hops
+    assert p.path_hops(0b1011, 3) == 2  # 3 -> 0 -> 1
 
 
 def test_arrive_station_and_transit():
     p = DatapathParams(rows=2, cols=2)
     h = Header(expert=3, index=1, traj=0b0101, dest=2, legs=0, r=1)
-    assert arrive(p, 1, h) == dict(comp=False, send=True, final=False, dest=2, legs=0,
-                                   dir=p.direction(1, 2), r=1)          # transit on 1
+    assert arrive(p, 1, h) == dict(
+        comp=False, send=True, final=False, dest=2, legs=0, dir=p.direction(1, 2), r=1
+    )  # transit on 1
     last = arrive(p, 2, Header(3, 1, 0b0101, 2, 0, 0))
     assert last["comp"] and last["final"] and not last["send"]
     mid = arrive(p, 0, Header(3, 1, 0b0111, 0, 2, 2))
@@ -118,17 +141,34 @@ def test_random_layers_conserve_and_finish(rows, cols, kw, stall):
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 10**6), slots_extra=st.integers(0, 3),
-       link=st.integers(1, 4), interval=st.integers(1, 4), latency=st.integers(1, 12),
-       rule5=st.booleans(), preload=st.integers(0, 3), stall=st.sampled_from([0.0, 0.4]),
-       channels=st.sampled_from([1, 4]))
-def test_property_no_loss_no_deadlock(seed, slots_extra, link, interval, latency, rule5,
-                                      preload, stall, channels):
+@given(
+    seed=st.integers(0, 10**6),
+    slots_extra=st.integers(0, 3),
+    link=st.integers(1, 4),
+    interval=st.integers(1, 4),
+    latency=st.integers(1, 12),
+    rule5=st.booleans(),
+    preload=st.integers(0, 3),
+    stall=st.sampled_from([0.0, 0.4]),
+    channels=st.sampled_from([1, 4]),
+)
+def test_property_no_loss_no_deadlock(
+    seed, slots_extra, link, interval, latency, rule5, preload, stall, channels
+):
     sp = sched(2, 2, experts=8)
-    p = DatapathParams.for_scheduler(sp, 2, 2, slots=4 + slots_extra, micro_slices=3,
-                                     link_cycles=link, ddr_interval=interval,
-                                     ddr_latency=latency, rule5=rule5, preload_entries=preload,
-                                     ddr_channels=channels)
+    p = DatapathParams.for_scheduler(
+        sp,
+        2,
+        2,
+        slots=4 + slots_extra,
+        micro_slices=3,
+        link_cycles=link,
+        ddr_interval=interval,
+        ddr_latency=latency,
+        rule5=rule5,
+        preload_entries=preload,
+        ddr_channels=channels,
+    )
     rng = random.Random(seed)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(4))]
     run_layers(sp, p, rounds, rng, stall=stall)
@@ -138,20 +178,41 @@ def test_property_no_loss_no_deadlock(seed, slots_extra, link, interval, latency
 #: Seven experts with overlapping trajectories and skewed token counts on a 2x2 array with
 #: the minimum 4 slots, Rule 5 and DDR faster than compute: found by a random search in which
 #: the naive rule ("accept whenever a slot is free") deadlocked 27 of 200 layers.
-WORST = [(14, [1, 1, 20, 1]), (4, [1, 20, 8, 1]), (2, [2, 20, 8, 1]), (5, [20, 2, 40, 1]),
-         (9, [2, 20, 1, 20]), (9, [20, 2, 8, 1]), (10, [8, 2, 20, 1])]
+WORST = [
+    (14, [1, 1, 20, 1]),
+    (4, [1, 20, 8, 1]),
+    (2, [2, 20, 8, 1]),
+    (5, [20, 2, 40, 1]),
+    (9, [2, 20, 1, 20]),
+    (9, [20, 2, 8, 1]),
+    (10, [8, 2, 20, 1]),
+]
 
 
 def worst_records(spec):
-    return [(0, c, e) for e, (traj, tok) in enumerate(spec) for c in range(4)
-            if traj >> c & 1 for _ in range(tok[c])]
+    return [
+        (0, c, e)
+        for e, (traj, tok) in enumerate(spec)
+        for c in range(4)
+        if traj >> c & 1
+        for _ in range(tok[c])
+    ]
 
 
 def test_naive_admission_deadlocks_and_forward_count_does_not():
     sp = sched(2, 2, experts=8, theta_min=0)
-    p = DatapathParams.for_scheduler(sp, 2, 2, slots=4, micro_slices=16, link_cycles=1,
-                                     ddr_interval=1, ddr_latency=1, preload_entries=0,
-                                     rule5=True)
+    p = DatapathParams.for_scheduler(
+        sp,
+        2,
+        2,
+        slots=4,
+        micro_slices=16,
+        link_cycles=1,
+        ddr_interval=1,
+        ddr_latency=1,
+        preload_entries=0,
+        rule5=True,
+    )
     rounds = [(worst_records(WORST), [])]
     with pytest.raises(TimeoutError):
         run_layers(sp, p, rounds, random.Random(1), admission=False, bound=6000)
@@ -184,22 +245,23 @@ def test_reset_empties_the_array():
         drv.outputs(cycle, out.dispatch_ready, out.done, out.events, out.occupancy)
     assert not arr.idle
     arr.reset()
-    assert arr.idle and arr.tokens != [[0] * p.experts] * p.chiplets   # tables are memories
+    assert arr.idle and arr.tokens != [[0] * p.experts] * p.chiplets  # tables are memories
 
 
 # -- Rule 4 pre-load and Rule 5 --------------------------------------------------------------
 def test_preloads_are_held_until_dispatch():
     sp = sched(2, 2, experts=8, theta_min=0)
-    p = DatapathParams.for_scheduler(sp, 2, 2, slots=8, micro_slices=4, preload_entries=2,
-                                     ddr_interval=1, ddr_latency=2)
+    p = DatapathParams.for_scheduler(
+        sp, 2, 2, slots=8, micro_slices=4, preload_entries=2, ddr_interval=1, ddr_latency=2
+    )
     arr = StreamingArray(p)
     traj = 0b0011
     arr.step(StepIn(tokens=(0, 1, 2)))
-    arr.step(StepIn(dispatch=Dispatch(1, 1, 4, traj, 0, (1, 0, 0, 0))))   # PRELOAD expert 1
+    arr.step(StepIn(dispatch=Dispatch(1, 1, 4, traj, 0, (1, 0, 0, 0))))  # PRELOAD expert 1
     held_events = []
     for _ in range(20):
         out = arr.step(StepIn())
-        assert all(ev is None for ev in out.events)          # held: nothing computes
+        assert all(ev is None for ev in out.events)  # held: nothing computes
         held_events += [d[3] for d in out.ddr_deliveries]
     assert held_events and all(held_events)
     arr.step(StepIn(dispatch=Dispatch(DISPATCH, 1, 4, traj, 1, (1, 0, 0, 0))))
@@ -214,8 +276,9 @@ def test_rule4_stripes_loads_and_rule5_follows_free_space():
     """Rule 4: every trajectory chiplet loads its share, in ring order from the entry (as
     chiplet 1 loads slice 1 in Figure 6); Rule 5: the chiplet with the most free slots."""
     sp = sched(2, 2, experts=8, theta_min=0)
-    base = dict(slots=6, micro_slices=12, ddr_interval=1, ddr_latency=2, link_cycles=2,
-                preload_entries=0)
+    base = dict(
+        slots=6, micro_slices=12, ddr_interval=1, ddr_latency=2, link_cycles=2, preload_entries=0
+    )
     targets = {}
     for rule5 in (False, True):
         p = DatapathParams.for_scheduler(sp, 2, 2, rule5=rule5, **base)
@@ -227,7 +290,7 @@ def test_rule4_stripes_loads_and_rule5_follows_free_space():
         while not arr.idle:
             seq += [i[0] for i in arr.step(StepIn()).ddr_issues]
         targets[rule5] = seq
-    assert targets[False] == [2, 3, 0] * 4                    # entry 2, ring 2 -> 3 -> 0
+    assert targets[False] == [2, 3, 0] * 4  # entry 2, ring 2 -> 3 -> 0
     assert sorted(set(targets[True])) == [0, 2, 3] and targets[True] != targets[False]
 
 
@@ -239,8 +302,16 @@ def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
     (first DDR load, the longest path, one compute), with 2 slots more than the
     deadlock-freedom minimum."""
     hops = max_hops(rows, cols)
-    p = DatapathParams(rows=rows, cols=cols, slots=hops + 3, micro_slices=16,
-                       link_cycles=link, ddr_interval=1, ddr_latency=4, cycles_per_token=1)
+    p = DatapathParams(
+        rows=rows,
+        cols=cols,
+        slots=hops + 3,
+        micro_slices=16,
+        link_cycles=link,
+        ddr_interval=1,
+        ddr_latency=4,
+        cycles_per_token=1,
+    )
     got = one_expert_cycles(p, tokens)
     ideal, fill = one_expert_ideal(p, tokens)
     assert ideal <= got <= ideal + 2 * fill, (got, ideal, fill)
@@ -266,9 +337,14 @@ def trace_run(p, sp, rounds, skip: bool):
     return log, arr.cycle
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(ddr_channels=4, rule5=True, preload_entries=2),
-                                dict(link_cycles=37, ddr_interval=91, ddr_latency=120,
-                                     cycles_per_token=13, ddr_channels=4)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(ddr_channels=4, rule5=True, preload_entries=2),
+        dict(link_cycles=37, ddr_interval=91, ddr_latency=120, cycles_per_token=13, ddr_channels=4),
+    ],
+)
 def test_fast_forward_is_exact(kw):
     sp = sched(2, 2)
     p = DatapathParams.for_scheduler(sp, 2, 2, slots=7, **kw)
@@ -281,9 +357,10 @@ def test_fast_forward_is_exact(kw):
 
 def test_ddr_channels_param():
     assert DatapathParams(ddr_channels=4).ddr_channels == 4
-    with pytest.raises(ParamError, match="ddr_channels: must be 1 or rows x cols = 4, not 2"):
+    with pytest.raises(InputError, match="ddr_channels: must be 1 or rows x cols = 4, not 2"):
         DatapathParams(ddr_channels=2)
     from fsedp.hw.ddr_ctrl import DDRController
+
     with pytest.raises(ValueError, match="one package-level channel"):
         DDRController(DatapathParams(ddr_channels=4))
 
@@ -295,8 +372,17 @@ def test_per_chiplet_channels_load_in_parallel():
     records = [(0, c, c) for c in range(4) for _ in range(2)]
     cycles = {}
     for ch in (1, 4):
-        p = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=8, ddr_interval=20,
-                                         ddr_latency=4, link_cycles=1, ddr_channels=ch)
+        p = DatapathParams.for_scheduler(
+            sp,
+            2,
+            2,
+            slots=6,
+            micro_slices=8,
+            ddr_interval=20,
+            ddr_latency=4,
+            link_cycles=1,
+            ddr_channels=ch,
+        )
         _, _, per_layer = run_layers(sp, p, [(records, [])], random.Random(1))
         cycles[ch] = per_layer[0]
     assert cycles[4] < 0.35 * cycles[1], cycles
@@ -313,8 +399,9 @@ def test_remote_entry_stays_within_h(rows, cols):
             dest, r = p.remote_entry(traj, c)
             assert traj >> dest & 1 and r <= p.max_hops
             assert r == p.distance(c, dest) + p.path_hops(traj, dest)
-            assert r == min(p.distance(c, j) + p.path_hops(traj, j)
-                            for j in range(n) if traj >> j & 1)
+            assert r == min(
+                p.distance(c, j) + p.path_hops(traj, j) for j in range(n) if traj >> j & 1
+            )
 
 
 def test_remote_loads_share_the_channels():
@@ -323,27 +410,53 @@ def test_remote_loads_share_the_channels():
     the four channels share the loads; every micro-slice is computed once, on chiplet 3."""
     sp = sched(2, 2, experts=8, theta_min=0)
     m, interval = 16, 40
-    p = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=m, ddr_interval=interval,
-                                     ddr_latency=interval + 4, link_cycles=2,
-                                     cycles_per_token=1, ddr_channels=4)
+    p = DatapathParams.for_scheduler(
+        sp,
+        2,
+        2,
+        slots=6,
+        micro_slices=m,
+        ddr_interval=interval,
+        ddr_latency=interval + 4,
+        link_cycles=2,
+        cycles_per_token=1,
+        ddr_channels=4,
+    )
     records = [(0, 3, 5)] * 3
     drv, arr, per_layer = run_layers(sp, p, [(records, [])], random.Random(1))
     assert drv.check.computed == m
     assert per_layer[0] < 0.4 * m * interval, per_layer
     # the same layer with remote loads impossible (one channel per chiplet, only chiplet 3's
     # serves the trajectory) is the single-channel time
-    single = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=m,
-                                          ddr_interval=interval, ddr_latency=interval + 4,
-                                          link_cycles=2, cycles_per_token=1)
+    single = DatapathParams.for_scheduler(
+        sp,
+        2,
+        2,
+        slots=6,
+        micro_slices=m,
+        ddr_interval=interval,
+        ddr_latency=interval + 4,
+        link_cycles=2,
+        cycles_per_token=1,
+    )
     _, _, one = run_layers(sp, single, [(records, [])], random.Random(1))
     assert one[0] > m * interval
 
 
 def test_remote_loads_come_from_every_channel_and_compute_only_on_the_trajectory():
     sp = sched(2, 2, experts=8, theta_min=0)
-    p = DatapathParams.for_scheduler(sp, 2, 2, slots=6, micro_slices=12, ddr_interval=30,
-                                     ddr_latency=34, link_cycles=2, cycles_per_token=1,
-                                     ddr_channels=4)
+    p = DatapathParams.for_scheduler(
+        sp,
+        2,
+        2,
+        slots=6,
+        micro_slices=12,
+        ddr_interval=30,
+        ddr_latency=34,
+        link_cycles=2,
+        cycles_per_token=1,
+        ddr_channels=4,
+    )
     arr = StreamingArray(p)
     arr.tokens[3][5] = 3
     arr.step(StepIn(dispatch=Dispatch(DISPATCH, 5, 3, 0b1000, 3, (0, 0, 0, 0))))

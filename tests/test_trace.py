@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fsedp.errors import InputError
 from fsedp.sw.eit import GateRecord
 from fsedp.trace import (
     RoutingTrace,
-    TraceError,
     dense_request_slots,
     expert_counts,
     gate_records,
@@ -49,13 +49,13 @@ def test_synthetic_shape_and_distinct_topk():
     assert t.experts.min() >= 0 and t.experts.max() < 64
     s = np.sort(t.experts, axis=-1)
     assert (np.diff(s, axis=-1) > 0).all()
-    full = synthetic(8, 8, 20, seed=1)                       # top_k == experts: a permutation
+    full = synthetic(8, 8, 20, seed=1)  # top_k == experts: a permutation
     assert (np.sort(full.experts, axis=-1) == np.arange(8)).all()
 
 
 def test_synthetic_requests_are_contiguous_blocks():
     t = synthetic(16, 2, 64, seed=0)
-    assert t.request.max() + 1 == 4                          # default: tokens // 16
+    assert t.request.max() + 1 == 4  # default: tokens // 16
     assert (np.diff(t.request) >= 0).all()
     assert np.array_equal(np.bincount(t.request), [16] * 4)
     assert np.array_equal(t.position, np.tile(np.arange(16), 4))
@@ -71,9 +71,9 @@ def test_synthetic_requests_are_contiguous_blocks():
 def test_synthetic_popularity_is_skewed():
     t = synthetic(64, 4, 4000, layers=2, seed=0, skew=1.1)
     c = np.sort(expert_counts(t, 0))[::-1]
-    assert c[0] > 10 * c[-1]                                 # hot head, cold tail
+    assert c[0] > 10 * c[-1]  # hot head, cold tail
     u = np.sort(expert_counts(synthetic(64, 4, 4000, seed=0, skew=0.0), 0))
-    assert u[-1] < 2 * u[0]                                  # skew 0: uniform
+    assert u[-1] < 2 * u[0]  # skew 0: uniform
     # each layer has its own popularity order
     assert not np.array_equal(np.argsort(expert_counts(t, 0)), np.argsort(expert_counts(t, 1)))
 
@@ -97,7 +97,7 @@ def test_synthetic_rejects_bad_arguments():
         (dict(num_experts=8, top_k=2, tokens=4, skew=-1), "skew"),
         (dict(num_experts=8, top_k=2, tokens=4, layers=0), "layers"),
     ]:
-        with pytest.raises(TraceError) as ei:
+        with pytest.raises(InputError) as ei:
             synthetic(**kwargs)
         assert ei.value.field == field and "\n" not in str(ei.value)
 
@@ -106,8 +106,15 @@ def test_synthetic_rejects_bad_arguments():
 
 
 def make(**over):
-    base = dict(experts=np.array([[[0, 1]], [[2, 3]]]), scores=None, token_ids=None,
-                request=np.array([0, 0]), position=np.array([0, 1]), num_experts=4, name="t")
+    base = dict(
+        experts=np.array([[[0, 1]], [[2, 3]]]),
+        scores=None,
+        token_ids=None,
+        request=np.array([0, 0]),
+        position=np.array([0, 1]),
+        num_experts=4,
+        name="t",
+    )
     base.update(over)
     return RoutingTrace(**base)
 
@@ -129,7 +136,7 @@ def test_routing_trace_validation():
         (dict(num_experts=True), "num_experts"),
     ]
     for over, field in bad:
-        with pytest.raises(TraceError) as ei:
+        with pytest.raises(InputError) as ei:
             make(**over)
         assert (ei.value.file, ei.value.field) == ("t", field), over
         assert str(ei.value).startswith(f"t: {field}: ")
@@ -146,7 +153,7 @@ def test_iteration_windows_and_subset():
     assert np.array_equal(np.concatenate([x.experts for x in w]), t.experts)
     assert np.array_equal(w[1].request, t.request[32:64])
     assert w[1].name == "synthetic[32:64]"
-    with pytest.raises(TraceError):
+    with pytest.raises(InputError):
         list(iteration_windows(t, 0))
     r = subset(t, np.arange(99, -1, -1))
     assert np.array_equal(r.experts[0], t.experts[99])
@@ -161,9 +168,9 @@ def test_shard_modes():
     by_tok = shard(t, 4, mode="token")
     assert np.array_equal(by_tok, np.arange(64) % 4)
     assert np.array_equal(np.bincount(by_tok), [16] * 4)
-    with pytest.raises(TraceError):
+    with pytest.raises(InputError):
         shard(t, 4, mode="random")
-    with pytest.raises(TraceError):
+    with pytest.raises(InputError):
         shard(t, 0)
 
 
@@ -175,8 +182,12 @@ def test_gate_records_shape_and_order():
     assert all(type(x) is int for rec in recs for x in rec)
     for i in (0, 17, 39):
         for j in range(t.top_k):
-            assert recs[i * t.top_k + j] == (int(t.request[i]) % 8, int(chip[i]), int(t.experts[i, 1, j]))
-    GateRecord(*recs[0])                                       # same field order as the EIT's record
+            assert recs[i * t.top_k + j] == (
+                int(t.request[i]) % 8,
+                int(chip[i]),
+                int(t.experts[i, 1, j]),
+            )
+    GateRecord(*recs[0])  # same field order as the EIT's record
     # identity slots without a table depth; explicit mapping; array mapping
     assert [r[0] for r in gate_records(t, 0, chip)][:: t.top_k] == t.request.tolist()
     slots = dense_request_slots(subset(t, slice(12, 40)), 8)
@@ -190,17 +201,17 @@ def test_gate_records_shape_and_order():
 def test_gate_records_errors():
     t = synthetic(16, 2, 8, seed=0, requests=4)
     chip = shard(t, 4)
-    with pytest.raises(TraceError) as ei:
+    with pytest.raises(InputError) as ei:
         gate_records(t, 1, chip)
     assert ei.value.field == "layer"
-    with pytest.raises(TraceError):
+    with pytest.raises(InputError):
         gate_records(t, 0, chip[:3])
-    with pytest.raises(TraceError) as ei:
+    with pytest.raises(InputError) as ei:
         gate_records(t, 0, chip, {0: 0})
     assert ei.value.field == "request_slot"
-    with pytest.raises(TraceError):
+    with pytest.raises(InputError):
         gate_records(t, 0, chip, np.arange(4) + 5, table_depth=8)
-    with pytest.raises(TraceError):
+    with pytest.raises(InputError):
         dense_request_slots(t, 3)
 
 
@@ -232,12 +243,12 @@ def test_load_flame_decode(flame):
 
 
 def test_load_flame_errors(tmp_path):
-    e = pytest.raises(TraceError, load_flame, tmp_path / "absent.npz").value
+    e = pytest.raises(InputError, load_flame, tmp_path / "absent.npz").value
     assert e.field == "<file>" and "\n" not in str(e)
 
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip file")
-    assert pytest.raises(TraceError, load_flame, junk).value.field == "<file>"
+    assert pytest.raises(InputError, load_flame, junk).value.field == "<file>"
 
     good = dict(
         prefill_token_ids=np.zeros(8, np.int32),
@@ -267,9 +278,9 @@ def test_load_flame_errors(tmp_path):
         arrays = {k: v for k, v in arrays.items() if v is not None}
         p = tmp_path / f"bad{i}.npz"
         np.savez(p, **arrays)
-        with pytest.raises(TraceError) as ei:
+        with pytest.raises(InputError) as ei:
             load_flame(p)
         assert (ei.value.file, ei.value.field) == (str(p), field), field
         assert str(ei.value).startswith(f"{p}: {field}: ")
-    e = pytest.raises(TraceError, load_flame, tmp_path / "ok.npz", part="decode").value
+    e = pytest.raises(InputError, load_flame, tmp_path / "ok.npz", part="decode").value
     assert e.field == "decode_topk_experts"

@@ -7,13 +7,13 @@ import sys
 
 import numpy as np
 import pytest
-
-from fsedp.trace import RoutingTrace, TraceError, load_flame, synthetic
-from fsedp.trace_io import load_any, load_jsonl, load_npy, load_trace, save_trace
-from fsedp.trace_stats import summary, trace_stats, window_loads
-from fsedp.trace_synth import MATCHED, RoutingModel, distance, fit
-
 from conftest import SHARED_DATA
+
+from fsedp.errors import InputError
+from fsedp.trace import RoutingTrace, load_flame, synthetic
+from fsedp.trace.io import load_any, load_jsonl, load_npy, load_trace, save_trace
+from fsedp.trace.stats import summary, trace_stats, window_loads
+from fsedp.trace.synth import MATCHED, RoutingModel, distance, fit
 
 FLAME = SHARED_DATA / "routing" / "flame-moe-290m.npz"
 needs_flame = pytest.mark.skipif(not FLAME.exists(), reason=f"shared routing data absent: {FLAME}")
@@ -21,9 +21,15 @@ needs_flame = pytest.mark.skipif(not FLAME.exists(), reason=f"shared routing dat
 
 def small(tokens=256, experts=16, k=2, layers=3, seed=0) -> RoutingTrace:
     t = synthetic(experts, k, tokens, layers=layers, seed=seed, skew=1.1, requests=4)
-    return RoutingTrace(experts=t.experts, scores=np.full(t.experts.shape, 0.25),
-                        token_ids=np.arange(tokens) % 50, request=t.request,
-                        position=t.position, num_experts=experts, name="small")
+    return RoutingTrace(
+        experts=t.experts,
+        scores=np.full(t.experts.shape, 0.25),
+        token_ids=np.arange(tokens) % 50,
+        request=t.request,
+        position=t.position,
+        num_experts=experts,
+        name="small",
+    )
 
 
 def same(a: RoutingTrace, b: RoutingTrace):
@@ -34,8 +40,9 @@ def same(a: RoutingTrace, b: RoutingTrace):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "fsedp.cli", *map(str, args)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "fsedp", *map(str, args)], capture_output=True, text=True
+    )
 
 
 # -- formats -----------------------------------------------------------------------------
@@ -58,10 +65,20 @@ def test_jsonl_import_equals_the_source(tmp_path):
     with open(tmp_path / "t.jsonl", "w") as f:
         for i in range(t.tokens):
             for l in range(t.layers):
-                f.write(json.dumps({"token": i, "layer": l, "experts": t.experts[i, l].tolist(),
-                                    "probs": t.scores[i, l].tolist(), "request": int(t.request[i]),
-                                    "position": int(t.position[i]),
-                                    "token_id": int(t.token_ids[i])}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "token": i,
+                            "layer": l,
+                            "experts": t.experts[i, l].tolist(),
+                            "probs": t.scores[i, l].tolist(),
+                            "request": int(t.request[i]),
+                            "position": int(t.position[i]),
+                            "token_id": int(t.token_ids[i]),
+                        }
+                    )
+                    + "\n"
+                )
     same(t, load_jsonl(tmp_path / "t.jsonl", num_experts=16))
     r = cli("trace", "convert", tmp_path / "t.jsonl", tmp_path / "out.npz", "--num-experts", 16)
     assert r.returncode == 0, r.stderr
@@ -76,18 +93,29 @@ def test_npy_import(tmp_path):
     assert got.position.tolist() == list(range(30))
 
 
-@pytest.mark.parametrize("content,field", [
-    ('{"token": 0, "layer": 0, "experts": [1, 2]}\nnot json\n', "line 2"),
-    ('{"token": 0, "layer": 0}\n', "line 1.experts"),
-    ('{"token": 0, "layer": 0, "experts": [1, 1]}\n', "experts"),
-    ('{"token": 0, "layer": 0, "experts": [1, 2], "probs": [0.5]}\n', "line 1.probs"),
-    ('{"token": 0, "layer": 0, "experts": [1, 2]}\n{"token": 0, "layer": 0, "experts": [1, 2]}\n', "line 2"),
-    ('{"token": 0, "layer": 0, "experts": [1, 2]}\n{"token": 0, "layer": 1, "experts": [1, 2, 3]}\n', "experts"),
-    ('{"token": 0, "layer": 1, "experts": [1, 2]}\n', "token"),
-])
+@pytest.mark.parametrize(
+    "content,field",
+    [
+        ('{"token": 0, "layer": 0, "experts": [1, 2]}\nnot json\n', "line 2"),
+        ('{"token": 0, "layer": 0}\n', "line 1.experts"),
+        ('{"token": 0, "layer": 0, "experts": [1, 1]}\n', "experts"),
+        ('{"token": 0, "layer": 0, "experts": [1, 2], "probs": [0.5]}\n', "line 1.probs"),
+        (
+            '{"token": 0, "layer": 0, "experts": [1, 2]}\n'
+            '{"token": 0, "layer": 0, "experts": [1, 2]}\n',
+            "line 2",
+        ),
+        (
+            '{"token": 0, "layer": 0, "experts": [1, 2]}\n'
+            '{"token": 0, "layer": 1, "experts": [1, 2, 3]}\n',
+            "experts",
+        ),
+        ('{"token": 0, "layer": 1, "experts": [1, 2]}\n', "token"),
+    ],
+)
 def test_bad_jsonl_is_one_line_and_writes_nothing(tmp_path, content, field):
     (tmp_path / "bad.jsonl").write_text(content)
-    with pytest.raises(TraceError) as e:
+    with pytest.raises(InputError) as e:
         load_jsonl(tmp_path / "bad.jsonl")
     assert e.value.field == field
     r = cli("trace", "convert", tmp_path / "bad.jsonl", tmp_path / "out.npz")
@@ -96,11 +124,14 @@ def test_bad_jsonl_is_one_line_and_writes_nothing(tmp_path, content, field):
     assert [p.name for p in tmp_path.iterdir()] == ["bad.jsonl"]
 
 
-@pytest.mark.parametrize("make,msg", [
-    (lambda p: np.save(p / "x.npy", np.zeros((3, 4, 2))), "must hold integers"),
-    (lambda p: np.save(p / "x.npy", np.zeros((3, 4), dtype=int)), "must be 3-D"),
-    (lambda p: (p / "x.npy").write_bytes(b"garbage"), "not a readable"),
-])
+@pytest.mark.parametrize(
+    "make,msg",
+    [
+        (lambda p: np.save(p / "x.npy", np.zeros((3, 4, 2))), "must hold integers"),
+        (lambda p: np.save(p / "x.npy", np.zeros((3, 4), dtype=int)), "must be 3-D"),
+        (lambda p: (p / "x.npy").write_bytes(b"garbage"), "not a readable"),
+    ],
+)
 def test_bad_npy(tmp_path, make, msg):
     make(tmp_path)
     r = cli("trace", "stats", tmp_path / "x.npy")
@@ -109,10 +140,10 @@ def test_bad_npy(tmp_path, make, msg):
 
 def test_unknown_npz_and_wrong_version(tmp_path):
     np.savez(tmp_path / "a.npz", foo=np.zeros(3))
-    with pytest.raises(TraceError, match="neither an fsedp trace nor a FLAME"):
+    with pytest.raises(InputError, match="neither an fsedp trace nor a FLAME"):
         load_any(tmp_path / "a.npz")
     np.savez(tmp_path / "b.npz", format=np.asarray("fsedp-trace"), version=np.asarray(7))
-    with pytest.raises(TraceError, match="unsupported version 7"):
+    with pytest.raises(InputError, match="unsupported version 7"):
         load_trace(tmp_path / "b.npz")
 
 
@@ -133,15 +164,29 @@ def test_stats_see_structure_that_exists_and_not_what_does_not():
     ids = rng.integers(0, 20, n)
     table = np.stack([rng.choice(e, k, replace=False) for _ in range(20)])
     first = table[ids]
-    structured = RoutingTrace(experts=np.stack([first, first, first], 1), scores=None,
-                              token_ids=ids, request=np.zeros(n, int), position=np.arange(n),
-                              num_experts=e)
+    structured = RoutingTrace(
+        experts=np.stack([first, first, first], 1),
+        scores=None,
+        token_ids=ids,
+        request=np.zeros(n, int),
+        position=np.arange(n),
+        num_experts=e,
+    )
     s = summary(trace_stats(structured))
     assert s["inter_layer"] == 1.0 and s["token_id"] == 1.0
     rand = np.stack([[rng.choice(e, k, replace=False) for _ in range(3)] for _ in range(n)])
-    r = summary(trace_stats(RoutingTrace(experts=rand, scores=None, token_ids=ids,
-                                         request=np.zeros(n, int), position=np.arange(n),
-                                         num_experts=e)))
+    r = summary(
+        trace_stats(
+            RoutingTrace(
+                experts=rand,
+                scores=None,
+                token_ids=ids,
+                request=np.zeros(n, int),
+                position=np.arange(n),
+                num_experts=e,
+            )
+        )
+    )
     assert r["inter_layer"] < 0.2 and r["token_id"] < 0.2 and r["coact_top1"] < 0.15
 
 
@@ -149,15 +194,21 @@ def test_stats_see_structure_that_exists_and_not_what_does_not():
 def test_flame_long_tail_grows_as_windows_shrink(tmp_path):
     stats = trace_stats(load_flame(FLAME))
     for layer in range(8):
-        cold = [next(r["cold"] for r in stats["skew"] if r["window"] == w and r["layer"] == layer)
-                for w in (16, 64, 256, 1024)]
+        cold = [
+            next(r["cold"] for r in stats["skew"] if r["window"] == w and r["layer"] == layer)
+            for w in (16, 64, 256, 1024)
+        ]
         assert cold == sorted(cold, reverse=True) and cold[0] > 0.5 > cold[-1]
     s = summary(stats)
-    assert s["inter_layer"] > 2 * s["popularity"]          # Speculative MoE's Appendix A
+    assert s["inter_layer"] > 2 * s["popularity"]  # Speculative MoE's Appendix A
     r = cli("trace", "stats", FLAME, "--out", tmp_path / "st")
     assert r.returncode == 0, r.stderr
-    assert {p.name for p in (tmp_path / "st").iterdir()} == {"stats.json", "stats.md",
-                                                              "load_tail.png", "stats.png"}
+    assert {p.name for p in (tmp_path / "st").iterdir()} == {
+        "stats.json",
+        "stats.md",
+        "load_tail.png",
+        "stats.png",
+    }
 
 
 # -- synthesis ---------------------------------------------------------------------------
@@ -165,16 +216,22 @@ def test_synth_is_seeded_and_valid():
     model = RoutingModel(small(tokens=512))
     a, b, c = model.sample(300, seed=1), model.sample(300, seed=1), model.sample(300, seed=2)
     assert np.array_equal(a.experts, b.experts) and not np.array_equal(a.experts, c.experts)
-    assert a.tokens == 300 and a.layers == 3 and a.top_k == 2   # RoutingTrace validated it
+    assert a.tokens == 300 and a.layers == 3 and a.top_k == 2  # RoutingTrace validated it
 
 
 def test_synth_inter_layer_weight_moves_predictability():
     rng = np.random.default_rng(3)
     n = 1024
     e = np.stack([[rng.choice(16, 2, replace=False) for _ in range(3)] for _ in range(n)])
-    e[:, 2] = e[:, 1]                                     # layer 2 copies layer 1
-    src = RoutingTrace(experts=e, scores=None, token_ids=None, request=np.zeros(n, int),
-                       position=np.arange(n), num_experts=16)
+    e[:, 2] = e[:, 1]  # layer 2 copies layer 1
+    src = RoutingTrace(
+        experts=e,
+        scores=None,
+        token_ids=None,
+        request=np.zeros(n, int),
+        position=np.arange(n),
+        num_experts=16,
+    )
     flat = summary(trace_stats(RoutingModel(src, a=0.0).sample(1024, 0)))
     tied = summary(trace_stats(RoutingModel(src, a=3.0).sample(1024, 0)))
     assert tied["inter_layer"] > flat["inter_layer"] + 0.2
@@ -196,16 +253,25 @@ def test_synth_matches_flame_within_tolerances(tmp_path):
 # -- Hugging Face ------------------------------------------------------------------------
 def test_record_a_tiny_random_transformers_moe(tmp_path):
     torch = pytest.importorskip("torch", reason="torch is the optional 'model' extra")
-    transformers = pytest.importorskip("transformers", reason="transformers is the optional 'model' extra")
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is the optional 'model' extra"
+    )
     from fsedp.lm.text import train_tokenizer
-    from fsedp.trace_io import record_hf
+    from fsedp.trace.io import record_hf
 
     torch.manual_seed(0)
     tok = train_tokenizer(["the tiny model routes these words to its experts " * 40], 300)
-    cfg = transformers.MixtralConfig(vocab_size=300, hidden_size=32, intermediate_size=64,
-                                     num_hidden_layers=3, num_attention_heads=4,
-                                     num_key_value_heads=2, num_local_experts=8,
-                                     num_experts_per_tok=2, max_position_embeddings=256)
+    cfg = transformers.MixtralConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        max_position_embeddings=256,
+    )
     transformers.MixtralForCausalLM(cfg).save_pretrained(tmp_path / "m")
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(tmp_path / "m")
     (tmp_path / "t.txt").write_text("the experts of the tiny model see these words " * 20)
@@ -217,11 +283,29 @@ def test_record_a_tiny_random_transformers_moe(tmp_path):
     assert np.allclose(whole.scores[:50], cut.scores[:50], atol=1e-5)
     assert (np.diff(whole.scores, axis=-1) <= 0).all() and (whole.scores.sum(-1) <= 1 + 1e-6).all()
     assert cut.request.max() == 2 and cut.position[50] == 0
-    r = cli("trace", "record", "--model", tmp_path / "m", "--text", tmp_path / "t.txt",
-            "--max-tokens", 64, "--out", tmp_path / "r.npz")
+    r = cli(
+        "trace",
+        "record",
+        "--model",
+        tmp_path / "m",
+        "--text",
+        tmp_path / "t.txt",
+        "--max-tokens",
+        64,
+        "--out",
+        tmp_path / "r.npz",
+    )
     assert r.returncode == 0, r.stderr
     assert load_trace(tmp_path / "r.npz").tokens == 64
-    r = cli("trace", "record", "--model", tmp_path / "nothing", "--text", tmp_path / "t.txt",
-            "--out", tmp_path / "x.npz")
+    r = cli(
+        "trace",
+        "record",
+        "--model",
+        tmp_path / "nothing",
+        "--text",
+        tmp_path / "t.txt",
+        "--out",
+        tmp_path / "x.npz",
+    )
     assert r.returncode == 2 and "cannot load a transformers model" in r.stderr
     assert not (tmp_path / "x.npz").exists()

@@ -7,21 +7,32 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..files import atomic_path
-from .baselines import bigram_perplexity, unigram_perplexity
-from .config import LMConfig
-from .model import MoELM
-from .text import (TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer,
-                   read_text, train_tokenizer)
+from fsedp.errors import InputError
+from fsedp.files import atomic_path
+from fsedp.lm.baselines import bigram_perplexity, unigram_perplexity
+from fsedp.lm.config import LMConfig
+from fsedp.lm.model import MoELM
+from fsedp.lm.text import (
+    TEST_FILE,
+    TRAIN_FILES,
+    data_dir,
+    encode_file,
+    load_tokenizer,
+    read_text,
+    train_tokenizer,
+)
 
 __all__ = ["train_command", "evaluate"]
 
 
 def _need_data(root: Path | None, rel: str) -> Path:
     if root is None:
-        raise InputError("<command line>", "--data", "this command reads text corpora: name "
-                         "their folder with --data DIR or FSEDP_DATA (the folder holding text/)")
+        raise InputError(
+            "<command line>",
+            "--data",
+            "this command reads text corpora: name "
+            "their folder with --data DIR or FSEDP_DATA (the folder holding text/)",
+        )
     p = root / rel
     if not p.exists():
         raise InputError(p, "<file>", "missing: the corpora are read from the --data folder")
@@ -38,22 +49,29 @@ def train_stream(tok, root: Path) -> np.ndarray:
 
 
 def train_command(out: Path, cfg: LMConfig, tc, log=print, data=None) -> dict:
-    from .train import train
+    from fsedp.lm.train import train
 
     root = data_dir(data)
     t0 = time.time()
     tok = train_tokenizer([read_text(_need_data(root, r)) for r in TRAIN_FILES], cfg.vocab)
     ids = train_stream(tok, root)
-    log(f"tokenizer: {tok.get_vocab_size()} entries; training stream {len(ids)} tokens "
-        f"({time.time() - t0:.0f} s)")
+    log(
+        f"tokenizer: {tok.get_vocab_size()} entries; training stream {len(ids)} tokens "
+        f"({time.time() - t0:.0f} s)"
+    )
     weights, history = train(cfg, tc, ids, log=log)
     model = MoELM(cfg, weights)
     out.mkdir(parents=True, exist_ok=True)
     model.save(out / "moe_lm.npz")
     with atomic_path(out / "tokenizer.json") as tmp:
         tok.save(str(tmp))
-    info = {"config": cfg.as_dict(), "train": tc.as_dict(), "history": history,
-            "train_tokens": int(len(ids)), "seconds": round(time.time() - t0, 1)}
+    info = {
+        "config": cfg.as_dict(),
+        "train": tc.as_dict(),
+        "history": history,
+        "train_tokens": int(len(ids)),
+        "seconds": round(time.time() - t0, 1),
+    }
     with atomic_path(out / "training.json") as tmp:
         tmp.write_text(json.dumps(info, indent=1) + "\n")
     return info
@@ -67,21 +85,25 @@ def evaluate(weights=None, tokenizer=None, max_tokens: int | None = None, data=N
     model = MoELM.load(weights)
     test = encode_file(tok, _need_data(root, TEST_FILE))
     if max_tokens:
-        test = test[:max_tokens + 1]
+        test = test[: max_tokens + 1]
     train = train_stream(tok, root)
     t0 = time.time()
     ppl = model.perplexity(test)
-    return {"tokens": int(len(test) - 1), "moe_lm": round(ppl, 3),
-            "unigram": round(unigram_perplexity(train, test, model.cfg.vocab), 3),
-            "bigram": round(bigram_perplexity(train, test, model.cfg.vocab), 3),
-            "eval_seconds": round(time.time() - t0, 1), "parameters": model.parameters}
+    return {
+        "tokens": int(len(test) - 1),
+        "moe_lm": round(ppl, 3),
+        "unigram": round(unigram_perplexity(train, test, model.cfg.vocab), 3),
+        "bigram": round(bigram_perplexity(train, test, model.cfg.vocab), 3),
+        "eval_seconds": round(time.time() - t0, 1),
+        "parameters": model.parameters,
+    }
 
 
 def record_routing(max_tokens: int = 8192, weights=None, tokenizer=None, data=None):
     """The model's routing on the first ``max_tokens`` held-out WikiText-2 test tokens,
     windows of ``context`` tokens as requests (probabilities of the chosen experts from
     the router's softmax over all experts)."""
-    from ..trace import RoutingTrace
+    from fsedp.trace import RoutingTrace
 
     root = data_dir(data)
     tok = load_tokenizer(tokenizer)
@@ -89,17 +111,24 @@ def record_routing(max_tokens: int = 8192, weights=None, tokenizer=None, data=No
     n = model.cfg.context
     test = encode_file(tok, _need_data(root, TEST_FILE))
     windows = min(max_tokens // n, len(test) // n)
-    ids = test[:windows * n].reshape(windows, n)
+    ids = test[: windows * n].reshape(windows, n)
     experts, scores = [], []
     for s in range(0, windows, 16):
-        from .model import Routing
+        from fsedp.lm.model import Routing
 
         rec = Routing()
-        model.forward(ids[s:s + 16], routing=rec)
+        model.forward(ids[s : s + 16], routing=rec)
         experts.append(np.stack(rec.ids, 1))
-        scores.append(np.stack([np.take_along_axis(p, i, 1) for p, i in zip(rec.probs, rec.ids)], 1))
+        scores.append(
+            np.stack([np.take_along_axis(p, i, 1) for p, i in zip(rec.probs, rec.ids)], 1)
+        )
     flat = windows * n
-    return RoutingTrace(experts=np.concatenate(experts), scores=np.concatenate(scores),
-                        token_ids=ids.reshape(-1), request=np.arange(flat) // n,
-                        position=np.arange(flat) % n, num_experts=model.cfg.experts,
-                        name="moe-lm:wikitext-2-test")
+    return RoutingTrace(
+        experts=np.concatenate(experts),
+        scores=np.concatenate(scores),
+        token_ids=ids.reshape(-1),
+        request=np.arange(flat) // n,
+        position=np.arange(flat) % n,
+        num_experts=model.cfg.experts,
+        name="moe-lm:wikitext-2-test",
+    )

@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass, fields
 
-from ..errors import InputError
+from fsedp.errors import InputError
 
 __all__ = ["LMConfig"]
 
@@ -37,11 +37,15 @@ class LMConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise InputError("<lm config>", f.name, f"must be an integer >= {low}, not {v!r}")
         if self.d_model % self.heads:
-            raise InputError("<lm config>", "heads",
-                             f"d_model = {self.d_model} is not divisible by heads = {self.heads}")
+            raise InputError(
+                "<lm config>",
+                "heads",
+                f"d_model = {self.d_model} is not divisible by heads = {self.heads}",
+            )
         if self.top_k > self.experts:
-            raise InputError("<lm config>", "top_k",
-                             f"top_k = {self.top_k} exceeds experts = {self.experts}")
+            raise InputError(
+                "<lm config>", "top_k", f"top_k = {self.top_k} exceeds experts = {self.experts}"
+            )
 
     def as_dict(self) -> dict:
         return asdict(self)

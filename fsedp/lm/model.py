@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from .config import LMConfig
+from fsedp.errors import InputError
+from fsedp.lm.config import LMConfig
 
 __all__ = ["MoELM", "Hooks", "Routing", "EPS"]
 
@@ -50,9 +50,9 @@ class Hooks:
     ``neurons`` returns, for expert ``expert`` of ``layer`` applied to ``rows`` (indices into
     the ``N`` tokens) with intermediate activations ``act [len(rows), F]`` (the SwiGLU
     product before the down projection), a 0/1 mask over its ``d_ffn`` neurons (shape
-    ``[F]`` or ``[len(rows), F]``) or ``None`` for all neurons.  ``moe_input`` sees the layer's MoE input rows
-    ``h [N, d]`` before routing.  ``after_layer`` is called
-    when the layer's MoE output is complete.
+    ``[F]`` or ``[len(rows), F]``) or ``None`` for all neurons.  ``moe_input`` sees the
+    layer's MoE input rows ``h [N, d]`` before routing.  ``after_layer`` is called when the
+    layer's MoE output is complete.
     """
 
     def route(self, layer: int, probs, ids, weights, tokens):
@@ -112,15 +112,23 @@ class MoELM:
         c, d, f = self.cfg, self.cfg.d_model, self.cfg.d_ffn
         want = {"embed": (c.vocab, d), "pos": (c.context, d), "norm_f": (d,)}
         for i in range(c.layers):
-            want.update({f"l{i}.norm1": (d,), f"l{i}.norm2": (d,), f"l{i}.router": (d, c.experts),
-                         f"l{i}.w1": (c.experts, d, f), f"l{i}.w3": (c.experts, d, f),
-                         f"l{i}.w2": (c.experts, f, d)})
+            want.update(
+                {
+                    f"l{i}.norm1": (d,),
+                    f"l{i}.norm2": (d,),
+                    f"l{i}.router": (d, c.experts),
+                    f"l{i}.w1": (c.experts, d, f),
+                    f"l{i}.w3": (c.experts, d, f),
+                    f"l{i}.w2": (c.experts, f, d),
+                }
+            )
             for n in ("wq", "wk", "wv", "wo"):
                 want[f"l{i}.{n}"] = (d, d)
             if c.shared_experts:
                 s = c.shared_experts
-                want.update({f"l{i}.s_w1": (s, d, f), f"l{i}.s_w3": (s, d, f),
-                             f"l{i}.s_w2": (s, f, d)})
+                want.update(
+                    {f"l{i}.s_w1": (s, d, f), f"l{i}.s_w3": (s, d, f), f"l{i}.s_w2": (s, f, d)}
+                )
         for k, shape in want.items():
             if k not in self.w:
                 raise InputError(self.name, k, "missing array")
@@ -132,7 +140,7 @@ class MoELM:
     # -- files --------------------------------------------------------------------------
     @classmethod
     def load(cls, path=None) -> "MoELM":
-        from .text import ASSETS
+        from fsedp.lm.text import ASSETS
 
         path = Path(path) if path is not None else ASSETS / "moe_lm.npz"
         try:
@@ -151,7 +159,7 @@ class MoELM:
         return cls(cfg, arrays, str(path))
 
     def save(self, path, dtype=np.float16):
-        from ..files import atomic_path
+        from fsedp.files import atomic_path
 
         arrays = {k: v.astype(dtype) for k, v in self.w.items()}
         arrays.update(self.extra)
@@ -227,8 +235,9 @@ class MoELM:
             rows, slot = np.nonzero((ids == e) & (weights != 0))
             if not len(rows):
                 continue
-            out[rows] += weights[rows, slot, None] * self.expert(layer, int(e), h[rows],
-                                                                 hook=hooks, rows=rows)
+            out[rows] += weights[rows, slot, None] * self.expert(
+                layer, int(e), h[rows], hook=hooks, rows=rows
+            )
         for s in range(self.cfg.shared_experts):
             out += self.expert(layer, s, h, prefix="s_")
         if hooks is not None:
@@ -244,7 +253,7 @@ class MoELM:
         n = (len(ids) - 1) // t
         total, count = 0.0, 0
         for s in range(0, n, batch):
-            rows = np.stack([ids[j * t: j * t + t + 1] for j in range(s, min(n, s + batch))])
+            rows = np.stack([ids[j * t : j * t + t + 1] for j in range(s, min(n, s + batch))])
             logits = self.forward(rows[:, :-1], hooks, routing)
             logits = logits - logits.max(axis=-1, keepdims=True)
             lse = np.log(np.exp(logits).sum(axis=-1))

@@ -2,8 +2,8 @@
 
 The tokenizer is a byte-level BPE (Hugging Face ``tokenizers``) trained on the training
 text only.  Corpora are read from the ``text/`` folder of a data folder the user names
-(``--data DIR`` or ``$FSEDP_DATA``; the product assumes no location): WikiText-2 validation and the C4 sample to train on, WikiText-2
-test held out.
+(``--data DIR`` or ``$FSEDP_DATA``; the product assumes no location): WikiText-2
+validation and the C4 sample to train on, WikiText-2 test held out.
 """
 
 import os
@@ -11,10 +11,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from fsedp.errors import InputError
+from fsedp.files import read_text
 
-__all__ = ["data_dir", "TRAIN_FILES", "TEST_FILE", "read_text", "train_tokenizer",
-           "load_tokenizer", "encode_file", "ASSETS"]
+__all__ = [
+    "data_dir",
+    "TRAIN_FILES",
+    "TEST_FILE",
+    "read_text",
+    "train_tokenizer",
+    "load_tokenizer",
+    "encode_file",
+    "ASSETS",
+]
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TRAIN_FILES = ("text/wikitext-2-valid.tokens", "text/c4-sample.txt")
@@ -27,18 +36,6 @@ def data_dir(path=None) -> Path | None:
     return Path(path) if path else None
 
 
-def read_text(path) -> str:
-    path = Path(path)
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "<file>", "no such file") from None
-    except UnicodeDecodeError as e:
-        raise InputError(path, "<file>", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise InputError(path, "<file>", e.strerror or str(e)) from None
-
-
 def train_tokenizer(texts: list[str], vocab: int):
     """Byte-level BPE with ``vocab`` entries (one special token, ``<|endoftext|>`` = 0)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -46,9 +43,12 @@ def train_tokenizer(texts: list[str], vocab: int):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     return tok
 
@@ -59,7 +59,7 @@ def load_tokenizer(path=None):
     path = Path(path) if path is not None else ASSETS / "tokenizer.json"
     try:
         return Tokenizer.from_file(str(path))
-    except Exception as e:                       # tokenizers raises a bare Exception
+    except Exception as e:  # tokenizers raises a bare Exception
         raise InputError(path, "<file>", f"not a tokenizer file ({e})") from None
 
 
@@ -68,6 +68,6 @@ def encode_file(tok, path, chunk_lines: int = 2000) -> np.ndarray:
     lines = read_text(path).splitlines(keepends=True)
     out = []
     for i in range(0, len(lines), chunk_lines):
-        for enc in tok.encode_batch(["".join(lines[i:i + chunk_lines])]):
+        for enc in tok.encode_batch(["".join(lines[i : i + chunk_lines])]):
             out.extend(enc.ids)
     return np.asarray(out, dtype=np.int32)

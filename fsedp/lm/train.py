@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from .config import LMConfig
-from .model import EPS
+from fsedp.lm.config import LMConfig
+from fsedp.lm.model import EPS
 
 __all__ = ["TrainConfig", "build_torch_model", "to_numpy", "train"]
 
@@ -79,7 +79,8 @@ def build_torch_model(cfg: LMConfig, seed: int = 0):
                 h = self.rms(x, P[f"l{i}_norm1"])
                 q, k, v = (
                     (h @ P[f"l{i}_{n}"]).view(b, t, cfg.heads, hd).transpose(1, 2)
-                    for n in ("wq", "wk", "wv"))
+                    for n in ("wq", "wk", "wv")
+                )
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 x = x + o.transpose(1, 2).reshape(b, t, cfg.d_model) @ P[f"l{i}_wo"]
                 h = self.rms(x, P[f"l{i}_norm2"]).reshape(b * t, cfg.d_model)
@@ -102,7 +103,11 @@ def build_torch_model(cfg: LMConfig, seed: int = 0):
                 y = (F.silu(x @ P[f"l{i}_w1"][e]) * (x @ P[f"l{i}_w3"][e])) @ P[f"l{i}_w2"][e]
                 out.index_add_(0, rows, wts[rows, slot, None] * y)
             for s in range(cfg.shared_experts):
-                out = out + (F.silu(h @ P[f"l{i}_s_w1"][s]) * (h @ P[f"l{i}_s_w3"][s])) @ P[f"l{i}_s_w2"][s]
+                out = (
+                    out
+                    + (F.silu(h @ P[f"l{i}_s_w1"][s]) * (h @ P[f"l{i}_s_w3"][s]))
+                    @ P[f"l{i}_s_w2"][s]
+                )
             # Switch load balancing: fraction of routed slots per expert x mean probability
             frac = torch.bincount(top.reshape(-1), minlength=cfg.experts).float() / top.numel()
             return out, cfg.experts * (frac * probs.mean(0)).sum()
@@ -122,8 +127,19 @@ def to_numpy(module) -> dict:
 class TrainConfig:
     """Optimisation settings (defaults: the committed model)."""
 
-    def __init__(self, steps=3200, batch=24, lr=3e-3, warmup=60, weight_decay=0.1,
-                 aux=0.03, seed=0, threads=2, val_fraction=0.02, log_every=50):
+    def __init__(
+        self,
+        steps=3200,
+        batch=24,
+        lr=3e-3,
+        warmup=60,
+        weight_decay=0.1,
+        aux=0.03,
+        seed=0,
+        threads=2,
+        val_fraction=0.02,
+        log_every=50,
+    ):
         self.steps, self.batch, self.lr, self.warmup = steps, batch, lr, warmup
         self.weight_decay, self.aux, self.seed, self.threads = weight_decay, aux, seed, threads
         self.val_fraction, self.log_every = val_fraction, log_every
@@ -139,14 +155,16 @@ def train(cfg: LMConfig, tc: TrainConfig, train_ids: np.ndarray, log=print):
     torch.set_num_threads(tc.threads)
     torch.use_deterministic_algorithms(True)
     n_val = int(len(train_ids) * tc.val_fraction)
-    data = torch.from_numpy(train_ids[:len(train_ids) - n_val].astype(np.int64))
-    val = torch.from_numpy(train_ids[len(train_ids) - n_val:].astype(np.int64))
+    data = torch.from_numpy(train_ids[: len(train_ids) - n_val].astype(np.int64))
+    val = torch.from_numpy(train_ids[len(train_ids) - n_val :].astype(np.int64))
     model = build_torch_model(cfg, tc.seed)
     decay = [p for n, p in model.params.items() if p.dim() >= 2 and n not in ("embed", "pos")]
     rest = [p for n, p in model.params.items() if not (p.dim() >= 2 and n not in ("embed", "pos"))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
-                             {"params": rest, "weight_decay": 0.0}],
-                            lr=tc.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=tc.lr,
+        betas=(0.9, 0.95),
+    )
     rng = np.random.default_rng(tc.seed)
     t = cfg.context
     history = []
@@ -162,18 +180,21 @@ def train(cfg: LMConfig, tc: TrainConfig, train_ids: np.ndarray, log=print):
         model.eval()
         with torch.no_grad():
             n = (len(val) - 1) // t
-            rows = torch.stack([val[j * t: j * t + t + 1] for j in range(n)])
+            rows = torch.stack([val[j * t : j * t + t + 1] for j in range(n)])
             logits, _ = model(rows[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab),
-                                                     rows[:, 1:].reshape(-1))
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, cfg.vocab), rows[:, 1:].reshape(-1)
+            )
         model.train()
         return float(loss)
 
     for step in range(tc.steps):
         starts = rng.integers(0, len(data) - t - 1, size=tc.batch)
-        rows = torch.stack([data[s: s + t + 1] for s in starts])
+        rows = torch.stack([data[s : s + t + 1] for s in starts])
         logits, aux = model(rows[:, :-1])
-        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), rows[:, 1:].reshape(-1))
+        ce = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, cfg.vocab), rows[:, 1:].reshape(-1)
+        )
         loss = ce + tc.aux * aux
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
@@ -182,8 +203,13 @@ def train(cfg: LMConfig, tc: TrainConfig, train_ids: np.ndarray, log=print):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if (step + 1) % tc.log_every == 0 or step + 1 == tc.steps:
-            rec = {"step": step + 1, "train_ce": round(ce.item(), 4), "aux": round(aux.item(), 4),
-                   "val_ce": round(val_loss(), 4), "seconds": round(time.time() - start, 1)}
+            rec = {
+                "step": step + 1,
+                "train_ce": round(ce.item(), 4),
+                "aux": round(aux.item(), 4),
+                "val_ce": round(val_loss(), 4),
+                "seconds": round(time.time() - start, 1),
+            }
             history.append(rec)
             log(json.dumps(rec))
     return to_numpy(model), history

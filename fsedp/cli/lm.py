@@ -1,0 +1,139 @@
+"""``fsedp lm ...``: the project's MoE language model (train, evaluate, record its routing)."""
+
+import json
+from pathlib import Path
+
+from fsedp.cli.common import number, positive, trace_out
+
+
+def cmd_lm_train(args):
+    from fsedp.lm.build import train_command
+    from fsedp.lm.config import LMConfig
+    from fsedp.lm.train import TrainConfig
+
+    cfg = LMConfig(
+        layers=args.layers,
+        experts=args.experts,
+        top_k=args.top_k,
+        d_model=args.d_model,
+        d_ffn=args.d_ffn,
+        shared_experts=args.shared_experts,
+        vocab=args.vocab,
+    )
+    tc = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, aux=args.aux)
+    info = train_command(
+        Path(args.out), cfg, tc, log=lambda s: print(s, flush=True), data=args.data
+    )
+    print(f"wrote {args.out}/moe_lm.npz, tokenizer.json, training.json ({info['seconds']} s)")
+    return 0
+
+
+def cmd_lm_eval(args):
+    from fsedp.lm.build import evaluate
+
+    res = evaluate(args.weights, args.tokenizer, args.max_tokens, data=args.data)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(
+            f"held-out WikiText-2 test, {res['tokens']} tokens: MoE LM perplexity "
+            f"{res['moe_lm']}, bigram {res['bigram']}, unigram {res['unigram']} "
+            f"({res['parameters']} parameters, {res['eval_seconds']} s)"
+        )
+    return 0
+
+
+def cmd_lm_trace(args):
+    from fsedp.lm.build import record_routing
+    from fsedp.trace.io import save_trace
+
+    out = trace_out(args.out, "--out")
+    trace = record_routing(args.max_tokens, args.weights, args.tokenizer, data=args.data)
+    save_trace(trace, out)
+    print(
+        f"{out}: {trace.tokens} tokens x {trace.layers} layers, top-{trace.top_k} of "
+        f"{trace.num_experts} experts"
+    )
+    return 0
+
+
+def add_parsers(sub):
+    lm = sub.add_parser("lm", help="the project's small MoE language model: train, evaluate")
+    lsub = lm.add_subparsers(dest="lm_cmd", required=True, parser_class=type(lm))
+    t = lsub.add_parser("train", help="train tokenizer and model (needs torch: the 'model' extra)")
+    t.add_argument("--out", default="build/lm", help="output folder (default build/lm)")
+    t.add_argument(
+        "--steps", type=positive("--steps"), default=3200, help="optimizer steps (default 3200)"
+    )
+    t.add_argument(
+        "--batch", type=positive("--batch"), default=24, help="sequences per step (default 24)"
+    )
+    t.add_argument(
+        "--lr",
+        type=number("--lr", 0.0, 1.0),
+        default=3e-3,
+        help="peak learning rate (default 3e-3)",
+    )
+    t.add_argument(
+        "--aux",
+        type=number("--aux", 0.0, 10.0),
+        default=0.03,
+        help="weight of the load-balancing loss (default 0.03)",
+    )
+    t.add_argument(
+        "--seed", type=int, default=0, help="seed of data order and initialisation (default 0)"
+    )
+    t.add_argument(
+        "--layers", type=positive("--layers"), default=4, help="transformer layers (default 4)"
+    )
+    t.add_argument(
+        "--experts",
+        type=positive("--experts"),
+        default=16,
+        help="routed experts per layer (default 16)",
+    )
+    t.add_argument(
+        "--top-k", type=positive("--top-k"), default=2, help="experts per token (default 2)"
+    )
+    t.add_argument(
+        "--d-model", type=positive("--d-model"), default=128, help="hidden size (default 128)"
+    )
+    t.add_argument(
+        "--d-ffn", type=positive("--d-ffn"), default=128, help="neurons per expert (default 128)"
+    )
+    t.add_argument("--shared-experts", type=int, default=0, help="always-on experts (default 0)")
+    t.add_argument(
+        "--vocab", type=positive("--vocab"), default=2048, help="BPE vocabulary (default 2048)"
+    )
+    t.add_argument(
+        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)"
+    )
+    t.set_defaults(func=cmd_lm_train, out_kind="folder")
+    e = lsub.add_parser("eval", help="held-out WikiText-2 test perplexity against n-gram baselines")
+    e.add_argument("--weights", default=None, help="weights .npz (default: the committed model)")
+    e.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the committed one)")
+    e.add_argument(
+        "--max-tokens",
+        type=positive("--max-tokens"),
+        default=None,
+        help="evaluate on the first N test tokens only",
+    )
+    e.add_argument("--json", action="store_true")
+    e.add_argument(
+        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)"
+    )
+    e.set_defaults(func=cmd_lm_eval)
+    r = lsub.add_parser("trace", help="record the model's routing on held-out WikiText-2 test")
+    r.add_argument("--out", required=True, help="output trace (.npz)")
+    r.add_argument(
+        "--max-tokens",
+        type=positive("--max-tokens"),
+        default=8192,
+        help="test tokens to route (default 8192)",
+    )
+    r.add_argument("--weights", default=None, help="weights .npz (default: the committed model)")
+    r.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the committed one)")
+    r.add_argument(
+        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)"
+    )
+    r.set_defaults(func=cmd_lm_trace, out_kind="file")

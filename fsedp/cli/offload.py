@@ -1,0 +1,404 @@
+"""``fsedp offload``: expert offloading policies (BuddyMoE, MoE-Prism) on the project's MoE
+LM or a trace."""
+
+import json
+import sys
+
+from fsedp.cli.common import (
+    int_at_least,
+    load_trace,
+    number,
+    opt_number,
+    positive,
+    usage,
+)
+from fsedp.errors import COMMAND_LINE, InputError
+
+
+def _offload_config(args):
+    from fsedp.experiments.offload import OffloadConfig
+    from fsedp.sw.policies.buddy import BuddyConfig
+
+    try:
+        bc = BuddyConfig(
+            alpha=args.alpha,
+            k_max=args.k_max,
+            weighted=args.weighted,
+            eps=args.eps,
+            warmup=args.warmup,
+            warmup_weight=args.warmup_weight,
+            tau=args.tau,
+            tau_pct=args.tau_pct,
+            temperature=args.temperature,
+            gamma=args.gamma,
+            beta=args.beta,
+            budget_bytes=args.budget_mb * 1e6 if args.budget_mb is not None else None,
+            eta=args.eta,
+            kappa=args.kappa,
+            diversity=args.diversity,
+            unique=not args.allow_reuse,
+            search=args.search,
+            rho=args.rho,
+        )
+    except InputError as e:
+        option = {"budget_bytes": "budget_mb"}.get(e.field, e.field)
+        raise e.at(COMMAND_LINE, f"--{option.replace('_', '-')}") from None
+    return OffloadConfig(
+        policy=args.policy,
+        cache_rate=args.cache_rate,
+        prefetch=args.prefetch,
+        prefetch_count=args.prefetch_count,
+        link=args.link,
+        bandwidth_gbs=args.bandwidth,
+        latency_us=args.latency_us,
+        scale_to=args.scale_to,
+        flops=args.tflops * 1e12,
+        overhead_us=args.overhead_us,
+        batch=args.batch,
+        seed=args.seed,
+        sub_experts=args.sub_experts,
+        active=args.active,
+        buddy=bc,
+    )
+
+
+def cmd_offload(args):
+    import dataclasses
+    import time
+
+    from fsedp.experiments.offload import (
+        bench_substitution,
+        buddy_grid,
+        format_buddy,
+        format_prism,
+        lm_data,
+        plot_tradeoff,
+        prism_grid,
+        run_lm,
+        run_trace,
+    )
+    from fsedp.files import atomic_path, output_folder
+
+    cfg = _offload_config(args)
+    t0 = time.time()
+    if args.bench_substitution:
+        r = bench_substitution()
+        print(
+            json.dumps(r)
+            if args.json
+            else f"Algorithm 1 on {r['tokens']} tokens, top-{r['top_k']} of {r['experts']}, "
+            f"{r['substitutions']} substitutions: loop {r['loop_per_s']}/s, vectorised "
+            f"{r['vectorized_per_s']}/s ({r['speedup']}x)"
+        )
+        return 0
+    if args.trace:
+        from fsedp.config import EMBEDDED_TRACE
+
+        trace = load_trace(EMBEDDED_TRACE if args.trace == "model" else args.trace)
+        rows = []
+        for c in args.cache_rates or [cfg.cache_rate]:
+            for pf in args.prefetches or [cfg.prefetch]:
+                rows.append(run_trace(trace, dataclasses.replace(cfg, cache_rate=c, prefetch=pf)))
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        print(
+            f"routing-only offload on {trace.name} (fetch on demand, steps of {cfg.batch} "
+            f"tokens, {cfg.link} link, sizes of {cfg.scale_to}):\n"
+        )
+        print(
+            "| cache rate | prefetcher | hit rate | resident hit rate | prefetch accuracy | "
+            "on-demand fetches | MB moved | stall s | tokens/s "
+            "|\n|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+        )
+        for r in rows:
+            print(
+                f"| {r['cache_rate']} | {r['prefetch']} | {r['hit_rate']} | "
+                f"{r['resident_hit_rate']} | "
+                f"{r['prefetch_accuracy']} | {r['demand_fetches']} | {r['bytes_moved_mb']} | "
+                f"{r['stall_s']} | {r['tokens_per_s']} |"
+            )
+        return 0
+    model, test, prof = lm_data(args.max_tokens, weights=args.model, data=args.data)
+    if args.grid:
+        say = (
+            (lambda r: print(json.dumps(r), file=sys.stderr, flush=True)) if args.verbose else None
+        )
+        buddy = buddy_grid(model, test, prof, cfg, progress=say)
+        prism = prism_grid(model, test, prof, cfg, progress=say)
+        text = (
+            f"Offload grid (`fsedp offload --grid --max-tokens {args.max_tokens}`, "
+            f"{time.time() - t0:.0f} s, {len(test) - 1} held-out tokens)\n\n"
+            "## BuddyMoE (Tables 2-4)\n"
+            + format_buddy(buddy)
+            + "\n\n## MoE-Prism offloading against monolithic experts\n\n"
+            + format_prism(prism)
+            + "\n"
+        )
+        if args.out:
+            out = output_folder(args.out)
+            with atomic_path(out / "offload.md") as tmp:
+                tmp.write_text(text)
+            with atomic_path(out / "offload.json") as tmp:
+                tmp.write_text(json.dumps({"buddy": buddy, "prism": prism}, indent=1) + "\n")
+            with atomic_path(out / "tradeoff.png") as tmp:
+                plot_tradeoff(buddy, prism, tmp)
+        print(json.dumps({"buddy": buddy, "prism": prism}) if args.json else text)
+        return 0
+    r = run_lm(model, test, prof, cfg)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print(
+            f"{cfg.policy} at cache rate {cfg.cache_rate} on {len(test) - 1} held-out tokens: "
+            f"perplexity {r['perplexity']}, {r['tokens_per_s']} tokens/s (modelled), hit rate "
+            f"{r['hit_rate']}, {r['demand_fetches']} on-demand fetches, {r['prefetches']} "
+            f"prefetches (accuracy {r['prefetch_accuracy']}), {r['substituted']} substituted, "
+            f"{r['dropped']} dropped, {r['bytes_moved_mb']} MB moved, stall {r['stall_s']} s"
+            + (f"; gates {r['gates']}" if "gates" in r else "")
+        )
+    return 0
+
+
+def _rate_list(text):
+    try:
+        v = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise usage("--cache-rates", f"must be comma-separated numbers, not {text!r}") from None
+    if not all(0 <= x <= 1 for x in v):
+        raise usage("--cache-rates", f"must be in [0, 1], not {text!r}")
+    return v
+
+
+def add_parsers(sub):
+    from fsedp.experiments.offload import POLICIES, PREFETCHERS
+    from fsedp.sw.policies.offload import LINKS
+
+    o = sub.add_parser(
+        "offload",
+        help="offload policies (on demand, drop, random, BuddyMoE, "
+        "MoE-Prism) on the project's MoE LM, or routing-only on a trace",
+        description="Run an offload policy on the project's MoE LM over held-out "
+        "WikiText-2 (perplexity, modelled tokens/s) or, with --trace, the "
+        "routing-only figures of fetching on demand. See docs/offload.md.",
+    )
+    g = o.add_argument_group("run")
+    g.add_argument(
+        "--policy", choices=POLICIES, default="demand", help="miss policy (default demand)"
+    )
+    g.add_argument(
+        "--cache-rate",
+        type=number("--cache-rate", 0.0, 1.0),
+        default=0.5,
+        help="resident share of each layer's experts c (default 0.5)",
+    )
+    g.add_argument(
+        "--prefetch",
+        choices=PREFETCHERS,
+        default="transition",
+        help="prefetcher (default transition: previous layer)",
+    )
+    g.add_argument(
+        "--prefetch-count",
+        type=positive("--prefetch-count"),
+        default=None,
+        help="units prefetched per layer and step (default: cache capacity / 4)",
+    )
+    g.add_argument(
+        "--batch", type=positive("--batch"), default=16, help="tokens per step (default 16)"
+    )
+    g.add_argument(
+        "--max-tokens",
+        type=positive("--max-tokens"),
+        default=16384,
+        help="held-out test tokens evaluated (default 16384)",
+    )
+    g.add_argument("--seed", type=int, default=0, help="seed of random substitution (default 0)")
+    g.add_argument(
+        "--trace",
+        default=None,
+        help="routing-only mode on a trace file ('model': the embedded trace)",
+    )
+    g.add_argument(
+        "--cache-rates", type=_rate_list, default=None, help="routing-only: several cache rates"
+    )
+    g.add_argument(
+        "--prefetches",
+        type=lambda t: t.split(","),
+        default=None,
+        help="routing-only: several prefetchers, comma-separated",
+    )
+    g.add_argument(
+        "--grid",
+        action="store_true",
+        help="the BuddyMoE and MoE-Prism tables at c = 0.375, 0.5, 0.75",
+    )
+    g.add_argument(
+        "--out", default=None, help="with --grid: folder for offload.md, offload.json, tradeoff.png"
+    )
+    g.add_argument(
+        "--bench-substitution",
+        action="store_true",
+        help="substitutions per second: vectorised Algorithm 1 against the plain loop",
+    )
+    g.add_argument("--json", action="store_true")
+    g.add_argument("--verbose", action="store_true", help="print each grid row as it is done")
+    g.add_argument(
+        "--data",
+        default=None,
+        help=("data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
+              "held-out tokens)"),
+    )
+    h = o.add_argument_group("cost model")
+    h.add_argument(
+        "--link",
+        choices=sorted(LINKS),
+        default="pcie4",
+        help="pcie4: 25 GB/s, 10 us; ddr-chip: 102.4 GB/s, 0.1 us (default pcie4)",
+    )
+    h.add_argument(
+        "--bandwidth",
+        type=number("--bandwidth", 1e-9),
+        default=None,
+        help="GB/s (default: the link's)",
+    )
+    h.add_argument(
+        "--latency-us",
+        type=number("--latency-us", 0.0),
+        default=None,
+        help="per transfer (default: the link's)",
+    )
+    h.add_argument(
+        "--scale-to",
+        default="deepseek-v2-lite",
+        help="model config whose expert size and FLOPs are modelled (default deepseek-v2-lite)",
+    )
+    h.add_argument(
+        "--tflops", type=number("--tflops", 1e-9), default=50.0, help="compute rate (default 50)"
+    )
+    h.add_argument(
+        "--overhead-us",
+        type=number("--overhead-us", 0.0),
+        default=5.0,
+        help="launch overhead per expert and step (default 5)",
+    )
+    b = o.add_argument_group("BuddyMoE (Section 3)")
+    b.add_argument(
+        "--alpha",
+        type=number("--alpha", 1e-9, 1.0),
+        default=0.95,
+        help="CFT coverage (default 0.95)",
+    )
+    b.add_argument(
+        "--k-max", type=positive("--k-max"), default=16, help="longest buddy list (default 16)"
+    )
+    b.add_argument(
+        "--weighted",
+        action="store_true",
+        help="probability-weighted co-activation counts (default: binary)",
+    )
+    b.add_argument(
+        "--eps", type=number("--eps", 0.0), default=1e-3, help="Laplace smoothing (default 1e-3)"
+    )
+    b.add_argument(
+        "--warmup", type=int, default=0, help="profiling tokens down-weighted (default 0)"
+    )
+    b.add_argument(
+        "--warmup-weight",
+        type=number("--warmup-weight", 0.0, 1.0),
+        default=0.5,
+        help="their weight (default 0.5)",
+    )
+    b.add_argument(
+        "--tau",
+        type=opt_number("--tau", 0.0, 1.0),
+        default=None,
+        help="TAE threshold (default none: the --tau-pct percentile per layer)",
+    )
+    b.add_argument(
+        "--tau-pct",
+        type=number("--tau-pct", 0.0, 100.0),
+        default=15.0,
+        help="percentile of the layer's TAE used as tau (default 15)",
+    )
+    b.add_argument(
+        "--temperature",
+        type=number("--temperature", 1e-9),
+        default=1.0,
+        help="TAE temperature (default 1)",
+    )
+    b.add_argument(
+        "--gamma",
+        type=opt_number("--gamma", 0.0, 1.0),
+        default=None,
+        help="probability-margin gate (default none: off)",
+    )
+    b.add_argument(
+        "--beta",
+        type=opt_number("--beta", 0.0, 1.0),
+        default=None,
+        help=("residency gate: no substitution when this share of requested experts is off chip "
+              "(default none: off)"),
+    )
+    b.add_argument(
+        "--budget-mb",
+        type=opt_number("--budget-mb", 0.0),
+        default=None,
+        help="per-step transfer budget: substitute only beyond it (default none)",
+    )
+    b.add_argument(
+        "--eta",
+        type=number("--eta", 0.0),
+        default=0.0,
+        help="local router compatibility (default 0)",
+    )
+    b.add_argument(
+        "--kappa",
+        type=number("--kappa", 0.0, 1.0),
+        default=0.0,
+        help="cross-link penalty (default 0)",
+    )
+    b.add_argument(
+        "--diversity",
+        type=number("--diversity", 0.0, 1.0),
+        default=0.5,
+        help="score factor per earlier use of a buddy by the token (default 0.5)",
+    )
+    b.add_argument(
+        "--allow-reuse",
+        action="store_true",
+        help="allow a buddy the token already uses (default: Algorithm 1 forbids it)",
+    )
+    b.add_argument(
+        "--search", type=positive("--search"), default=16, help="H: buddies searched (default 16)"
+    )
+    b.add_argument(
+        "--rho",
+        type=lambda t: None if t.lower() == "none" else _nonneg("--rho")(t),
+        default=None,
+        help="replacement budget per token (default none: unlimited)",
+    )
+    p = o.add_argument_group("MoE-Prism")
+    p.add_argument(
+        "--sub-experts",
+        type=positive("--sub-experts"),
+        default=4,
+        help="sub-experts per expert, contiguous neuron groups (default 4)",
+    )
+    p.add_argument(
+        "--active",
+        type=positive("--active"),
+        default=4,
+        help="sub-experts run per chosen expert, the largest activation norms (default 4)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="weights (default: the committed model); a `fsedp prism refactor` output makes "
+        "the sub-experts its annealed partition instead of the contiguous split",
+    )
+    o.set_defaults(func=cmd_offload, out_kind="folder")
+
+
+def _nonneg(name):
+    return int_at_least(name, 0)

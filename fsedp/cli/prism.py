@@ -1,0 +1,227 @@
+"""``fsedp prism ...``: MoE-Prism refactoring into sub-experts and its quality curve."""
+
+import sys
+
+import numpy as np
+
+from fsedp.cli.common import int_at_least, number, positive, report, usage
+
+
+def cmd_prism_refactor(args):
+    import time
+
+    from fsedp.experiments.offload import lm_data
+    from fsedp.experiments.prism import refactor_model
+    from fsedp.lm.model import MoELM
+
+    if args.out and not args.out.endswith(".npz"):
+        raise usage("--out", f"the refactored model is an .npz file, not {args.out!r}")
+    if args.objective_k >= args.sub_experts:
+        raise usage(
+            "--objective-k",
+            f"must be below --sub-experts = {args.sub_experts}, not {args.objective_k}",
+        )
+    t0 = time.time()
+    user_model = MoELM.load(args.model) if args.model else None  # checked first
+    d_ffn = (user_model or MoELM.load()).cfg.d_ffn
+    if d_ffn % args.sub_experts:
+        raise usage("--sub-experts", f"{d_ffn} neurons do not split into {args.sub_experts}")
+    model, _, prof = lm_data(1, args.profile_tokens, data=args.data)
+    if user_model is not None:
+        model = user_model
+    ref, part, report, _ = refactor_model(
+        model,
+        prof,
+        S=args.sub_experts,
+        K=args.objective_k,
+        g=args.gates,
+        top_p=args.top_p,
+        t0=args.t0,
+        cooling=args.cooling,
+        iters=args.iters,
+        seed=args.seed,
+    )
+    if not report:
+        raise usage("--profile-tokens", f"{args.profile_tokens} tokens activate no expert "
+                                        f"often enough to refactor it; profile more tokens")
+    ref.save(args.out)
+    c = np.array([r["cost"] for r in report])
+    print(
+        f"{args.out}: {len(report)} experts refactored into {args.sub_experts} sub-experts "
+        f"({time.time() - t0:.0f} s); objective (sum of the {args.sub_experts - args.objective_k} "
+        f"smallest sub-expert norms) contiguous {c[:, 0].sum():.1f}, greedy {c[:, 1].sum():.1f}, "
+        f"annealed {c[:, 2].sum():.1f} ({(1 - c[:, 2].sum() / c[:, 0].sum()) * 100:.1f} % below "
+        "contiguous)"
+    )
+    return 0
+
+
+def cmd_prism_curve(args):
+    import time
+
+    from fsedp.experiments.offload import lm_data
+    from fsedp.experiments.prism import operating_points, plot_curve, quality_curve, refactor_model
+    from fsedp.lm.model import MoELM
+    from fsedp.sw.policies.prism import profile_activations, refactor
+
+    t0 = time.time()
+    ref = None
+    if args.refactored:  # the user's file is checked before anything else
+        ref = MoELM.load(args.refactored)
+        from fsedp.sw.policies.prism import Partition
+
+        if Partition.of(ref) is None:
+            raise usage(
+                "--refactored", f"{args.refactored} holds no MoE-Prism partition (prism.gates)"
+            )
+        S = Partition.of(ref).S
+    if ref is None and MoELM.load().cfg.d_ffn % args.sub_experts:
+        d_ffn = MoELM.load().cfg.d_ffn
+        raise usage("--sub-experts", f"{d_ffn} neurons do not split into {args.sub_experts}")
+    model, test, prof = lm_data(args.max_tokens, args.profile_tokens, data=args.data)
+    if ref is None:
+        S = args.sub_experts
+        ref, _, _, _ = refactor_model(model, prof, S=S, iters=args.iters)
+    naive, _, _ = refactor(model, profile_activations(model, prof, 2048), S=S, contiguous=True)
+    say = (
+        (lambda K, row: print(f"K = {K}: {row}", file=sys.stderr, flush=True))
+        if args.verbose
+        else None
+    )
+    curve = quality_curve(model, ref, naive, test, say)
+    ops = [operating_points(curve, s) for s in args.stable]
+    lines = [
+        f"MoE-Prism quality curve (`fsedp prism curve --max-tokens {args.max_tokens}`, "
+        f"{time.time() - t0:.0f} s, {len(test) - 1} held-out tokens; full model {curve['full']})",
+        "",
+        "| active sub-experts K | original | contiguous split, proxy | refactored, proxy | "
+        "refactored, oracle |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for K in range(1, model.cfg.top_k * S + 1):
+        lines.append(
+            f"| {K} | {curve['original'].get(K, '-')} | {curve['contiguous'][K]} | "
+            f"{curve['refactored'][K]} | {curve['refactored_oracle'][K]} |"
+        )
+    lines += [
+        "",
+        "| stable within | original points | refactored points | ratio |",
+        "|---:|---|---|---:|",
+    ]
+    for o in ops:
+        lines.append(
+            f"| {o['stable']}x ({o['limit']}) | {o['original']} | {o['refactored']} | "
+            f"{o['ratio']} |"
+        )
+    text = "\n".join(lines) + "\n"
+    return report(
+        args,
+        {"curve": curve, "operating_points": ops},
+        text,
+        "curve",
+        plot=lambda path: plot_curve(curve, path),
+    )
+
+
+def add_parsers(sub):
+    pr = sub.add_parser(
+        "prism", help="MoE-Prism: refactor the MoE LM into sub-experts, quality curve"
+    )
+    psub = pr.add_subparsers(dest="prism_cmd", required=True, parser_class=type(pr))
+    r = psub.add_parser(
+        "refactor",
+        help="partition every expert's neurons into sub-experts "
+        "(greedy + simulated annealing) and pick gate neurons",
+    )
+    r.add_argument("--out", required=True, help="refactored model (.npz)")
+    r.add_argument(
+        "--model", default=None, help="weights to refactor (default: the committed model)"
+    )
+    r.add_argument("--sub-experts", type=positive("--sub-experts"), default=4, help="S (default 4)")
+    r.add_argument(
+        "--objective-k",
+        type=positive("--objective-k"),
+        default=2,
+        help="sub-experts kept in the objective (default 2)",
+    )
+    r.add_argument(
+        "--gates",
+        type=positive("--gates"),
+        default=4,
+        help="gate neurons per sub-expert (default 4)",
+    )
+    r.add_argument(
+        "--top-p",
+        type=number("--top-p", 1e-6, 1.0),
+        default=0.1,
+        help="share of a token's neurons counted active for co-activation (default 0.1)",
+    )
+    r.add_argument(
+        "--t0",
+        type=number("--t0", 0.0),
+        default=0.01,
+        help="initial annealing temperature, relative to the initial cost (default 0.01)",
+    )
+    r.add_argument(
+        "--cooling",
+        type=number("--cooling", 1e-6, 1.0),
+        default=0.999,
+        help="per proposal (default 0.999)",
+    )
+    r.add_argument(
+        "--iters",
+        type=int_at_least("--iters", 0),
+        default=3000,
+        help="proposals per expert (default 3000)",
+    )
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--profile-tokens",
+        type=positive("--profile-tokens"),
+        default=16384,
+        help="calibration tokens from WikiText-2 validation (default 16384)",
+    )
+    r.add_argument(
+        "--data",
+        default=None,
+        help=("data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
+              "held-out tokens)"),
+    )
+    r.set_defaults(func=cmd_prism_refactor, out_kind="file")
+    c = psub.add_parser("curve", help="perplexity against active sub-experts; operating points")
+    c.add_argument("--refactored", default=None, help="a refactored model (default: refactor now)")
+    c.add_argument(
+        "--sub-experts",
+        type=positive("--sub-experts"),
+        default=4,
+        help="S when refactoring now (default 4)",
+    )
+    c.add_argument(
+        "--iters",
+        type=int_at_least("--iters", 0),
+        default=3000,
+        help="annealing proposals when refactoring now",
+    )
+    c.add_argument(
+        "--max-tokens",
+        type=positive("--max-tokens"),
+        default=8192,
+        help="held-out test tokens (default 8192)",
+    )
+    c.add_argument("--profile-tokens", type=positive("--profile-tokens"), default=16384)
+    c.add_argument(
+        "--stable",
+        type=lambda t: [number("--stable", 1.0, 100.0)(x) for x in t.split(",")],
+        default=[1.5, 2.0],
+        help="perplexity ratios to the full model that count as stable (default 1.5,2.0)",
+    )
+    c.add_argument("--out", default=None, help="folder for curve.md, curve.json, curve.png")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--verbose", action="store_true")
+    c.add_argument(
+        "--data",
+        default=None,
+        help=("data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
+              "held-out tokens)"),
+    )
+    c.set_defaults(func=cmd_prism_curve, out_kind="folder")

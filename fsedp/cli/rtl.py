@@ -1,0 +1,530 @@
+"""``fsedp rtl ...``: Verilog, cosimulation of RTL against the golden models, latency and
+area reports."""
+
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fsedp.cli.common import (
+    CONFIG,
+    JSON,
+    Parser,
+    default_out,
+    emit,
+    int_at_least,
+    load_config,
+    number,
+    positive,
+    require_simulator,
+    usage,
+    write_output,
+)
+from fsedp.config import config_to_dict
+from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.files import check_output_file, output_folder
+from fsedp.params import SchedulerParams
+
+
+def _params(args) -> SchedulerParams:
+    cfg = load_config(args)
+    p = cfg.scheduler_params()
+    over = {
+        k: getattr(args, k) for k in ("experts", "chiplets") if getattr(args, k, None) is not None
+    }
+    if over:
+        try:
+            p = dataclasses.replace(p, **over)
+        except InputError as e:
+            raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
+    return p
+
+
+def _run_tb(p, sim, knobs, tag, opt="-O0"):
+    from fsedp.tb.runner import run_tb
+
+    return run_tb(
+        "scheduler",
+        p,
+        sim,
+        default_out("cosim"),
+        knobs=knobs,
+        seed=knobs.get("seed", 1),
+        tag=tag,
+        opt=opt,
+    )
+
+
+def _stats(xs):
+    return (
+        {"n": len(xs), "min": min(xs), "mean": round(sum(xs) / len(xs), 2), "max": max(xs)}
+        if xs
+        else {}
+    )
+
+
+def cmd_rounds(args):
+    from fsedp.workload import rounds as run_rounds
+
+    cfg = load_config(args)
+    p = cfg.scheduler_params()
+    rounds = run_rounds(cfg)
+    require_simulator(args.sim)
+    with tempfile.TemporaryDirectory() as tmp:
+        rf = Path(tmp) / "rounds.json"
+        rf.write_text(
+            json.dumps([{"records": r.records, "req_inits": r.req_inits} for r in rounds])
+        )
+        t0 = time.time()
+        res = _run_tb(
+            p,
+            args.sim,
+            {
+                "rounds_file": str(rf),
+                "stall": 0.0,
+                "per_token": 4,
+                "max_delay": 4,
+                "seed": cfg.scenario.seed,
+                "log_rounds": len(rounds),
+            },
+            tag="-run",
+        )
+    wall = time.time() - t0
+    doc = {
+        "config": config_to_dict(cfg),
+        "params": dataclasses.asdict(p),
+        "simulator": args.sim,
+        "rounds": res.get("rounds", 0),
+        "beats": res.get("beats", 0),
+        "mismatches": res.get("mismatches"),
+        "first_mismatches": res.get("first_mismatches", []),
+        "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
+        "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
+        "schedule": res.get("logs", []),
+        "wall_s": round(wall, 1),
+    }
+    lines = [
+        f"FSE-DP scheduler: {cfg.model.name} on {cfg.hardware.name} "
+        f"({p.chiplets} chiplets, {p.experts} experts, {cfg.scenario.tokens_per_iteration} "
+        f"tokens/iteration, top-{cfg.model.top_k}); RTL on {args.sim}"
+    ]
+    for log in doc["schedule"]:
+        deferred = [r for r in range(p.requests) if log["deferred"] >> r & 1]
+        beats = [ev for ev in log["events"] if ev["kind"] != "done"]
+        span = (beats[-1]["cycle"] - beats[0]["cycle"]) if beats else 0
+        lines.append(
+            f"\nround {log['round']}: {log['n_active']} experts to schedule, "
+            f"deferred requests {deferred or 'none'}, {len(beats)} dispatch/pre-load "
+            f"beats over {span} cycles"
+        )
+        if log["round"] >= args.show_rounds:
+            continue
+        lines.append(
+            f"  {'cycle':>6}  {'event':<8} {'expert':>6} {'tokens':>6}  "
+            f"{'trajectory':<{p.chiplets}}  entry  ring"
+        )
+        for ev in log["events"]:
+            if ev["kind"] == "done":
+                slots = [s for s in range(p.chiplets) if ev["slots"] >> s & 1]
+                lines.append(f"  {ev['cycle']:>6}  done     slots {slots}")
+                continue
+            traj = "".join("x" if ev["traj"] >> c & 1 else "." for c in range(p.chiplets))
+            ring, c = [ev["entry"]], ev["next_hop"][ev["entry"]]
+            while c != ev["entry"] and len(ring) <= p.chiplets:
+                ring.append(c)
+                c = ev["next_hop"][c]
+            lines.append(
+                f"  {ev['cycle']:>6}  {ev['kind']:<8} {ev['expert']:>6} {ev['count']:>6}  "
+                f"{traj}  {ev['entry']:>5}  {'->'.join(map(str, ring))}"
+            )
+    agree = "AGREE" if doc["mismatches"] == 0 else "DISAGREE"
+    lf, ld = doc["latency_first_dispatch_cycles"], doc["latency_done_to_dispatch_cycles"]
+    lines.append(
+        f"\nRTL vs golden model: {agree} - {doc['beats']} dispatch beats over {doc['rounds']} "
+        f"rounds, {doc['mismatches']} mismatches"
+    )
+    if lf:
+        lines.append(
+            f"latency, last gate record -> first dispatch: {lf['mean']} cycles "
+            f"(max {lf['max']}; {lf['max'] / cfg.hardware.clock_mhz * 1000:.0f} ns at "
+            f"{cfg.hardware.clock_mhz:g} MHz)"
+        )
+    if ld:
+        lines.append(
+            f"latency, completion -> next dispatch: mean {ld['mean']}, max {ld['max']} cycles"
+        )
+    for m in doc["first_mismatches"]:
+        lines.append(f"  mismatch: {m}")
+    emit(args, doc, "\n".join(lines))
+    return 0 if doc["mismatches"] == 0 else 1
+
+
+def cmd_verilog(args):
+    from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS, write_verilog
+
+    p = _params(args)
+    if args.lint:
+        require_simulator("verilator")
+    blocks = list(BLOCKS) if args.block == "all" else [args.block] if args.block in BLOCKS else []
+    dp_blocks = [b for b in DATAPATH_BLOCKS if args.block in ("all", b)]
+    if dp_blocks and getattr(args, "chiplets", None) is not None:
+        if args.block != "all":
+            raise usage(
+                "--chiplets",
+                f"does not apply to {args.block}; its mesh is "
+                "hardware.rows x hardware.cols of the run config",
+            )
+        dp_blocks = []  # --chiplets reshapes the scheduler only
+    out = output_folder(args.out)
+    files, lint = [], {}
+    for b in blocks:
+        files.append(str(write_verilog(b, p, out)))
+    dp = None
+    if dp_blocks:
+        dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+        for b in dp_blocks:
+            files.append(str(write_verilog(b, dp, out)))
+    if args.lint:
+        lint = lint_files(files)
+    doc = {
+        "params": dataclasses.asdict(p),
+        "files": files,
+        "lint": lint,
+        "datapath_params": dataclasses.asdict(dp) if dp else None,
+    }
+    text = "\n".join(f"wrote {f}" + (f"  lint: {lint[f]}" if f in lint else "") for f in files)
+    emit(args, doc, text)
+    return 0 if all(v == "clean" for v in lint.values()) else 1
+
+
+def lint_files(files) -> dict:
+    """``verilator --lint-only -Wall`` with the waivers of ``hw/lint.vlt``."""
+    import os
+    import subprocess
+    from importlib import resources
+
+    from fsedp.tb.runner import verilator_env
+
+    env = {**os.environ, **verilator_env()}
+    waivers = Path(str(resources.files("fsedp.hw") / "lint.vlt"))
+    result = {}
+    for f in files:
+        proc = subprocess.run(
+            ["verilator", "--lint-only", "-Wall", str(waivers), f],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        warnings = [l for l in proc.stderr.splitlines() if l.startswith("%")]
+        result[f] = "clean" if proc.returncode == 0 and not warnings else "; ".join(warnings[:3])
+    return result
+
+
+def cmd_cosim(args):
+    p = _params(args)
+    if args.top_k is not None and args.top_k > p.experts:
+        raise usage("--top-k", f"must be at most the {p.experts} experts, not {args.top_k}")
+    if args.tokens is not None and args.tokens > p.count_max:
+        raise usage(
+            "--tokens", f"must be at most 2**count_width - 1 = {p.count_max}, not {args.tokens}"
+        )
+    require_simulator(args.sim)
+    knobs = {
+        "rounds": args.rounds,
+        "seed": args.seed,
+        "stall": args.stall,
+        "reset_every": args.reset_every,
+        "tokens": args.tokens,
+        "top_k": args.top_k,
+    }
+    t0 = time.time()
+    res = _run_tb(p, args.sim, knobs, tag=f"-cosim{args.seed}", opt=args.build_opt)
+    wall = time.time() - t0
+    doc = {
+        "params": dataclasses.asdict(p),
+        "simulator": args.sim,
+        "rounds": res.get("rounds"),
+        "resets": res.get("resets"),
+        "beats": res.get("beats"),
+        "cycles": res.get("cycles"),
+        "mismatches": res.get("mismatches"),
+        "first_mismatches": res.get("first_mismatches", []),
+        "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
+        "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
+        "wall_s": round(wall, 1),
+        "log": res.get("log"),
+    }
+    if doc["mismatches"] is None:
+        doc["mismatches"] = "testbench failed before reporting"
+    text = (
+        f"cosim {args.sim}: {p.experts} experts, {p.chiplets} chiplets, {doc['rounds']} rounds "
+        f"(+{doc['resets']} reset mid-round), {doc['beats']} dispatch beats, {doc['cycles']} "
+        "cycles "
+        f"in {doc['wall_s']} s\nmismatches: {doc['mismatches']}"
+    )
+    for m in doc["first_mismatches"]:
+        text += f"\n  {m}"
+    emit(args, doc, text)
+    return 0 if doc["mismatches"] == 0 and res.get("failed") == 0 else 1
+
+
+def cmd_report(args):
+    from fsedp.experiments.rtl_report import format_report, rtl_report
+
+    base = load_config(args).scheduler_params()
+    experts = [positive("--experts", 4096)(x) for x in args.experts.split(",")]
+    chiplets = [positive("--chiplets", 4096)(x) for x in args.chiplets.split(",")]
+    for e in experts:
+        for c in chiplets:
+            try:
+                dataclasses.replace(base, experts=e, chiplets=c)
+            except InputError as err:
+                raise err.at(COMMAND_LINE, f"--{err.field}") from None
+    if args.out:
+        check_output_file(args.out)
+    if not args.no_latency:
+        require_simulator(args.sim)
+    try:
+        rows = rtl_report(
+            base,
+            experts,
+            chiplets,
+            sim=args.sim,
+            cells=not args.no_cells,
+            latency=not args.no_latency,
+            rounds=args.rounds,
+            progress=not args.json,
+        )
+    except InputError as e:
+        raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
+    doc = {"base_params": dataclasses.asdict(base), "rows": rows}
+    command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl report"
+    text = (
+        "# RTL report: scheduling latency and cell counts\n\n"
+        f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} "
+        f"({args.sim} for latency; Debian Yosys with ABC for cells). Parameters other than "
+        f"E and C: `{dataclasses.asdict(base)}`.\n\n" + format_report(rows)
+    )
+    if args.out:
+        write_output(args.out, text)
+    emit(args, doc, text)
+    return 0
+
+
+def _mesh(text: str, layers: int) -> tuple[int, int, int]:
+    """``ROWSxCOLS[:LAYERS]``."""
+    try:
+        shape, _, n = text.lower().partition(":")
+        r, c = (int(x) for x in shape.split("x"))
+        n = int(n) if n else layers
+    except ValueError:
+        raise usage(
+            "--mesh", f"expected ROWSxCOLS[:LAYERS] such as 2x2 or 4x4:100, not {text[:40]!r}"
+        ) from None
+    if not (1 <= r <= 16 and 1 <= c <= 16):
+        raise usage("--mesh", f"{text[:40]}: rows and cols must be in 1..16")
+    if not 1 <= n <= 10**6:
+        raise usage("--mesh", f"the number of layers must be in 1..1000000, not {n}")
+    return r, c, n
+
+
+def cmd_datapath(args):
+    from fsedp.experiments.datapath_report import (
+        cells_table,
+        format_markdown,
+        long_run,
+        ring_table,
+        run_params,
+    )
+
+    meshes = [(_mesh(m, args.layers), m) for m in args.mesh or []]
+    if args.out:
+        check_output_file(args.out)
+    doc, runs = {}, []
+    if args.ring:
+        doc["ring"] = ring_table()
+    cells_params = None
+    if args.cells:
+        _, cells_params = run_params(2, 2)
+        doc["cells"] = cells_table(cells_params)
+    for (r, c, layers), mesh in meshes:
+        try:
+            sp, p = run_params(
+                r,
+                c,
+                slots=args.slots,
+                micro_slices=args.micro_slices,
+                link_cycles=args.link_cycles,
+                ddr_interval=args.ddr_interval,
+                ddr_latency=args.ddr_latency,
+                preload_entries=args.preload,
+                rule5=args.rule5 or None,
+            )
+        except InputError as e:
+            if e.field in ("rows", "cols", "chiplets"):
+                raise e.at(COMMAND_LINE, "--mesh", f"{mesh}: {e.field} {e.reason}") from None
+            raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
+        require_simulator(args.sim)
+        if not args.json:
+            print(f"cosimulating {layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)
+        res = long_run(
+            sp,
+            p,
+            layers,
+            sim=args.sim,
+            seed=args.seed,
+            stall=args.stall,
+            reset_every=args.reset_every,
+            opt=args.build_opt,
+        )
+        res.update(
+            params=dataclasses.asdict(p),
+            sim=args.sim,
+            command=f"fsedp rtl datapath --mesh {r}x{c}:{layers} "
+            f"--sim {args.sim} --seed {args.seed} --stall {args.stall}"
+            + (f" --reset-every {args.reset_every}" if args.reset_every else ""),
+        )
+        runs.append(res)
+    doc["runs"] = runs
+    text = format_markdown(doc.get("ring"), doc.get("cells"), cells_params, runs)
+    if args.out:
+        write_output(
+            args.out,
+            "# Chiplet datapath report\n\nProduced by `fsedp rtl datapath` on "
+            f"{time.strftime('%Y-%m-%d')}.\n\n" + text,
+        )
+    emit(args, doc, text)
+    ok = all(
+        r.get("failed") == 0 and r.get("mismatches") == 0 and not r.get("violations") for r in runs
+    )
+    return 0 if ok else 1
+
+
+def add_parsers(sub):
+    from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS
+
+    rtl = sub.add_parser("rtl", help="hardware: Verilog, cosimulation, latency and area report")
+    rsub = rtl.add_subparsers(dest="rtl_cmd", required=True, parser_class=Parser)
+    sims = ["verilator", "icarus"]
+    opts = ["-O0", "-O1", "-O2"]
+    stall = number("--stall", 0.0, 0.95)
+    seed = int_at_least("--seed", 0, 2**32 - 1)
+
+    rr = rsub.add_parser(
+        "rounds",
+        parents=[CONFIG, JSON],
+        help="the run config's scheduling rounds through the scheduler RTL "
+        "and its golden model, schedule printed",
+    )
+    rr.add_argument("--sim", default="verilator", choices=sims)
+    rr.add_argument(
+        "--show-rounds",
+        type=int_at_least("--show-rounds", 0),
+        default=1,
+        metavar="N",
+        help="print the full schedule of the first N rounds (default 1)",
+    )
+    rr.set_defaults(func=cmd_rounds)
+
+    def sizes(p):
+        p.add_argument(
+            "--experts",
+            type=positive("--experts", 4096),
+            help="override the number of experts (8..256)",
+        )
+        p.add_argument(
+            "--chiplets",
+            type=positive("--chiplets", 4096),
+            help="override the number of chiplets (4..16)",
+        )
+
+    v = rsub.add_parser("verilog", parents=[CONFIG, JSON], help="write the Verilog of every block")
+    sizes(v)
+    v.add_argument("--out", required=True, help="output folder")
+    v.add_argument("--block", default="all", choices=["all", *BLOCKS, *DATAPATH_BLOCKS])
+    v.add_argument("--lint", action="store_true", help="also run verilator --lint-only -Wall")
+    v.set_defaults(func=cmd_verilog, out_kind="folder")
+
+    c = rsub.add_parser(
+        "cosim",
+        parents=[CONFIG, JSON],
+        help="random scheduling rounds through RTL and golden model",
+    )
+    sizes(c)
+    c.add_argument("--sim", default="verilator", choices=sims)
+    c.add_argument("--rounds", type=positive("--rounds", 10**6), default=100)
+    c.add_argument("--seed", type=seed, default=1)
+    c.add_argument(
+        "--stall", type=stall, default=0.25, help="probability of a valid/ready stall (0..0.95)"
+    )
+    c.add_argument(
+        "--reset-every",
+        type=int_at_least("--reset-every", 0),
+        default=0,
+        help="reset mid-round every N rounds",
+    )
+    c.add_argument(
+        "--tokens", type=positive("--tokens", 4096), help="tokens per round (default: random)"
+    )
+    c.add_argument(
+        "--top-k", type=positive("--top-k", 64), help="experts per token (default: random 1..4)"
+    )
+    c.add_argument(
+        "--build-opt",
+        default="-O2",
+        choices=opts,
+        help="C++ optimisation of the Verilator model: -O0 builds fastest, "
+        "-O2 simulates fastest (default, for long runs)",
+    )
+    c.set_defaults(func=cmd_cosim)
+
+    r = rsub.add_parser(
+        "report", parents=[CONFIG, JSON], help="scheduling latency and Yosys cell counts"
+    )
+    r.add_argument("--experts", default="16,32,64,128,256")
+    r.add_argument("--chiplets", default="4,9,16")
+    r.add_argument("--sim", default="verilator", choices=sims)
+    r.add_argument(
+        "--rounds",
+        type=positive("--rounds", 10**4),
+        default=6,
+        help="rounds simulated per size for latency",
+    )
+    r.add_argument("--no-cells", action="store_true")
+    r.add_argument("--no-latency", action="store_true")
+    r.add_argument("--out", help="also write the table (Markdown) to this file")
+    r.set_defaults(func=cmd_report, out_kind="file")
+
+    d = rsub.add_parser(
+        "datapath",
+        parents=[JSON],
+        help="chiplet datapath: ring streaming time, cells, long random cosimulation",
+    )
+    d.add_argument("--no-ring", dest="ring", action="store_false")
+    d.add_argument("--no-cells", dest="cells", action="store_false")
+    d.add_argument(
+        "--mesh", action="append", help="cosimulate this mesh, ROWSxCOLS[:LAYERS] (repeatable)"
+    )
+    d.add_argument(
+        "--layers",
+        type=positive("--layers", 10**6),
+        default=100,
+        help="layers of a --mesh without :LAYERS",
+    )
+    d.add_argument("--sim", default="verilator", choices=sims)
+    d.add_argument("--seed", type=seed, default=1)
+    d.add_argument(
+        "--stall",
+        type=stall,
+        default=0.25,
+        help="probability of a stall per link, DDR, dispatch and done each cycle",
+    )
+    d.add_argument("--reset-every", type=int_at_least("--reset-every", 0), default=0)
+    for name in ("slots", "micro-slices", "link-cycles", "ddr-interval", "ddr-latency", "preload"):
+        d.add_argument(f"--{name}", type=int_at_least(f"--{name}", 0, 2**20))
+    d.add_argument("--rule5", action="store_true")
+    d.add_argument("--build-opt", default="-O0", choices=opts)
+    d.add_argument("--out", help="also write the report (Markdown) to this file")
+    d.set_defaults(func=cmd_datapath, out_kind="file")

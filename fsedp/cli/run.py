@@ -1,0 +1,205 @@
+"""``fsedp run``, ``fsedp sweep``, ``fsedp bench``: the simulator's commands (the main job,
+paper figures as sweeps, the simulator's speed)."""
+
+import sys
+import time
+from pathlib import Path
+
+from fsedp.cli.common import (
+    CONFIG,
+    JSON,
+    default_out,
+    emit,
+    load_config,
+    positive,
+    require_simulator,
+    usage,
+    write_output,
+)
+from fsedp.config import config_path, config_to_dict
+from fsedp.errors import COMMAND_LINE
+from fsedp.files import check_output_file
+
+
+def cmd_run(args):
+    """The main job: EP, Hydra and FSE-DP side by side on the run config's workload."""
+    from fsedp.sim.run import STRATEGIES, format_table, run_experiment, summarize, write_report
+
+    if args.config:
+        from fsedp.files import read_yaml
+
+        if "experiment" in read_yaml(args.config):
+            return _run_experiment_file(args)
+    cfg = load_config(args)
+    strategies = [x.strip() for x in args.strategies.split(",") if x.strip()]
+    bad = [x for x in strategies if x not in STRATEGIES]
+    if bad or not strategies:
+        raise usage(
+            "--strategies",
+            f"unknown {', '.join(bad) or '(none given)'}; choose from {', '.join(STRATEGIES)}",
+        )
+    out = Path(args.out) if args.out else default_out("run", Path(cfg.source).stem.strip("<>"))
+    check = None
+    if args.scheduler == "rtl":
+        require_simulator("verilator")
+        from fsedp.sim.rtl_check import RTLSchedulerCheck
+
+        check = RTLSchedulerCheck(cfg, default_out("run-rtl"))
+    t0 = time.time()
+    run = run_experiment(
+        cfg,
+        strategies,
+        n_iter=args.iterations,
+        layers=args.layers,
+        progress=not args.json,
+        on_layer=check.record if check else None,
+        workers=args.workers,
+    )
+    summary = summarize(run)
+    doc = {"config": config_to_dict(cfg), "summary": summary, "wall_s": round(time.time() - t0, 1)}
+    if check is not None:
+        doc["rtl_check"] = check.finish()
+    command = "fsedp " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else "fsedp run"
+    doc["report"] = write_report(run, summary, out, command)
+    title = (
+        f"{cfg.model.name} on {cfg.hardware.name}: {cfg.scenario.tokens_per_iteration} tokens "
+        f"per iteration, {args.iterations} iteration(s) x {len(run['layers']) // args.iterations} "
+        f"MoE layers (simulated, golden models)"
+    )
+    text = format_table(summary, title) + f"\nreport: {out}/ (summary.json, report.md, *.png)"
+    if check is not None:
+        rc = doc["rtl_check"]
+        text += (
+            f"\nscheduler RTL (Verilator) vs golden model: {rc['layers']} layers, "
+            f"{rc['beats']} decisions, {'AGREE' if rc['mismatches'] == 0 else 'DISAGREE'}"
+        )
+        if rc["first_mismatch"]:
+            text += f"\n  first difference: {rc['first_mismatch']}"
+    emit(args, doc, text)
+    return 0 if check is None or doc["rtl_check"]["mismatches"] == 0 else 1
+
+
+def _run_experiment_file(args):
+    """``fsedp run --config configs/experiments/figN.yaml``: a paper figure as a sweep."""
+    from fsedp.files import read_yaml
+    from fsedp.sim.sweep import load_experiment, load_grid, run_experiment_file, run_grid
+
+    kind = read_yaml(args.config).get("experiment")
+    if args.out:
+        check_output_file(args.out)
+    t0 = time.time()
+    if kind == "grid":
+        exp = load_grid(args.config)
+        rows, table = run_grid(exp, progress=not args.json)
+        what = "grid over " + ", ".join(exp["vary"])
+    else:
+        exp = load_experiment(args.config)
+        rows, table = run_experiment_file(exp, progress=not args.json)
+        what = exp["table"]
+    text = (
+        f"Figure {exp['figure']} ({what}), `fsedp run --config {args.config}`, "
+        f"{time.time() - t0:.0f} s:\n\n{table}"
+    )
+    if args.out:
+        write_output(args.out, text)
+    emit(args, {"experiment": exp, "rows": rows, "table": table}, text)
+    return 0
+
+
+def cmd_sweep(args):
+    from fsedp.sim.sweep import TABLE1, figure9, format_figure9
+
+    conv = positive("--tokens", 65_536)
+    tokens = [conv(x) for x in args.tokens.split(",")]
+    models = (
+        [x.strip() for x in args.models.split(",")] if args.models is not None else list(TABLE1)
+    )
+    for m in models:
+        config_path("models", m, COMMAND_LINE, "--models")
+    if args.out:
+        check_output_file(args.out)
+    t0 = time.time()
+    rows = figure9(models, tokens, layers=args.layers, progress=not args.json)
+    command = f"fsedp sweep figure9 --layers {args.layers} --tokens {args.tokens}" + (
+        f" --models {args.models}" if args.models else ""
+    )
+    text = f"Figure 9 sweep ({time.time() - t0:.0f} s): `{command}`\n\n" + format_figure9(rows)
+    if args.out:
+        write_output(args.out, text)
+    emit(args, {"rows": rows, "command": command}, text)
+    return 0
+
+
+def cmd_bench(args):
+    from fsedp.sim.bench import bench, format_bench
+
+    t0 = time.time()
+    rows = bench(layers=args.layers)
+    text = (
+        f"Simulator speed (`fsedp bench --layers {args.layers}`, {time.time() - t0:.0f} s, "
+        f"{time.strftime('%Y-%m-%d')}):\n\n" + format_bench(rows)
+    )
+    emit(args, {"rows": rows}, text)
+    return 0
+
+
+def add_parsers(sub):
+    run = sub.add_parser(
+        "run", parents=[CONFIG, JSON], help="main job: EP, Hydra and FSE-DP simulated side by side"
+    )
+    run.add_argument(
+        "--iterations",
+        type=positive("--iterations", 100_000),
+        default=1,
+        help="forward iterations (default 1)",
+    )
+    run.add_argument(
+        "--layers",
+        type=positive("--layers", 1024),
+        help="MoE layers per iteration (default: the model's)",
+    )
+    run.add_argument(
+        "--strategies",
+        default="EP,Hydra,A1,A2,A3",
+        help="comma-separated: EP, Hydra, A1..A5 (FSE-DP ablations)",
+    )
+    run.add_argument(
+        "--scheduler",
+        default="golden",
+        choices=["golden", "rtl"],
+        help="rtl: also replay every FSE-DP layer's decisions through the "
+        "scheduler RTL under Verilator and stop at the first difference",
+    )
+    run.add_argument(
+        "--workers",
+        type=positive("--workers", 256),
+        help="processes for the FSE-DP layers (default: up to 2 CPUs)",
+    )
+    run.add_argument("--out", help="report folder (default ./build/run/<config name>)")
+    run.set_defaults(func=cmd_run, out_kind="folder")
+
+    sw = sub.add_parser(
+        "sweep",
+        parents=[JSON],
+        help="paper experiments as sweeps (figure9: speedup of every "
+        "Table I model at 16 and 64 tokens)",
+    )
+    sw.add_argument("experiment", choices=["figure9"])
+    sw.add_argument("--models", help="comma-separated model configs (default: Table I)")
+    sw.add_argument("--tokens", default="16,64")
+    sw.add_argument(
+        "--layers",
+        type=positive("--layers", 1024),
+        default=8,
+        help="MoE layers simulated per point",
+    )
+    sw.add_argument("--out", help="also write the table (Markdown) to this file")
+    sw.set_defaults(func=cmd_sweep, out_kind="file")
+
+    bn = sub.add_parser(
+        "bench", parents=[JSON], help="simulator speed: seconds per MoE layer, steps per second"
+    )
+    bn.add_argument(
+        "--layers", type=positive("--layers", 1024), default=3, help="MoE layers measured per point"
+    )
+    bn.set_defaults(func=cmd_bench)

@@ -1,0 +1,99 @@
+"""``fsedp serve``: MoE-Prism QoS serving against FIFO and FullBatch."""
+
+from fsedp.cli.common import number, opt_number, positive, report
+
+
+def cmd_serve(args):
+    import time
+
+    from fsedp.experiments.serve import format_rows, run
+
+    t0 = time.time()
+    policies = ["qos", "fifo", "fullbatch"] if args.policy == "all" else [args.policy]
+    loads = ["low", "medium", "high"] if args.load == "all" else [args.load]
+    rows = run(
+        policies,
+        loads,
+        duration=args.duration,
+        max_batch=args.max_batch,
+        timeout=args.timeout,
+        slo=args.slo,
+        scale_to=args.scale_to,
+        curve_path=args.curve,
+        seed=args.seed,
+        flops=args.tflops * 1e12,
+        bandwidth=args.bandwidth * 1e9,
+    )
+    text = (
+        f"Serving (`fsedp serve --policy {args.policy} --load {args.load} --max-batch "
+        f"{args.max_batch}`, {time.time() - t0:.1f} s; {args.duration:g} s of Poisson arrivals, "
+        f"{args.scale_to} on {args.tflops:g} TFLOPS / {args.bandwidth:g} GB/s)\n\n"
+        + format_rows(rows)
+        + "\n"
+    )
+    return report(args, rows, text, "serve")
+
+
+def add_parsers(sub):
+    s = sub.add_parser(
+        "serve",
+        help="MoE-Prism QoS scheduling against FIFO and FullBatch on a Poisson workload",
+        description="Serve a Poisson workload with quality "
+        "floors through one instance; see docs/serving.md.",
+    )
+    s.add_argument(
+        "--policy",
+        choices=["qos", "fifo", "fullbatch", "all"],
+        default="all",
+        help="scheduler (default all)",
+    )
+    s.add_argument(
+        "--load",
+        choices=["low", "medium", "high", "all"],
+        default="all",
+        help="offered load: 0.4, 0.7, 1.3 x FIFO's capacity at full quality (default all)",
+    )
+    s.add_argument(
+        "--duration",
+        type=number("--duration", 1.0, 86_400.0),
+        default=300.0,
+        help="seconds of arrivals (default 300)",
+    )
+    s.add_argument(
+        "--max-batch", type=positive("--max-batch"), default=32, help="largest batch (default 32)"
+    )
+    s.add_argument(
+        "--timeout",
+        type=number("--timeout", 0.0),
+        default=2.0,
+        help="timeout trigger, seconds a request may wait (default 2)",
+    )
+    s.add_argument(
+        "--slo",
+        type=opt_number("--slo", 0.0),
+        default=None,
+        help="end-to-end latency SLO in seconds (default: 3 x a full batch at full quality)",
+    )
+    s.add_argument(
+        "--scale-to",
+        default="mixtral-8x7b",
+        help="model config whose sizes the performance model uses (default mixtral-8x7b)",
+    )
+    s.add_argument(
+        "--tflops", type=number("--tflops", 1e-9), default=150.0, help="compute rate (default 150)"
+    )
+    s.add_argument(
+        "--bandwidth",
+        type=number("--bandwidth", 1e-9),
+        default=2000.0,
+        help="memory GB/s (default 2000)",
+    )
+    s.add_argument(
+        "--curve",
+        default=None,
+        help="quality curve JSON of `fsedp prism curve` (default: the committed model's)",
+    )
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default=None, help="folder for serve.json and serve.md")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_serve, out_kind="folder")

@@ -1,0 +1,102 @@
+"""``fsedp shuffle``: Speculative MoE token and expert placement."""
+
+from fsedp.cli.common import load_trace, number, positive, report, usage
+
+
+def cmd_shuffle(args):
+    import time
+
+    from fsedp.config import EMBEDDED_TRACE
+    from fsedp.experiments.shuffle import evaluate, format_report
+
+    t0 = time.time()
+    emb = None
+    if args.trace == "model":
+        from fsedp.lm.model import MoELM
+
+        trace = load_trace(EMBEDDED_TRACE)
+        emb = MoELM.load().w["embed"]
+    else:
+        trace = load_trace(args.trace, args.format)
+    methods = [m for m in args.methods.split(",") if m]
+    bad = [m for m in methods if m not in ("cem", "metis", "kmeans")]
+    if bad or not methods:
+        raise usage("--methods", f"choose from cem, metis, kmeans, not {args.methods!r}")
+    r = evaluate(
+        trace,
+        devices=args.devices,
+        fit=args.fit,
+        slack=args.slack,
+        cem_iters=args.cem_iters,
+        cem_samples=args.cem_samples,
+        elite=args.elite,
+        seed=args.seed,
+        embeddings=emb,
+        methods=methods,
+    )
+    text = (
+        f"`fsedp shuffle {args.trace} --devices {args.devices}` ({time.time() - t0:.1f} s)\n\n"
+        + format_report(r)
+    )
+    return report(args, r, text, "shuffle")
+
+
+def add_parsers(sub):
+    from fsedp.trace.io import FORMATS
+
+    s = sub.add_parser(
+        "shuffle",
+        help="Speculative MoE: token-to-expert prediction, co-clustering "
+        "(CEM, METIS, k-means), local activation rate, all-to-all volume",
+    )
+    s.add_argument(
+        "trace",
+        nargs="?",
+        default="model",
+        help="routing trace with token ids (default 'model': the embedded trace of the "
+        "project's LM, with its embeddings for unseen tokens)",
+    )
+    s.add_argument("--format", choices=FORMATS, default="auto")
+    s.add_argument(
+        "--devices",
+        type=positive("--devices"),
+        default=4,
+        help="expert-parallel devices (default 4)",
+    )
+    s.add_argument(
+        "--fit",
+        type=number("--fit", 0.01, 0.99),
+        default=0.2,
+        help="share of tokens the tables and placements are fitted on (default 0.2)",
+    )
+    s.add_argument(
+        "--slack",
+        type=number("--slack", 0.0, 10.0),
+        default=0.1,
+        help=("token-load relaxation: a device takes up to (1 + slack) of an even share (default "
+              "0.1)"),
+    )
+    s.add_argument(
+        "--cem-iters", type=positive("--cem-iters"), default=20, help="CEM iterations (default 20)"
+    )
+    s.add_argument(
+        "--cem-samples",
+        type=positive("--cem-samples"),
+        default=32,
+        help="samples per iteration (default 32)",
+    )
+    s.add_argument(
+        "--elite",
+        type=number("--elite", 1e-6, 1.0),
+        default=0.1,
+        help="elite fraction (default 0.1)",
+    )
+    s.add_argument(
+        "--methods",
+        default="cem,metis,kmeans",
+        help="placements to compare (default cem,metis,kmeans)",
+    )
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default=None, help="folder for shuffle.json and shuffle.md")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_shuffle, out_kind="folder")

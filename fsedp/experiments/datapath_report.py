@@ -1,0 +1,241 @@
+"""``fsedp rtl datapath``: measurements of the chiplet datapath.
+
+* **ring**: cycles to stream one expert through every chiplet (rings of 4, 9, 16) against
+  the ideal ``micro_slices x max(compute, link, DDR interval)`` plus the fill, at the
+  deadlock-freedom minimum of slots and two above it (golden model; the lockstep
+  cosimulation shows the RTL takes exactly the same cycles);
+* **cells**: Yosys cell counts of each datapath component (Debian Yosys, ABC);
+* **run**: a long random cosimulation of the RTL (cocotb) in lockstep with the golden model,
+  with random stalls on every link and on DDR: conservation violations, deadlocks, peak
+  occupancy per chiplet (RTL and golden model).
+"""
+
+import dataclasses
+
+from fsedp.files import build_dir
+from fsedp.params import DatapathParams, SchedulerParams, max_hops
+from fsedp.sw.scheduler import DISPATCH, Dispatch
+from fsedp.sw.streaming import StepIn, StreamingArray
+
+__all__ = [
+    "full_ring_dispatch",
+    "one_expert_cycles",
+    "ring_table",
+    "cells_table",
+    "long_run",
+    "run_params",
+    "format_markdown",
+]
+
+
+def full_ring_dispatch(n: int, tokens: int) -> Dispatch:
+    """The dispatch of expert 0 on a trajectory of all ``n`` chiplets, entering at 0."""
+    return Dispatch(DISPATCH, 0, tokens * n, (1 << n) - 1, 0, tuple((c + 1) % n for c in range(n)))
+
+
+def one_expert_cycles(p: DatapathParams, tokens: int) -> int:
+    """Cycles from the dispatch of one expert whose trajectory is every chiplet (``tokens``
+    tokens on each) to its completion on the ``done`` port."""
+    arr = StreamingArray(p)
+    n = p.chiplets
+    for c in range(n):
+        arr.step(StepIn(tokens=(c, 0, tokens)))
+    arr.step(StepIn(dispatch=full_ring_dispatch(n, tokens)))
+    cycles = 1
+    while not arr.step(StepIn()).done:
+        cycles += 1
+    return cycles + 1
+
+
+def one_expert_ideal(p: DatapathParams, tokens: int) -> tuple[int, int]:
+    """``(ideal, fill)`` of :func:`one_expert_cycles`: *ideal* is the busiest resource --
+    one chiplet's compute (``M x tokens x cycles_per_token``), the busiest link (micro-slices
+    crossing it, Rule 4 striping the loads over the ring from chiplet 0, times
+    ``link_cycles``), the DDR (loads per channel times ``ddr_interval``); *fill* is the DDR
+    latency, the longest path's hops times ``link_cycles`` and one compute."""
+    from fsedp.params import _ring_after
+
+    n, traj = p.chiplets, (1 << p.chiplets) - 1
+    load: dict = {}
+    for i in range(p.micro_slices):
+        c = i % n  # ring order from chiplet 0 is 0, 1, ..., n-1
+        for _ in range(n - 1):
+            nxt = _ring_after(traj, c, n)
+            a = c
+            while a != nxt:  # XY hops of the leg
+                d = p.direction(a, nxt)
+                load[(a, d)] = load.get((a, d), 0) + 1
+                a = p.neighbour(a, d)
+            c = nxt
+    compute = p.micro_slices * tokens * p.cycles_per_token
+    link = max(load.values(), default=0) * p.link_cycles
+    ddr = -(-p.micro_slices // p.ddr_channels) * p.ddr_interval
+    fill = p.ddr_latency + p.path_hops(traj, 0) * p.link_cycles + tokens * p.cycles_per_token
+    return max(compute, link, ddr), fill
+
+
+def ring_table(
+    meshes=((2, 2), (3, 3), (4, 4)),
+    cases=((1, 4), (4, 2), (8, 8)),
+    micro_slices: int = 16,
+    ddr_interval: int = 1,
+    ddr_latency: int = 4,
+) -> list[dict]:
+    rows = []
+    for r, c in meshes:
+        hops = max_hops(r, c)
+        for tokens, link in cases:
+            base = dict(
+                rows=r,
+                cols=c,
+                micro_slices=micro_slices,
+                link_cycles=link,
+                ddr_interval=ddr_interval,
+                ddr_latency=ddr_latency,
+            )
+            p_min = DatapathParams(slots=hops + 1, **base)
+            p_more = DatapathParams(slots=hops + 3, **base)
+            ideal, fill = one_expert_ideal(p_min, tokens)
+            at_min, more = one_expert_cycles(p_min, tokens), one_expert_cycles(p_more, tokens)
+            rows.append(
+                {
+                    "mesh": f"{r}x{c}",
+                    "tokens": tokens,
+                    "link_cycles": link,
+                    "ideal": ideal,
+                    "fill": fill,
+                    "slots_min": hops + 1,
+                    "cycles_min": at_min,
+                    "slots": hops + 3,
+                    "cycles": more,
+                    "x_ideal_plus_fill": round(more / (ideal + fill), 3),
+                    "x_ideal_plus_fill_min": round(at_min / (ideal + fill), 3),
+                }
+            )
+    return rows
+
+
+def cells_table(p: DatapathParams) -> list[dict]:
+    from fsedp.experiments.rtl_report import yosys_cells
+    from fsedp.hw.generate import DATAPATH_BLOCKS
+
+    return [{"block": b, **yosys_cells(b, p)} for b in DATAPATH_BLOCKS]
+
+
+def run_params(
+    rows: int, cols: int, experts: int = 16, **kw
+) -> tuple[SchedulerParams, DatapathParams]:
+    """Scheduler and datapath generics of a random cosimulation (small, fast parameters)."""
+    sp = SchedulerParams(
+        chiplets=rows * cols,
+        experts=experts,
+        count_width=4,
+        requests=4,
+        theta_min=2,
+        n_threshold=2,
+        qos_width=2,
+    )
+    hops = max_hops(rows, cols)
+    defaults = dict(
+        slots=hops + 2,
+        micro_slices=4,
+        link_cycles=2,
+        ddr_interval=2,
+        ddr_latency=8,
+        preload_entries=2,
+        cycles_per_token=1,
+    )
+    defaults.update({k: v for k, v in kw.items() if v is not None})
+    return sp, DatapathParams.for_scheduler(sp, rows, cols, **defaults)
+
+
+def long_run(
+    sp: SchedulerParams,
+    p: DatapathParams,
+    layers: int,
+    sim: str = "verilator",
+    seed: int = 1,
+    stall: float = 0.25,
+    reset_every: int = 0,
+    opt: str = "-O0",
+) -> dict:
+    from fsedp.tb.runner import run_tb
+
+    knobs = {
+        "sched": dataclasses.asdict(sp),
+        "layers": layers,
+        "seed": seed,
+        "stall": stall,
+        "gap": stall,
+        "done_stall": stall,
+        "reset_every": reset_every,
+    }
+    return run_tb(
+        "chiplet_array",
+        p,
+        sim,
+        build_dir("datapath"),
+        knobs=knobs,
+        seed=seed,
+        tag=f"-run{seed}-{layers}",
+        opt=opt,
+    )
+
+
+def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
+    out = []
+    if ring:
+        out += [
+            "## Streaming one expert around a ring of every chiplet",
+            "",
+            "Golden model (the lockstep cosimulation makes the RTL take the same cycles); "
+            "16 micro-slices, one DDR channel with interval 1 and latency 4 cycles, 1 cycle "
+            "per token; Rule 4 stripes the loads over the ring. *ideal* = the busiest "
+            "resource: one chiplet's compute, the busiest link (micro-slices crossing it x "
+            "link cycles) or the DDR; *fill* = DDR latency + XY hops of the longest path x "
+            "link cycles + one compute.",
+            "",
+            "| mesh | tokens/chiplet | link cycles | ideal | fill | slots (min) | cycles | "
+            "x (ideal+fill) | slots (min+2) | cycles | x (ideal+fill) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in ring:
+            out.append(
+                f"| {r['mesh']} | {r['tokens']} | {r['link_cycles']} | {r['ideal']} | "
+                f"{r['fill']} | {r['slots_min']} | {r['cycles_min']} | "
+                f"{r['x_ideal_plus_fill_min']} | {r['slots']} | {r['cycles']} | "
+                f"{r['x_ideal_plus_fill']} |"
+            )
+        out.append("")
+    if cells:
+        out += [
+            "## Yosys cells per component",
+            "",
+            f"Parameters: `{dataclasses.asdict(cells_params)}`. Memories (slot storage, "
+            "token tables, DDR queue) stay `$mem` macros and are not counted as cells.",
+            "",
+            "| block | cells | SRAM macros |",
+            "|---|---:|---:|",
+        ]
+        for c in cells:
+            out.append(f"| {c['block']} | {c.get('cells')} | {c.get('sram_macros', '')} |")
+        out.append("")
+    for run in runs:
+        p = run["params"]
+        out += [
+            f"## Random cosimulation, {p['rows']}x{p['cols']}, {run['sim']}",
+            "",
+            f"`{run['command']}`",
+            "",
+            f"- layers: {run.get('layers')} ({run.get('resets', 0)} reset mid-layer), "
+            f"cycles: {run.get('cycles')}, micro-slice computations checked: "
+            f"{run.get('computed')}, dispatches: {run.get('dispatches')}",
+            f"- lockstep mismatches: {run.get('mismatches')}, conservation violations: "
+            f"{len(run.get('violations', []))}, deadlocks: {run.get('deadlocks')}",
+            f"- peak occupancy per chiplet (slots of {p['slots']}): RTL "
+            f"{run.get('peak_rtl')}, golden model {run.get('peak_model')}",
+            f"- longest layer: {max(run.get('layer_cycles') or [0])} cycles; "
+            f"wall time {run.get('wall_s')} s",
+            "",
+        ]
+    return "\n".join(out)

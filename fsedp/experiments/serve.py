@@ -1,0 +1,119 @@
+"""``fsedp serve``: a Poisson workload through MoE-Prism's QoS scheduler and the FIFO and
+FullBatch baselines (``docs/serving.md``)."""
+
+import json
+from pathlib import Path
+
+from fsedp.config import ModelConfig, config_path, load_section
+from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.lm.text import ASSETS
+from fsedp.sw.policies.qos import PerfModel, metrics, serve, workload
+
+__all__ = ["LOADS", "load_curve", "perf_model", "capacity", "run", "format_rows"]
+
+#: offered load as a share of the FIFO instance's capacity at full quality
+LOADS = {"low": 0.4, "medium": 0.7, "high": 1.3}
+#: quality floors as perplexity over the full model's, and their shares of the requests
+FLOORS = ((1.05, 0.3), (1.2, 0.4), (1.5, 0.3))
+CURVE = ASSETS / "prism-curve.json"
+
+
+def load_curve(path=None) -> dict:
+    path = Path(path) if path else CURVE
+    try:
+        d = json.loads(path.read_text())
+        c = d["curve"]
+        return {
+            "full": float(c["full"]),
+            "S": int(c["S"]),
+            "refactored": {int(k): float(v) for k, v in c["refactored"].items()},
+            "original": {int(k): float(v) for k, v in c["original"].items()},
+        }
+    except FileNotFoundError:
+        raise InputError(path, "<file>", "no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise InputError(path, "<file>", f"cannot read: {why}") from None
+    except RecursionError:
+        raise InputError(path, "curve", "not a `fsedp prism curve` JSON (too deep)") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(path, "curve", f"not a `fsedp prism curve` JSON ({e})") from None
+
+
+def perf_model(scale_to: str, S: int, **kw) -> PerfModel:
+    m = load_section(ModelConfig, config_path("models", scale_to, COMMAND_LINE, "--scale-to"))
+    return PerfModel(
+        layers=m.layers,
+        d_model=m.d_model,
+        d_ffn=m.d_ffn,
+        experts=m.experts,
+        top_k=m.top_k,
+        S=S,
+        **kw,
+    )
+
+
+def capacity(pm: PerfModel, K: int, max_batch: int, prompt=(64, 512), output=(32, 256)) -> float:
+    """Requests per second of back-to-back full batches at ``K`` (mean lengths; a batch
+    lasts until its longest output, about the range's top)."""
+    mean_prompt = sum(prompt) / 2
+    t = pm.prefill_s(K, int(max_batch * mean_prompt)) + output[1] * pm.step_s(K, max_batch)
+    return max_batch / t
+
+
+def run(
+    policies,
+    loads,
+    duration=300.0,
+    max_batch=32,
+    timeout=2.0,
+    slo=None,
+    scale_to="mixtral-8x7b",
+    curve_path=None,
+    seed=0,
+    **pm_kw,
+) -> list[dict]:
+    c = load_curve(curve_path)
+    pm = perf_model(scale_to, c["S"], **pm_kw)
+    kmax = max(c["original"])
+    cap = capacity(pm, kmax, max_batch)
+    floors = [f * c["full"] for f, _ in FLOORS]
+    shares = [p for _, p in FLOORS]
+    slo = (
+        slo if slo is not None else 3 * (pm.prefill_s(kmax, 512) + 256 * pm.step_s(kmax, max_batch))
+    )
+    rows = []
+    for load in loads:
+        rate = LOADS[load] * cap
+        for policy in policies:
+            reqs = workload(rate, duration, floors, shares, seed=seed)
+            quality = c["refactored"] if policy == "qos" else c["original"]
+            done = serve(reqs, policy, pm, quality, max_batch=max_batch, timeout=timeout)
+            rows.append(
+                {
+                    "policy": policy,
+                    "load": load,
+                    "rate_req_s": round(rate, 3),
+                    "slo_e2e_s": round(slo, 3),
+                    **metrics(done, slo, duration),
+                }
+            )
+    return rows
+
+
+def format_rows(rows) -> str:
+    out = [
+        "| load (req/s) | policy | req/s | tokens/s | mean K | TTFT mean / p99 (s) | TPOT mean "
+        "(ms) "
+        "| E2E mean / p50 / p90 / p99 (s) | SLO attainment | goodput (tok/s) |",
+        "|---|---|---:|---:|---:|---|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['load']} ({r['rate_req_s']}) | {r['policy']} | {r['throughput_req_s']} | "
+            f"{r['throughput_tok_s']} | {r['mean_K']} | {r['ttft']['mean']} / {r['ttft']['p99']} | "
+            f"{round(r['tpot']['mean'] * 1000, 2)} | {r['e2e']['mean']} / {r['e2e']['p50']} / "
+            f"{r['e2e']['p90']} / {r['e2e']['p99']} | {r['slo_attainment']} | "
+            f"{r['goodput_tok_s']} |"
+        )
+    return "\n".join(out)

@@ -1,0 +1,438 @@
+"""Hardware generics: the one source of truth shared by the golden models and the RTL.
+
+``configs/*.yaml`` -> :func:`fsedp.config.load_run` -> :class:`SchedulerParams` and
+:class:`DatapathParams` -> both ``fsedp.sw`` (golden models) and ``fsedp.hw`` (Amaranth
+generics).  Nothing else defines a width or a depth.  Every generic is declared once with its
+range (:func:`fsedp.fields.spec`) and checked eagerly; a bad one raises
+:class:`~fsedp.errors.InputError` with the file ``<params>`` and the generic's name.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.lib import enum
+
+from fsedp.errors import InputError
+from fsedp.fields import check, spec, specs
+
+__all__ = [
+    "SchedulerParams",
+    "DatapathParams",
+    "PARAMS",
+    "BeatKind",
+    "bits_for",
+    "next_pow2",
+    "DIRS",
+    "OPPOSITE",
+    "mesh_position",
+    "xy_direction",
+    "max_hops",
+]
+
+
+#: The pseudo file of a generic's error (a caller that knows where the value came from, a
+#: config or an option, re-raises it there with :meth:`InputError.at`).
+PARAMS = "<params>"
+
+
+class BeatKind(enum.IntEnum, shape=1):
+    """Kind of a beat on the scheduler's dispatch stream (the ``kind`` field of
+    :func:`fsedp.hw.layouts.dispatch_layout`, the golden model's ``Dispatch.kind``)."""
+
+    #: start streaming the expert along its trajectory, entering at ``entry``
+    DISPATCH = 0
+    #: Rule 4: let chiplet ``entry`` pre-load the expert's first micro-slices
+    PRELOAD = 1
+
+
+def _check_all(obj):
+    """Every declared generic of ``obj`` against its range."""
+    for name, s in specs(type(obj)).items():
+        check(PARAMS, name, s, getattr(obj, name))
+
+
+def bits_for(n: int) -> int:
+    """Bits needed to encode the values ``0 .. n-1`` (at least 1)."""
+    return max(1, (n - 1).bit_length())
+
+
+def next_pow2(n: int) -> int:
+    return 1 << bits_for(n) if n > 1 else 1
+
+
+@dataclass(frozen=True)
+class SchedulerParams:
+    """Generics of the FSE-DP hardware scheduler.
+
+    Parameters
+    ----------
+    chiplets : int
+        Number of compute chiplets ``C`` (4..16); the ICV, trajectory masks and completion
+        masks are ``C`` bits wide.
+    experts : int
+        Routed experts per MoE layer ``E`` (8..256).  The bitonic sorter is padded to the next
+        power of two.
+    count_width : int
+        Width of a token count in the EIT (1..16).  Counts saturate at ``2**count_width - 1``
+        and raise the sticky ``overflow`` flag (see ``docs/blocks/eit.md``).
+    requests : int
+        Depth of the request table ``R`` (1..64): request ids are ``0 .. R-1``.
+    theta_min : int
+        Cold threshold: an expert with ``0 < n_e < theta_min`` is cold (Algorithm 2).
+        ``0`` disables token buffering.
+    n_threshold : int
+        ``N_threshold`` of Algorithm 2, counted in rounds (one round = one MoE layer of one
+        iteration) during which the request was not deferred (1..2**cfw_width-1).
+    qos_width : int
+        Width of the per-request QoS timer ``T_QoS`` (1..16); it saturates.
+    """
+
+    chiplets: int = spec(int, 4, 16, default=4, doc="compute chiplets C")
+    experts: int = spec(int, 8, 256, default=16, doc="routed experts per MoE layer E")
+    count_width: int = spec(
+        int,
+        1,
+        16,
+        default=8,
+        unit="bits",
+        doc="EIT token-count width (counts saturate at 2**w - 1)",
+    )
+    requests: int = spec(int, 1, 64, default=8, doc="request-table depth R")
+    theta_min: int = spec(
+        int,
+        0,
+        2**16 - 1,
+        default=2,
+        doc="cold threshold of Algorithm 2 (0 disables token buffering; "
+        "at most 2**count_width - 1)",
+    )
+    n_threshold: int = spec(
+        int, 1, 2**16 - 1, default=4, doc="N_threshold of Algorithm 2, in rounds"
+    )
+    qos_width: int = spec(int, 1, 16, default=4, unit="bits", doc="QoS timer width")
+
+    def __post_init__(self):
+        _check_all(self)
+        if self.theta_min > self.count_max:
+            raise InputError(
+                PARAMS,
+                "theta_min",
+                f"must be in 0..2**count_width - 1 = {self.count_max}, not {self.theta_min}",
+            )
+
+    # -- derived widths, used by RTL and golden model alike ------------------------------
+    @property
+    def chiplet_bits(self) -> int:
+        return bits_for(self.chiplets)
+
+    @property
+    def expert_bits(self) -> int:
+        return bits_for(self.experts)
+
+    @property
+    def request_bits(self) -> int:
+        return bits_for(self.requests)
+
+    @property
+    def sorter_lanes(self) -> int:
+        """Lanes of the bitonic sorter: ``E`` padded to a power of two."""
+        return next_pow2(self.experts)
+
+    @property
+    def lane_id_bits(self) -> int:
+        return bits_for(self.sorter_lanes)
+
+    @property
+    def count_max(self) -> int:
+        return 2**self.count_width - 1
+
+    @property
+    def qos_max(self) -> int:
+        return 2**self.qos_width - 1
+
+    @property
+    def cfw_width(self) -> int:
+        return self.n_threshold.bit_length()
+
+    @property
+    def cfw_max(self) -> int:
+        return 2**self.cfw_width - 1
+
+    @property
+    def position_bits(self) -> int:
+        """Bits of a position in the paired-load order (0..E, E meaning "end")."""
+        return bits_for(self.experts + 1)
+
+
+# -- chiplet datapath -----------------------------------------------------------------------
+#: Mesh directions of a router port, in the order of the RTL port arrays.
+DIRS = ("N", "E", "S", "W")
+#: Direction index -> the opposite one: output port ``d`` of a chiplet feeds input port
+#: ``OPPOSITE[d]`` of its neighbour.
+OPPOSITE = (2, 3, 0, 1)
+_STEP = {0: (-1, 0), 1: (0, 1), 2: (1, 0), 3: (0, -1)}
+
+
+def mesh_position(c: int, cols: int) -> tuple[int, int]:
+    """(row, col) of chiplet ``c``: chiplets are numbered in snake (boustrophedon) order, so
+    consecutive numbers are mesh neighbours and an ascending ring is short on the mesh."""
+    row, k = divmod(c, cols)
+    return row, (k if row % 2 == 0 else cols - 1 - k)
+
+
+def xy_direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
+    """Output port of XY (dimension-ordered) routing: columns first, then rows."""
+    (r, c), (r2, c2) = src, dst
+    if c2 > c:
+        return 1
+    if c2 < c:
+        return 3
+    return 2 if r2 > r else 0
+
+
+def _ring_after(traj: int, c: int, n: int) -> int:
+    for s in range(1, n + 1):
+        m = (c + s) % n
+        if traj >> m & 1:
+            return m
+    raise ValueError("empty trajectory")
+
+
+def _max_hops(rows: int, cols: int) -> int:
+    """Longest physical path of a micro-slice: over every trajectory and every chiplet it
+    can be loaded on, the XY hops of the ring legs from there back to just before it."""
+    n = rows * cols
+    pos = [mesh_position(c, cols) for c in range(n)]
+    dist = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in pos] for a in pos]
+    best = 0
+    for traj in range(1, 1 << n):
+        members = [c for c in range(n) if traj >> c & 1]
+        legs = [dist[members[i]][members[(i + 1) % len(members)]] for i in range(len(members))]
+        if len(members) > 1:
+            best = max(best, sum(legs) - min(legs))
+    return best
+
+
+_HOPS_CACHE: dict[tuple[int, int], int] = {}
+
+
+def max_hops(rows: int, cols: int) -> int:
+    """``H`` of a ``rows x cols`` mesh (cached): the most physical hops any micro-slice
+    travels; deadlock-free streaming needs ``H + 1`` slots per chiplet."""
+    key = (rows, cols)
+    if key not in _HOPS_CACHE:
+        _HOPS_CACHE[key] = _max_hops(rows, cols)
+    return _HOPS_CACHE[key]
+
+
+_PATH_CACHE: dict = {}
+_GEOMETRY: dict = {}
+
+
+def _geometry(rows: int, cols: int):
+    """Neighbour and XY-direction tables of a mesh (computed once per shape)."""
+    key = (rows, cols)
+    if key not in _GEOMETRY:
+        n = rows * cols
+        pos = [mesh_position(c, cols) for c in range(n)]
+        nb = []
+        for c in range(n):
+            row = []
+            for d in range(4):
+                r, k = pos[c][0] + _STEP[d][0], pos[c][1] + _STEP[d][1]
+                if 0 <= r < rows and 0 <= k < cols:
+                    row.append(r * cols + (k if r % 2 == 0 else cols - 1 - k))
+                else:
+                    row.append(None)
+            nb.append(row)
+        dirs = [[xy_direction(pos[a], pos[b]) for b in range(n)] for a in range(n)]
+        _GEOMETRY[key] = (nb, dirs)
+    return _GEOMETRY[key]
+
+
+@dataclass(frozen=True)
+class DatapathParams:
+    """Generics of the chiplet datapath (micro-slice ring buffers, routers, DDR controller).
+
+    Parameters
+    ----------
+    rows, cols : int
+        Mesh of ``rows x cols`` chiplets (2..16 chiplets), numbered in snake order
+        (:func:`mesh_position`).
+    experts : int
+        Expert ids ``0 .. experts-1`` (as in :class:`SchedulerParams`).
+    count_width : int
+        Width of a per-chiplet token count (the compute model's table).
+    slots : int
+        Micro-slice slots ``K`` of each chiplet's ring buffer.  Deadlock freedom needs
+        ``K >= max_hops + 1`` (see ``docs/blocks/datapath.md``); pre-loads need one more.
+    micro_slices : int
+        Micro-slices per expert ``M`` (1..256).
+    cycles_per_token : int
+        Compute cycles of one micro-slice per token held on the chiplet for that expert.
+    link_cycles : int
+        Cycles a die-to-die link is busy with one micro-slice (its size over the link
+        bandwidth); also the hop latency.
+    ddr_interval : int
+        DDR issues at most one micro-slice load every ``ddr_interval`` cycles (bandwidth).
+    ddr_latency : int
+        Cycles from a DDR load's issue to its delivery into the reserved slot.
+    preload_entries : int
+        Rule 4 pre-loads the DDR controller can track at once (0 disables pre-loading; a
+        pre-load beat that finds no free entry is dropped, which only costs its head start).
+    rule5 : bool
+        Rule 5: a dispatched expert's DDR loads go to the trajectory chiplet with the most
+        free slots instead of the next one in ring order (Rule 4's striping).
+    ddr_channels : int
+        1: one package-level DDR controller issuing every ``ddr_interval`` cycles (the RTL);
+        ``rows * cols``: one channel per chiplet, each issuing every ``ddr_interval`` cycles
+        into its own chiplet (golden model and simulator only).
+    """
+
+    rows: int = spec(int, 1, 16, default=2, doc="mesh rows")
+    cols: int = spec(int, 1, 16, default=2, doc="mesh columns")
+    experts: int = spec(int, 1, 256, default=16, doc="expert ids 0..experts-1")
+    count_width: int = spec(int, 1, 16, default=6, unit="bits", doc="per-chiplet token count")
+    slots: int = spec(int, 2, 64, default=6, doc="micro-slice slots K per ring buffer")
+    micro_slices: int = spec(int, 1, 256, default=4, doc="micro-slices per expert M")
+    cycles_per_token: int = spec(
+        int, 1, 2**16, default=1, unit="cycles", doc="compute of one micro-slice per token"
+    )
+    link_cycles: int = spec(
+        int,
+        1,
+        2**20,
+        default=2,
+        unit="cycles",
+        doc="D2D link occupancy and hop latency of one micro-slice",
+    )
+    ddr_interval: int = spec(
+        int, 1, 2**20, default=2, unit="cycles", doc="DDR issue interval per channel"
+    )
+    ddr_latency: int = spec(int, 1, 2**20, default=8, unit="cycles", doc="DDR issue to delivery")
+    preload_entries: int = spec(int, 0, 16, default=2, doc="Rule 4 pre-loads tracked at once")
+    rule5: bool = spec(bool, default=False, doc="Rule 5 DDR targeting")
+    ddr_channels: int = spec(int, 1, 16, default=1, doc="1 or rows x cols")
+
+    def __post_init__(self):
+        _check_all(self)
+        if not 2 <= self.rows * self.cols <= 16:
+            raise InputError(
+                PARAMS,
+                "rows",
+                f"rows x cols must be 2..16 chiplets, not "
+                f"{self.rows} x {self.cols} = {self.rows * self.cols}",
+            )
+        if self.ddr_channels not in (1, self.rows * self.cols):
+            raise InputError(
+                PARAMS,
+                "ddr_channels",
+                f"must be 1 or rows x cols = {self.rows * self.cols}, not {self.ddr_channels!r}",
+            )
+        if self.slots < self.max_hops + 1:
+            raise InputError(
+                PARAMS,
+                "slots",
+                f"must be at least max_hops + 1 = {self.max_hops + 1} on a "
+                f"{self.rows}x{self.cols} mesh (deadlock freedom), "
+                f"not {self.slots}",
+            )
+
+    @classmethod
+    def for_scheduler(cls, p: SchedulerParams, rows: int, cols: int, **kw) -> "DatapathParams":
+        """Datapath generics consistent with a scheduler's (experts, count width, chiplets)."""
+        if rows * cols != p.chiplets:
+            raise InputError(
+                PARAMS,
+                "rows",
+                f"rows x cols = {rows * cols} must equal the scheduler's chiplets = {p.chiplets}",
+            )
+        return cls(rows=rows, cols=cols, experts=p.experts, count_width=p.count_width, **kw)
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def chiplets(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def chiplet_bits(self) -> int:
+        return bits_for(self.chiplets)
+
+    @property
+    def expert_bits(self) -> int:
+        return bits_for(self.experts)
+
+    @property
+    def index_bits(self) -> int:
+        return bits_for(self.micro_slices)
+
+    @property
+    def slot_bits(self) -> int:
+        return bits_for(self.slots)
+
+    @property
+    def free_bits(self) -> int:
+        """Width of a free-slot count ``0 .. K``."""
+        return bits_for(self.slots + 1)
+
+    @property
+    def max_hops(self) -> int:
+        """``H``: the most physical hops any micro-slice travels (over all trajectories)."""
+        return max_hops(self.rows, self.cols)
+
+    @property
+    def hop_bits(self) -> int:
+        return bits_for(self.max_hops + 2)
+
+    @property
+    def compute_bits(self) -> int:
+        """Width of the compute countdown (``max(1, tokens) * cycles_per_token``)."""
+        return bits_for((2**self.count_width - 1) * self.cycles_per_token + 1)
+
+    def position(self, c: int) -> tuple[int, int]:
+        return mesh_position(c, self.cols)
+
+    def neighbour(self, c: int, d: int) -> int | None:
+        """Chiplet next to ``c`` in direction ``d`` (``None`` at the mesh edge)."""
+        return _geometry(self.rows, self.cols)[0][c][d]
+
+    def distance(self, a: int, b: int) -> int:
+        (r, k), (r2, k2) = self.position(a), self.position(b)
+        return abs(r - r2) + abs(k - k2)
+
+    def direction(self, src: int, dst: int) -> int:
+        return _geometry(self.rows, self.cols)[1][src][dst]
+
+    def remote_entry(self, traj: int, c: int) -> tuple[int, int]:
+        """Where a micro-slice of ``traj`` loaded on a chiplet ``c`` outside it enters the
+        trajectory (a *remote* load): the trajectory chiplet with the shortest whole path
+        (the hops to it plus its ring), ties to the lower chiplet, and that path's hops
+        (cached).  The path is never longer than ``H``: it is at most the path of the
+        trajectory ``traj | 1 << c`` loaded on ``c``, whose first leg leads to the ring
+        successor of ``c`` and whose other legs are those of ``traj`` from there."""
+        key = ("remote", self.rows, self.cols, traj, c)
+        hit = _PATH_CACHE.get(key)
+        if hit is None:
+            hit = _PATH_CACHE[key] = min(
+                (self.distance(c, j) + self.path_hops(traj, j), j)
+                for j in range(self.chiplets)
+                if traj >> j & 1
+            )[::-1]
+        return hit
+
+    def path_hops(self, traj: int, start: int) -> int:
+        key = (self.rows, self.cols, traj, start)
+        h = _PATH_CACHE.get(key)
+        if h is None:
+            h = _PATH_CACHE[key] = self._path_hops(traj, start)
+        return h
+
+    def _path_hops(self, traj: int, start: int) -> int:
+        """Physical hops of a micro-slice of ``traj`` loaded on ``start``: every ring leg
+        except the one that would return to ``start``."""
+        n = self.chiplets
+        total, c = 0, start
+        for _ in range(bin(traj).count("1") - 1):
+            nxt = _ring_after(traj, c, n)
+            total += self.distance(c, nxt)
+            c = nxt
+        return total

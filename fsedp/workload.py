@@ -1,0 +1,152 @@
+"""The one path from a run config to scheduling rounds: config -> routing trace -> iteration
+windows -> per-layer gate records.
+
+Every consumer takes its gate records from here, so the same config schedules the same
+records everywhere: the simulator (``fsedp run``, :func:`iterations`), the scheduler RTL on
+the run config (``fsedp rtl rounds``, :func:`rounds`), the trace-driven cosimulations and
+the tests.
+
+* The trace is the file ``scenario.trace`` names, the project's embedded trace (``model``),
+  or a seeded synthetic one with one popularity order per layer (:func:`scenario_trace`).
+* An iteration is a window of ``scenario.tokens_per_iteration`` consecutive tokens; a
+  synthetic trace has the model's layers, a trace file is cycled over its own layers.
+* ``scenario.sharding`` places the tokens of an iteration on chiplets: ``token`` spreads
+  them evenly, token ``i`` on chiplet ``i mod C`` whatever its request (fully sharded data
+  parallelism, Figure 3); ``request`` keeps every token of a request on one chiplet.
+* Requests take the request-table slots in order of first appearance; a request's slot is
+  admitted (``req_init`` with ``scheduler.t_qos_init``) in the first layer of each
+  iteration.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fsedp.config import RunConfig
+from fsedp.errors import InputError
+from fsedp.trace import (
+    RoutingTrace,
+    dense_request_slots,
+    gate_records,
+    iteration_windows,
+    shard,
+    synthetic,
+)
+from fsedp.trace.io import load_any
+
+__all__ = ["Round", "Layer", "scenario_trace", "iterations", "rounds"]
+
+#: Tokens per request of the synthetic trace.
+SYNTHETIC_REQUEST_TOKENS = 16
+
+
+@dataclass
+class Round:
+    """One scheduling round as the scheduler takes it: gate records and the request-table
+    admissions that precede them."""
+
+    records: list[tuple[int, int, int]]  # (request slot, chiplet, expert)
+    req_inits: list[tuple[int, int]] = field(default_factory=list)  # (request slot, t_qos)
+
+
+@dataclass
+class Layer:
+    """One MoE layer of one iteration."""
+
+    iteration: int
+    layer: int
+    records: list[tuple[int, int, int]]  # (request slot, chiplet, expert)
+    tokens: int
+    req_inits: list[tuple[int, int]] = field(default_factory=list)
+
+    def round(self) -> Round:
+        return Round(self.records, self.req_inits)
+
+    def expert_counts(self, experts: int) -> np.ndarray:
+        counts = np.zeros(experts, dtype=np.int64)
+        for _, _, e in self.records:
+            counts[e] += 1
+        return counts
+
+    def token_chiplets(self, chiplets: int) -> np.ndarray:
+        """Tokens held per chiplet (each token appears ``top_k`` times in the records)."""
+        per = np.zeros(chiplets, dtype=np.int64)
+        for _, c, _ in self.records:
+            per[c] += 1
+        return per
+
+
+def scenario_trace(cfg: RunConfig, count: int, layers: int) -> RoutingTrace:
+    """The routing of ``count`` iterations: the scenario's trace file, else a seeded
+    synthetic trace of ``layers`` layers with requests of :data:`SYNTHETIC_REQUEST_TOKENS`
+    tokens (at most a request table's worth per iteration)."""
+    sc, m = cfg.scenario, cfg.model
+    path = cfg.trace_path()
+    if path is None:
+        tokens = sc.tokens_per_iteration
+        per_iter = max(1, min(cfg.scheduler.requests, tokens // SYNTHETIC_REQUEST_TOKENS))
+        return synthetic(
+            m.experts,
+            m.top_k,
+            tokens * count,
+            layers=layers,
+            seed=sc.seed,
+            skew=sc.skew,
+            requests=per_iter * count,
+        )
+    trace = load_any(path)
+    if trace.num_experts > m.experts:
+        raise InputError(
+            cfg.source,
+            "scenario.trace",
+            f"trace {trace.name} routes to {trace.num_experts} experts but the "
+            f"model has {m.experts}",
+        )
+    return trace
+
+
+def iterations(
+    cfg: RunConfig, count: int, layers: int | None = None, strict: bool = True
+) -> list[list[Layer]]:
+    """``count`` iterations of ``scenario.tokens_per_iteration`` tokens, ``layers`` MoE
+    layers each (default: the model's).  With ``strict`` a trace with fewer windows is an
+    error; otherwise as many iterations as it holds."""
+    sc, sp = cfg.scenario, cfg.scheduler_params()
+    layers = layers or cfg.model.layers
+    trace = scenario_trace(cfg, count, layers)
+    out = []
+    for i, window in enumerate(iteration_windows(trace, sc.tokens_per_iteration)):
+        if i == count:
+            break
+        chip = shard(window, sp.chiplets, mode=sc.sharding)
+        slots = dense_request_slots(window, sp.requests)
+        inits = [(s, cfg.scheduler.t_qos_init) for s in sorted(set(slots.values()))]
+        out.append(
+            [
+                Layer(
+                    i,
+                    l,
+                    gate_records(window, l % window.layers, chip, slots, table_depth=sp.requests),
+                    window.tokens,
+                    inits if l == 0 else [],
+                )
+                for l in range(layers)
+            ]
+        )
+    if strict and len(out) < count:
+        raise InputError(
+            cfg.source,
+            "scenario.trace",
+            f"the trace has {len(out)} iterations of {sc.tokens_per_iteration} "
+            f"tokens, {count} requested",
+        )
+    return out
+
+
+def rounds(cfg: RunConfig, limit: int | None = None) -> list[Round]:
+    """The first ``limit`` (default ``scenario.rounds``) scheduling rounds of the run: the
+    layers of :func:`iterations` in order, iteration by iteration."""
+    limit = limit if limit is not None else cfg.scenario.rounds
+    per = cfg.model.layers
+    its = iterations(cfg, -(-limit // per), strict=False)
+    return [layer.round() for it in its for layer in it][:limit]

@@ -1,0 +1,358 @@
+"""Expert offloading runtime model: an expert cache of configurable capacity, a transfer link,
+a compute cost model, prefetchers and miss policies (BuddyMoE Section 3, MoE-Prism Section
+5.2; ``docs/offload.md``).
+
+The model runs per MoE layer over *steps* (micro-batches of consecutive tokens).  Each layer
+has its own cache of ``capacity`` units (experts, or sub-experts with MoE-Prism), LRU, first
+filled with the most popular units of a profiling trace.  In a step at layer ``l``:
+
+1. the prefetcher, which saw the step's routing at layer ``l - 1``, has issued transfers of
+   its predicted units when layer ``l - 1`` started, behind that layer's demand fetches;
+   transfers queue on the link one after the other (``latency + bytes / bandwidth`` each);
+2. the miss policy turns the router's choice into the units to run: fetch on demand
+   (``demand``), drop missing experts (``drop``), substitute a random resident expert
+   (``random``) or a buddy (``buddy``, :mod:`fsedp.sw.policies.buddy`);
+3. units still missing are fetched on demand behind the queued prefetches;
+4. the layer computes once all its units are on chip: ``time = wait + compute``, compute =
+   ``dense_s`` per token (attention and the rest of the layer) plus, per unit, its tokens x
+   ``unit_flops`` / ``flops`` and a launch ``overhead_s``;
+5. fetched and prefetched units enter the cache (LRU; a unit used in the step is not
+   evicted by the step's own insertions).
+
+The time of a step through all layers adds up; modelled tokens per second = tokens / time.
+"""
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Link",
+    "Cost",
+    "LINKS",
+    "LRUCache",
+    "Prefetcher",
+    "TransitionPrefetcher",
+    "FrequencyPrefetcher",
+    "OraclePrefetcher",
+    "OffloadStats",
+    "OffloadRuntime",
+    "popularity_order",
+]
+
+
+@dataclass(frozen=True)
+class Link:
+    """Transfer link from off-chip memory: ``bandwidth_gbs`` (GB/s), ``latency_us`` per
+    transfer."""
+
+    name: str
+    bandwidth_gbs: float
+    latency_us: float
+
+    def seconds(self, nbytes: float) -> float:
+        return self.latency_us * 1e-6 + nbytes / (self.bandwidth_gbs * 1e9)
+
+
+#: PCIe 4.0 x16 between CPU and GPU memory (about 25 GB/s achieved, 10 us per transfer), and
+#: DDR to the FSE-DP package (Table I: 4 x 25.6 GB/s, 100 ns).
+LINKS = {"pcie4": Link("pcie4", 25.0, 10.0), "ddr-chip": Link("ddr-chip", 102.4, 0.1)}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Sizes and speeds of the modelled deployment: bytes and FLOPs per token of one unit
+    (expert or sub-expert), dense FLOPs per token and layer, compute rate, launch overhead."""
+
+    unit_bytes: float
+    unit_flops: float
+    dense_flops: float
+    flops: float = 50e12
+    overhead_s: float = 5e-6
+
+    def compute_s(self, tokens_per_unit: np.ndarray, tokens: int) -> float:
+        n = np.asarray(tokens_per_unit)
+        return (tokens * self.dense_flops + float(n.sum()) * self.unit_flops) / self.flops + len(
+            n
+        ) * self.overhead_s
+
+
+class LRUCache:
+    """Units resident on chip, least recently used first."""
+
+    def __init__(self, capacity: int, initial=()):
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, not {capacity}")
+        self.capacity = capacity
+        self.d: OrderedDict = OrderedDict()
+        for u in list(initial)[:capacity]:
+            self.d[int(u)] = True
+
+    def __contains__(self, u) -> bool:
+        return int(u) in self.d
+
+    def resident(self, n: int) -> np.ndarray:
+        m = np.zeros(n, dtype=bool)
+        if self.d:
+            m[list(self.d)] = True
+        return m
+
+    def touch(self, u):
+        self.d.move_to_end(int(u))
+
+    def insert(self, u, keep=frozenset()) -> bool:
+        """Insert ``u`` evicting the least recently used unit not in ``keep``; False when
+        there is no room (capacity 0, or everything resident is kept)."""
+        u = int(u)
+        if u in self.d:
+            self.d.move_to_end(u)
+            return True
+        if self.capacity == 0:
+            return False
+        if len(self.d) >= self.capacity:
+            victim = next((v for v in self.d if v not in keep), None)
+            if victim is None:
+                return False
+            del self.d[victim]
+        self.d[u] = True
+        return True
+
+
+def popularity_order(ids: np.ndarray, n: int) -> np.ndarray:
+    """Units by descending use in ``ids`` (any shape), ties to the lower id."""
+    counts = np.bincount(np.asarray(ids).reshape(-1), minlength=n)
+    return np.argsort(-counts, kind="stable")
+
+
+class Prefetcher:
+    """Predicts, for layer ``l``, the units to fetch while layer ``l - 1`` runs."""
+
+    name = "none"
+
+    def predict(self, layer: int, prev_ids, tokens, count: int) -> list:
+        return []
+
+
+class FrequencyPrefetcher(Prefetcher):
+    """The ``count`` most popular units of the layer in the profiling trace."""
+
+    name = "frequency"
+
+    def __init__(self, orders: list):
+        self.orders = orders
+
+    def predict(self, layer, prev_ids, tokens, count):
+        return [int(u) for u in self.orders[layer][:count]]
+
+
+class TransitionPrefetcher(Prefetcher):
+    """Previous-layer transition: units of layer ``l`` scored by the transition counts from
+    the step's units at layer ``l - 1`` (profiling trace), popularity as tie-break."""
+
+    name = "transition"
+
+    def __init__(self, trans: list, orders: list):
+        self.trans, self.orders = trans, orders
+
+    def predict(self, layer, prev_ids, tokens, count):
+        if layer == 0 or prev_ids is None:
+            return [int(u) for u in self.orders[layer][:count]]
+        t = self.trans[layer]
+        score = t[np.asarray(prev_ids).reshape(-1)].sum(0).astype(np.float64)
+        rank = np.empty(len(score))
+        rank[self.orders[layer]] = np.arange(len(score))
+        order = np.lexsort((rank, -score))
+        return [int(u) for u in order[:count]]
+
+
+class OraclePrefetcher(Prefetcher):
+    """Knows the units the step will use (a bound); resolved by
+    :meth:`OffloadRuntime.layer_step` when the step reaches the layer."""
+
+    name = "oracle"
+
+
+@dataclass
+class OffloadStats:
+    steps: int = 0
+    tokens: int = 0
+    requested: int = 0  # units requested (per step and layer, distinct)
+    hits: int = 0  # resident when the layer started
+    prefetch_hits: int = 0  # brought by a prefetch
+    demand: int = 0  # fetched on demand
+    prefetched: int = 0  # prefetch transfers issued
+    prefetch_useful: int = 0  # prefetched units the step used
+    substituted: int = 0  # (token, expert) slots replaced by a resident expert
+    dropped: int = 0  # (token, expert) slots dropped
+    bytes: float = 0.0
+    wait_s: float = 0.0
+    compute_s: float = 0.0
+    per_layer: dict = field(default_factory=dict)
+
+    @property
+    def time_s(self) -> float:
+        return self.wait_s + self.compute_s
+
+    def as_dict(self) -> dict:
+        req = max(1, self.requested)
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "hit_rate": round((self.hits + self.prefetch_hits) / req, 4),
+            "resident_hit_rate": round(self.hits / req, 4),
+            "prefetch_accuracy": round(self.prefetch_useful / self.prefetched, 4)
+            if self.prefetched
+            else None,
+            "demand_fetches": self.demand,
+            "prefetches": self.prefetched,
+            "substituted": self.substituted,
+            "dropped": self.dropped,
+            "bytes_moved_mb": round(self.bytes / 1e6, 3),
+            "stall_s": round(self.wait_s, 6),
+            "compute_s": round(self.compute_s, 6),
+            "tokens_per_s": round(self.tokens / self.time_s, 2) if self.time_s else None,
+            "per_layer": {
+                l: {
+                    "hit_rate": round(v["hit"] / max(1, v["req"]), 4),
+                    "stall_s": round(v["wait"], 6),
+                }
+                for l, v in sorted(self.per_layer.items())
+            },
+        }
+
+
+class OffloadRuntime:
+    """Per-layer caches, link and prefetcher.
+
+    :meth:`layer_step` is called once per (step, layer) with the units the step runs there:
+    in step order within a layer, and for a step at layer ``l`` after that step at ``l - 1``
+    (so layer by layer over a batch of steps, as a forward pass with hooks calls it, or step
+    by step).  Residency evolves per layer's cache, so it is decided at once; the link and
+    clock are replayed in (step, layer) order by :meth:`timing`.
+    """
+
+    def __init__(
+        self,
+        layers: int,
+        units: int,
+        capacity: int,
+        link: Link,
+        cost: Cost,
+        prefetcher: Prefetcher | None = None,
+        initial: list | None = None,
+        prefetch_count: int | None = None,
+    ):
+        self.layers, self.units, self.link, self.cost = layers, units, link, cost
+        self.capacity = capacity
+        self.caches = [
+            LRUCache(capacity, initial[l] if initial is not None else ()) for l in range(layers)
+        ]
+        self.prefetcher = prefetcher or Prefetcher()
+        self.prefetch_count = (
+            prefetch_count if prefetch_count is not None else max(1, capacity // 4)
+        )
+        self.stats = OffloadStats()
+        self._pending: dict = {}  # (layer, step) -> prefetched units, in issue order
+        self.log: list = []  # (step, layer, tokens, demand, prefetched-used, issued, counts)
+        self._logidx: dict = {}
+
+    def resident(self, layer: int) -> np.ndarray:
+        return self.caches[layer].resident(self.units)
+
+    def layer_step(
+        self,
+        step: int,
+        layer: int,
+        units: np.ndarray,
+        tokens_per_unit: np.ndarray,
+        tokens: int,
+        token_ids=None,
+    ):
+        """Run ``units`` (distinct ids, with their token counts) at ``layer`` in ``step``, then
+        let the prefetcher predict layer ``layer + 1`` from them.  The oracle prefetcher is
+        resolved here for ``layer`` itself: it fetched, when layer ``layer - 1`` started,
+        exactly the units of this step that are not resident (at most ``prefetch_count``)."""
+        st = self.stats
+        cache = self.caches[layer]
+        if self.prefetcher.name == "oracle" and layer > 0:
+            # the oracle knows this step's units when the previous layer started
+            pend = [u for u in units.tolist() if u not in cache][: self.prefetch_count]
+            prev = self._logidx.get((step, layer - 1))
+            if prev is not None:
+                self.log[prev] = self.log[prev][:5] + (pend,) + self.log[prev][6:]
+            st.prefetched += len(pend)
+            st.bytes += len(pend) * self.cost.unit_bytes
+        else:
+            pend = self._pending.pop((layer, step), [])
+        pend_set = set(pend)
+        demand, used_pref = [], []
+        hit = 0
+        for u in units.tolist():
+            if u in cache:
+                hit += 1
+                cache.touch(u)
+            elif u in pend_set:
+                used_pref.append(u)
+            else:
+                demand.append(u)
+        st.hits += hit
+        st.prefetch_hits += len(used_pref)
+        st.prefetch_useful += len(used_pref)
+        st.demand += len(demand)
+        st.bytes += len(demand) * self.cost.unit_bytes
+        st.requested += len(units)
+        pl = st.per_layer.setdefault(layer, {"hit": 0, "req": 0, "wait": 0.0})
+        pl["hit"] += hit
+        pl["req"] += len(units)
+        keep = frozenset(units.tolist())
+        for u in pend + demand:
+            cache.insert(u, keep)
+        issued = []
+        if layer + 1 < self.layers and self.prefetcher.name not in ("none", "oracle"):
+            nxt = self.caches[layer + 1]
+            for u in self.prefetcher.predict(layer + 1, units, token_ids, self.prefetch_count):
+                if u not in nxt and u not in issued:
+                    issued.append(u)
+            self._pending[(layer + 1, step)] = issued
+            st.prefetched += len(issued)
+            st.bytes += len(issued) * self.cost.unit_bytes
+        self._logidx[(step, layer)] = len(self.log)
+        self.log.append(
+            (step, layer, tokens, demand, used_pref, issued, np.asarray(tokens_per_unit))
+        )
+        if layer == 0:
+            st.steps += 1
+            st.tokens += tokens
+
+    def timing(self) -> OffloadStats:
+        """Replay the link and the clock in (step, layer) order: a layer waits for its demand
+        fetches (queued behind earlier transfers) and for the prefetches it uses; prefetches
+        for layer ``l + 1`` are issued when layer ``l`` starts, behind its demand fetches."""
+        st = self.stats
+        st.wait_s = st.compute_s = 0.0
+        for v in st.per_layer.values():
+            v["wait"] = 0.0
+        clock = link_free = 0.0
+        arrival: dict = {}
+        xfer = self.link.seconds(self.cost.unit_bytes)
+        for step, layer, tokens, demand, used_pref, issued, counts in sorted(
+            self.log, key=lambda r: (r[0], r[1])
+        ):
+            start = clock
+            ready = start
+            for u in used_pref:
+                ready = max(ready, arrival.get((layer, step, u), start))
+            for _ in demand:
+                link_free = max(link_free, start) + xfer
+                ready = max(ready, link_free)
+            for u in issued:
+                link_free = max(link_free, start) + xfer
+                arrival[(layer + 1, step, u)] = link_free
+            compute = self.cost.compute_s(counts, tokens)
+            wait = ready - start
+            st.wait_s += wait
+            st.compute_s += compute
+            st.per_layer[layer]["wait"] += wait
+            clock = start + wait + compute
+        return st

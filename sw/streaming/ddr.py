@@ -1,0 +1,289 @@
+"""DDR controller (golden model of ``fsedp.hw.ddr_ctrl``): Rule 4 loads of running experts
+(striped over the trajectory, or Rule 5's emptiest chiplet, or chiplet-driven with a channel
+per chiplet, remote loads included), pre-loads of Algorithm 1, the issue-to-delivery
+pipeline, dispatch beats and the retirement of jobs."""
+
+from dataclasses import dataclass
+
+from fsedp.params import _ring_after
+from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch
+from fsedp.sw.streaming.ring_buffer import Header, store
+
+__all__ = [
+    "Job",
+    "Preload",
+    "issue",
+    "deliveries",
+    "commit",
+    "take_dispatch",
+    "retire_jobs",
+    "ddr_target",
+    "need",
+]
+
+
+@dataclass
+class Job:
+    valid: bool = False
+    expert: int = 0
+    traj: int = 0
+    loaded: int = 0
+    retired: int = 0
+    target: int = 0  # chiplet of the next load (Rule 4 striping), starts at the entry
+
+
+@dataclass
+class Preload:
+    valid: bool = False
+    expert: int = 0
+    traj: int = 0
+    chiplet: int = 0
+    loaded: int = 0
+
+
+def issue(arr, inp, free2):
+    """This cycle's DDR loads: ``(issues, used, issue_out)``; ``free2`` (free slots after
+    the accepted transfers) is decremented for every load."""
+    p = arr.p
+    n = p.chiplets
+    # 3. DDR issue: running experts round-robin, then pre-loads; one load per channel
+    issues = []  # (kind, index, target, expert, traj, micro-slice)
+    used = [False] * arr.channels
+
+    def channel_ok(target):
+        ch = target if arr.channels > 1 else 0
+        return (
+            not used[ch]
+            and arr.gaps[ch] == 0
+            and not inp.ddr_stall
+            and len(arr.fifos[ch]) < arr.fifo_depth
+        )
+
+    if arr.channels > 1 and not p.rule5:
+        # Rule 4 with a channel per chiplet: every chiplet with room loads the next
+        # micro-slice of a running expert that covers it (round-robin over experts);
+        # a chiplet that none of them covers loads for one it does not cover (a
+        # *remote* load, sent to the expert's trajectory) [D]
+        extra = [0] * n
+        idle_channel = []
+        for c in range(n):
+            if not channel_ok(c):
+                continue
+            for k in range(n):
+                j = (arr.ddr_rr + k) % n
+                job = arr.jobs[j]
+                if (
+                    job.valid
+                    and job.traj >> c & 1
+                    and job.loaded + extra[j] < p.micro_slices
+                    and free2[c] > need(arr, job.traj, c)
+                ):
+                    issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j], c))
+                    extra[j] += 1
+                    used[c] = True
+                    free2[c] -= 1
+                    break
+            else:
+                idle_channel.append(c)
+    else:
+        for k in range(n):
+            j = (arr.ddr_rr + k) % n
+            job = arr.jobs[j]
+            if not job.valid or job.loaded >= p.micro_slices:
+                continue
+            target = ddr_target(arr, j, job, free2, channel_ok)
+            if target is not None:
+                issues.append(("job", j, target, job.expert, job.traj, job.loaded, target))
+                used[target if arr.channels > 1 else 0] = True
+                free2[target] -= 1
+    if arr.channels > 1:
+        # with a channel per chiplet, a pre-load goes to any idle buffer (Algorithm 1:
+        # "pre-load e to any idle buffer"), chiplet-driven like Rule 4: of its trajectory
+        # first, else a remote one that reaches the trajectory within H hops
+        pre_extra = [0] * len(arr.pre)
+        for c in range(n):
+            if not channel_ok(c) or free2[c] <= p.max_hops + 1:
+                continue
+            for k, q in enumerate(arr.pre):
+                if q.valid and q.traj >> c & 1 and q.loaded + pre_extra[k] < p.micro_slices:
+                    issues.append(("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k], c))
+                    pre_extra[k] += 1
+                    used[c] = True
+                    free2[c] -= 1
+                    break
+        if not p.rule5 and arr.admission:
+            for c in idle_channel:
+                if not channel_ok(c):
+                    continue
+                for k in range(n):
+                    j = (arr.ddr_rr + k) % n
+                    job = arr.jobs[j]
+                    if not job.valid or job.loaded + extra[j] >= p.micro_slices:
+                        continue
+                    dest, r = p.remote_entry(job.traj, c)
+                    if free2[c] > r:
+                        issues.append(
+                            ("job", j, c, job.expert, job.traj, job.loaded + extra[j], dest)
+                        )
+                        extra[j] += 1
+                        used[c] = True
+                        free2[c] -= 1
+                        break
+                else:
+                    if free2[c] <= p.max_hops + 1:
+                        continue
+                    for k, q in enumerate(arr.pre):
+                        if not q.valid or q.loaded + pre_extra[k] >= p.micro_slices:
+                            continue
+                        dest, _ = p.remote_entry(q.traj, c)
+                        issues.append(
+                            ("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k], dest)
+                        )
+                        pre_extra[k] += 1
+                        used[c] = True
+                        free2[c] -= 1
+                        break
+    else:
+        for k, q in enumerate(arr.pre):
+            if (
+                q.valid
+                and q.loaded < p.micro_slices
+                and channel_ok(q.chiplet)
+                and free2[q.chiplet] > p.max_hops + 1
+            ):
+                issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded, q.chiplet))
+                used[0] = True
+                free2[q.chiplet] -= 1
+    issue_out = []
+    for kind, _, target, expert, traj, index, dest in issues:
+        slots = arr.chips[target].slots
+        slot = max(i for i, x in enumerate(slots) if not x.busy)
+        h = Header(
+            expert,
+            index,
+            traj,
+            dest,
+            bin(traj).count("1") - 1,
+            p.path_hops(traj, dest) + p.distance(target, dest),
+        )
+        issue_out.append((target, slot, h, kind == "pre"))
+    return issues, used, issue_out
+
+
+def deliveries(arr, inp) -> list:
+    """Per channel, the load whose latency has passed: ``(channel, (target, slot, Header,
+    held))``; a held pre-load is released when its expert runs or is being dispatched."""
+    p = arr.p
+    # 4. DDR delivery
+    dispatch_e = (
+        inp.dispatch.expert if inp.dispatch is not None and inp.dispatch.kind == DISPATCH else None
+    )
+    deliveries = []
+    for ch, fifo in enumerate(arr.fifos):
+        if fifo and not inp.ddr_stall:
+            target, slot, h, held, ts = fifo[0]
+            if (arr.now - ts) % (1 << arr.age_bits) >= p.ddr_latency:
+                if held and (
+                    any(j.valid and j.expert == h.expert for j in arr.jobs)
+                    or dispatch_e == h.expert
+                ):
+                    held = False
+                deliveries.append((ch, (target, slot, h, held)))
+    return deliveries
+
+
+def commit(arr, delivered, issues, issue_out, used):
+    """Next state of the DDR pipeline: deliveries stored, issues reserved, gaps counted."""
+    p = arr.p
+    n = p.chiplets
+    # DDR
+    for ch, (target, slot, h, held) in delivered:
+        arr.fifos[ch].popleft()
+        store(arr, target, slot, h, wait=0, ddr=True, held=held)
+    for (kind, idx, *_), (t, slot, h, held) in zip(issues, issue_out):
+        ch = t if arr.channels > 1 else 0
+        sl = arr.chips[t].slots[slot]
+        sl.busy, sl.resv = True, True
+        arr.fifos[ch].append((t, slot, h, held, arr.now))
+        if kind == "job":
+            job = arr.jobs[idx]
+            job.loaded += 1
+            job.target = _ring_after(job.traj, t, n)
+            arr.ddr_rr = (idx + 1) % n
+        else:
+            arr.pre[idx].loaded += 1
+    for ch in range(arr.channels):
+        if used[ch]:
+            arr.gaps[ch] = p.ddr_interval - 1
+        elif arr.gaps[ch]:
+            arr.gaps[ch] -= 1
+
+
+def retire_jobs(arr, retired) -> int:
+    """Count retired micro-slices per job; the mask of entry slots whose job finished."""
+    p = arr.p
+    n = p.chiplets
+    done_new = 0
+    # jobs
+    for j in range(n):
+        if retired[j]:
+            job = arr.jobs[j]
+            job.retired += retired[j]
+            if job.retired >= p.micro_slices:
+                job.valid = False
+                done_new |= 1 << j
+    return done_new
+
+
+def ddr_target(arr, j: int, job: Job, free2: list[int], channel_ok) -> int | None:
+    """Chiplet of a running expert's next load (Rule 4 striping, or Rule 5's emptiest)."""
+    p = arr.p
+    if not p.rule5:
+        t = job.target
+        return t if channel_ok(t) and free2[t] > need(arr, job.traj, t) else None
+    best = None
+    for a in range(p.chiplets):
+        if job.traj >> a & 1 and channel_ok(a) and free2[a] > need(arr, job.traj, a):
+            if best is None or free2[a] > free2[best]:
+                best = a
+    return best
+
+
+def need(arr, traj: int, a: int) -> int:
+    """Free slots a load into chiplet ``a`` must leave (forward-count admission)."""
+    return arr.p.path_hops(traj, a) if arr.admission else 0
+
+
+def take_dispatch(arr, b: Dispatch):
+    """A dispatch beat opens the job of its entry slot (taking over a pre-load of the same
+    expert); a pre-load beat opens a pre-load entry; a malformed beat sets ``bad_dispatch``."""
+    p = arr.p
+    n = p.chiplets
+    if (
+        b.traj == 0
+        or b.traj >> n
+        or not 0 <= b.entry < n
+        or not b.traj >> b.entry & 1
+        or not 0 <= b.expert < p.experts
+    ):
+        arr.bad_dispatch = True
+        return
+    if b.kind == PRELOAD:
+        k = next((k for k, q in enumerate(arr.pre) if not q.valid), None)
+        if k is not None:
+            arr.pre[k] = Preload(True, b.expert, b.traj, b.entry, 0)
+        return
+    if arr.jobs[b.entry].valid:
+        arr.bad_dispatch = True
+        return
+    loaded = 0
+    k = next((k for k, q in enumerate(arr.pre) if q.valid and q.expert == b.expert), None)
+    if k is not None:
+        q = arr.pre[k]
+        loaded = q.loaded  # already includes an issue of this cycle
+        q.valid = False
+        for c in range(n) if arr.channels > 1 else (q.chiplet,):
+            for s in arr.chips[c].slots:
+                if s.busy and s.held and s.expert == b.expert:
+                    s.held = False
+    arr.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0, b.entry)

@@ -1,0 +1,122 @@
+"""Ring buffer of one chiplet (golden model of ``fsedp.hw.ring_buffer``): the micro-slice
+slots, what a stored micro-slice does next (:func:`arrive`), storing (:func:`store`) and the
+per-cycle release and counters (Rule 3, :func:`tick`)."""
+
+from dataclasses import dataclass
+
+from fsedp.params import DatapathParams
+
+__all__ = ["Header", "Slot", "arrive", "store", "tick", "free_slots"]
+
+
+@dataclass(frozen=True)
+class Header:
+    """A micro-slice as it travels: on a link ``r`` counts the hops left *after* the
+    receiver, in a DDR load the hops of the whole path."""
+
+    expert: int
+    index: int
+    traj: int
+    dest: int
+    legs: int
+    r: int
+
+
+@dataclass
+class Slot:
+    busy: bool = False
+    resv: bool = False
+    wait: int = 0
+    held: bool = False
+    comp: bool = False
+    computing: bool = False
+    send: bool = False
+    tx: int = 0
+    ddr: bool = False
+    final: bool = False
+    dir: int = 0
+    r: int = 0
+    expert: int = 0
+    # slot storage (the RTL's lib.memory): the next leg of the micro-slice
+    index: int = 0
+    traj: int = 0
+    dest: int = 0
+    legs: int = 0
+
+    @property
+    def present(self) -> bool:
+        return self.busy and not self.resv and self.wait == 0 and not self.held
+
+    @property
+    def releasable(self) -> bool:
+        return (
+            self.busy
+            and not self.resv
+            and self.wait == 0
+            and not self.held
+            and not self.comp
+            and not self.computing
+            and not self.send
+            and self.tx == 0
+        )
+
+
+def arrive(p: DatapathParams, c: int, h: Header) -> dict:
+    """Slot fields of micro-slice ``h`` stored at chiplet ``c`` (station or transit)."""
+    if h.dest == c:  # a station: compute here, then the next ring leg
+        if h.legs:
+            nxt = next(
+                m
+                for m in ((c + s) % p.chiplets for s in range(1, p.chiplets + 1))
+                if h.traj >> m & 1
+            )
+            return dict(
+                comp=True,
+                send=True,
+                final=False,
+                dest=nxt,
+                legs=h.legs - 1,
+                dir=p.direction(c, nxt),
+                r=h.r,
+            )
+        return dict(comp=True, send=False, final=True, dest=c, legs=0, dir=0, r=h.r)
+    return dict(
+        comp=False,
+        send=True,
+        final=False,
+        dest=h.dest,
+        legs=h.legs,
+        dir=p.direction(c, h.dest),
+        r=h.r,
+    )
+
+
+def free_slots(slots) -> int:
+    """Free slots of one ring buffer."""
+    return sum(not s.busy for s in slots)
+
+
+def store(arr, c: int, slot: int, h: Header, wait: int, ddr: bool, held: bool):
+    """Write micro-slice ``h`` into slot ``slot`` of chiplet ``c`` (a link arrival or a DDR
+    delivery): what it does next follows from :func:`arrive`."""
+    s = arr.chips[c].slots[slot]
+    f = arrive(arr.p, c, h)
+    s.busy, s.resv, s.wait, s.held, s.ddr = True, False, wait, held, ddr
+    s.computing, s.tx = False, 0
+    s.comp, s.send, s.final, s.dir, s.r = f["comp"], f["send"], f["final"], f["dir"], f["r"]
+    s.expert, s.index, s.traj, s.dest, s.legs = h.expert, h.index, h.traj, f["dest"], f["legs"]
+
+
+def tick(arr, release):
+    """Next state of every ring buffer: slots whose release condition held (Rule 3, on the
+    registered state) are freed; arrival, transfer and link counters count down."""
+    # slots: release (registered condition), counters
+    for ch, rel in zip(arr.chips, release):
+        for s, free_it in zip(ch.slots, rel):
+            if free_it:
+                s.busy = False
+            if s.wait:
+                s.wait -= 1
+            if s.tx:
+                s.tx -= 1
+        ch.link_busy = [max(0, b - 1) for b in ch.link_busy]

@@ -1,0 +1,183 @@
+"""Stimulus and checking shared by every scheduler testbench (Amaranth simulator, cocotb on
+Verilator and Icarus, ``fsedp rtl cosim``).
+
+* :func:`random_round` makes one round of gate records with a long-tailed expert popularity,
+  tokens sharded over chiplets and grouped into requests.
+* :class:`DatapathModel` stands in for the chiplet array: every dispatched expert completes
+  after a random number of cycles; due completions are merged into one mask per beat.
+* :class:`RoundChecker` is the scoreboard: it replays the completions the RTL accepted into
+  the golden model and compares every dispatch beat and the end-of-round status.
+"""
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from fsedp.params import SchedulerParams
+from fsedp.sw.scheduler import Dispatch, Scheduler
+from fsedp.workload import Round
+
+__all__ = ["random_round", "DatapathModel", "ScriptedDatapath", "RoundChecker", "Mismatch"]
+
+
+def zipf_weights(n: int, skew: float, rng: random.Random) -> list[float]:
+    order = list(range(n))
+    rng.shuffle(order)
+    w = [0.0] * n
+    for rank, e in enumerate(order):
+        w[e] = 1.0 / (rank + 1) ** skew
+    return w
+
+
+def random_round(
+    p: SchedulerParams,
+    rng: random.Random,
+    tokens: int | None = None,
+    top_k: int | None = None,
+    skew: float = 1.1,
+    inits: bool = True,
+) -> Round:
+    """A random round: ``tokens`` tokens, each activating ``top_k`` distinct experts drawn
+    from a Zipf-like popularity, each token on a random chiplet and in a random request."""
+    tokens = tokens if tokens is not None else rng.randint(1, 4 * p.chiplets)
+    top_k = min(top_k if top_k is not None else rng.randint(1, 4), p.experts)
+    weights = zipf_weights(p.experts, skew, rng)
+    records = []
+    for _ in range(tokens):
+        request = rng.randrange(p.requests)
+        chiplet = rng.randrange(p.chiplets)
+        chosen = set()
+        while len(chosen) < top_k:
+            chosen.add(rng.choices(range(p.experts), weights)[0])
+        records += [(request, chiplet, e) for e in sorted(chosen)]
+    req_inits = []
+    if inits:
+        for r in range(p.requests):
+            if rng.random() < 0.3:
+                req_inits.append((r, rng.randrange(p.qos_max + 1)))
+    return Round(records, req_inits)
+
+
+class DatapathModel:
+    """Completes every dispatched expert some cycles after its dispatch beat.
+
+    With ``per_token = 0`` the delay is uniform in ``0..max_delay`` (stress); otherwise it is
+    ``ceil(count * per_token / |T_e|)`` plus that jitter: the expert's tokens spread over its
+    trajectory's chiplets, ``per_token`` cycles each (a first-order compute model).
+    """
+
+    def __init__(self, chiplets: int, rng: random.Random, max_delay: int = 12, per_token: int = 0):
+        self.rng = rng
+        self.chiplets = chiplets
+        self.max_delay = max_delay
+        self.per_token = per_token
+        self.due: dict[int, int] = {}  # slot -> cycle
+
+    def on_dispatch(self, entry: int, now: int, count: int = 0, traj: int = 1):
+        work = -(-count * self.per_token // max(1, bin(traj).count("1")))
+        self.due[entry] = now + work + self.rng.randint(0, self.max_delay)
+
+    def ready_mask(self, now: int) -> int:
+        """Mask of every slot whose completion is due (several completions in one beat)."""
+        return sum(1 << s for s, t in self.due.items() if t <= now)
+
+    def on_done(self, mask: int):
+        for s in range(self.chiplets):
+            if mask >> s & 1:
+                self.due.pop(s, None)
+
+
+class ScriptedDatapath:
+    """Replays a recorded sequence of completion masks (e.g. from the simulator): the next
+    mask is presented as soon as every slot in it is running.  Because the scheduler's
+    decisions are a function of the sequence of completion masks, the RTL fed this script
+    must make the recorded decisions."""
+
+    def __init__(self, chiplets: int, script: list[int]):
+        self.chiplets = chiplets
+        self.script = list(script)
+        self.running = 0
+
+    def on_dispatch(self, entry: int, now: int, count: int = 0, traj: int = 1):
+        self.running |= 1 << entry
+
+    def ready_mask(self, now: int) -> int:
+        if self.script and self.script[0] & ~self.running == 0:
+            return self.script[0]
+        return 0
+
+    def on_done(self, mask: int):
+        self.running &= ~mask
+        if self.script and self.script[0] == mask:
+            self.script.pop(0)
+
+
+@dataclass
+class Mismatch:
+    round: int
+    what: str
+    expected: object
+    got: object
+
+    def __str__(self):
+        return f"round {self.round}: {self.what}: expected {self.expected}, got {self.got}"
+
+
+class RoundChecker:
+    """Scoreboard of the scheduler top against :class:`fsedp.sw.scheduler.Scheduler`."""
+
+    def __init__(self, p: SchedulerParams):
+        self.p = p
+        self.golden = Scheduler(p)
+        self.pending: deque[Dispatch] = deque()
+        self.mismatches: list[Mismatch] = []
+        self.round = 0
+        self.beats = 0
+        self.plan = None
+
+    def reset(self):
+        self.golden.reset()
+        self.pending.clear()
+
+    def _miss(self, what, expected, got):
+        self.mismatches.append(Mismatch(self.round, what, expected, got))
+
+    def init_request(self, request: int, t_qos: int):
+        self.golden.init_request(request, t_qos)
+
+    def start_round(self, records):
+        self.plan = self.golden.start_round(records)
+        self.pending.extend(self.golden.decide())
+
+    def on_dispatch(self, got: Dispatch):
+        self.beats += 1
+        exp = self.pending.popleft() if self.pending else None
+        if exp != got:
+            self._miss("dispatch beat", exp, got)
+
+    def on_done(self, mask: int):
+        if self.pending:
+            self._miss(
+                "completion accepted while a decision was possible", list(self.pending), mask
+            )
+            self.pending.clear()
+        self.golden.complete(mask)
+        self.pending.extend(self.golden.decide())
+
+    def end_round(self, deferred: int, n_active: int, flags: dict):
+        plan = self.plan
+        if self.pending:
+            self._miss("dispatch beats missing at end of round", list(self.pending), None)
+            self.pending.clear()
+        if self.golden.plan is not None:
+            self._miss("round ended early", "running", "idle")
+            self.golden.plan = None
+        if plan.defer != deferred:
+            self._miss("defer mask", plan.defer, deferred)
+        if plan.n != n_active:
+            self._miss("active experts", plan.n, n_active)
+        gflags = self.golden.flags
+        for name, value in flags.items():
+            if gflags[name] != value:
+                self._miss(f"flag {name}", gflags[name], value)
+        self.round += 1
