@@ -33,6 +33,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 verilog: $(STAMP)
 	$(BIN)/fsedp rtl verilog --out build/verilog --lint

@@ -21,6 +21,7 @@ __all__ = [
     "read_yaml",
     "parse_yaml",
     "MAX_YAML_BYTES",
+    "pyplot",
 ]
 
 
@@ -83,8 +84,9 @@ def _check_place(path: Path):
                 with tempfile.TemporaryFile(dir=parent):
                     pass
             except OSError as e:
-                raise InputError(str(path), "<file>",
-                                 f"cannot write into {parent}: {e.strerror}") from None
+                raise InputError(
+                    str(path), "<file>", f"cannot write into {parent}: {e.strerror}"
+                ) from None
             return
 
 
@@ -239,3 +241,14 @@ def read_yaml(path) -> dict:
     except UnicodeDecodeError as e:
         raise InputError(file, "<file>", f"not UTF-8 text (byte {e.start})") from None
     return parse_yaml(text, file)
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend (no screen needed): every plot of
+    the project is a PNG written to a file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -281,10 +281,9 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
     """Write ``summary.json``, ``report.md``, ``utilization.png`` (Figure 11),
     ``chiplets.png`` and, with an FSE-DP strategy, ``activity.png`` (Figure 13) into
     ``out_dir`` (all or nothing: written to a temporary folder that is then renamed)."""
-    import matplotlib
+    from fsedp.files import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     setup: Setup = run["setup"]
     cfg = setup.cfg

@@ -41,15 +41,21 @@ __all__ = ["Case", "cases"]
 SEED = 20250611
 
 #: Run-config fields for which 0 is a meaningful value (every other number must be positive).
-ZERO_OK = {"hardware.d2d_latency_ns", "model.shared_experts", "scheduler.theta_min",
-           "scheduler.t_qos_init", "scenario.seed", "scenario.skew",
-           "scenario.prefill_fraction"}
+ZERO_OK = {
+    "hardware.d2d_latency_ns",
+    "model.shared_experts",
+    "scheduler.theta_min",
+    "scheduler.t_qos_init",
+    "scenario.seed",
+    "scenario.skew",
+    "scenario.prefill_fraction",
+}
 
-HUGE = str(10**400)          # a YAML/JSON integer no float or int64 holds
-HUGE_CLI = str(10**30)       # an absurd count on the command line
+HUGE = str(10**400)  # a YAML/JSON integer no float or int64 holds
+HUGE_CLI = str(10**30)  # an absurd count on the command line
 
 _SLOT = "__FUZZ_SLOT__"
-_DROP = object()          # a key to leave out of a JSON record
+_DROP = object()  # a key to leave out of a JSON record
 
 
 @dataclass(frozen=True)
@@ -108,29 +114,46 @@ def _deep(depth: int, closed: bool = True) -> str:
 
 CONFIG = "{dir}/c.yaml"
 CONFIG_COMMANDS = {
-    "run": ["run", "--config", CONFIG, "--layers", "1", "--strategies", "EP",
-            "--out", "{dir}/out"],
+    "run": ["run", "--config", CONFIG, "--layers", "1", "--strategies", "EP", "--out", "{dir}/out"],
     "rounds": ["rtl", "rounds", "--config", CONFIG],
     "verilog": ["rtl", "verilog", "--config", CONFIG, "--out", "{dir}/v"],
     "report": ["rtl", "report", "--config", CONFIG, "--no-latency", "--no-cells"],
 }
 
 _COMMON_BAD = {
-    "list": "[1, 2]", "empty-list": "[]", "mapping": "{value: 1}", "true": "true",
-    "false": "false", "null": "null", "timestamp": "2001-12-14",
+    "list": "[1, 2]",
+    "empty-list": "[]",
+    "mapping": "{value: 1}",
+    "true": "true",
+    "false": "false",
+    "null": "null",
+    "timestamp": "2001-12-14",
     "binary": "!!binary aGVsbG8=",
 }
 _NUMBER_BAD = {
-    "string": "'twelve'", "numeric-string": "'12'", "nan": ".nan", "inf": ".inf",
-    "neg-inf": "-.inf", "huge-int": HUGE, "negative": "-1",
+    "string": "'twelve'",
+    "numeric-string": "'12'",
+    "nan": ".nan",
+    "inf": ".inf",
+    "neg-inf": "-.inf",
+    "huge-int": HUGE,
+    "negative": "-1",
 }
 _INT_BAD = {
-    "int-2p63": str(2**63), "int-2p64": str(2**64), "float-1e308": "1.0e+308",
-    "tiny-float": "1.0e-300", "fraction": "2.5",
+    "int-2p63": str(2**63),
+    "int-2p64": str(2**64),
+    "float-1e308": "1.0e+308",
+    "tiny-float": "1.0e-300",
+    "fraction": "2.5",
 }
 _FLOAT_BAD = {"float-1e308": "1.0e+308", "int-2p63": str(2**63), "negative-float": "-0.5"}
-_STR_BAD = {"int": "42", "float": "1.5", "empty": "''", "blank": "'   '",
-            "long-string": "'" + "x" * 100_000 + "'"}
+_STR_BAD = {
+    "int": "42",
+    "float": "1.5",
+    "empty": "''",
+    "blank": "'   '",
+    "long-string": "'" + "x" * 100_000 + "'",
+}
 #: type-correct but physically absurd hardware
 _ABSURD = {
     "hardware.clock_mhz": {"absurd-1e-9": "1.0e-9", "absurd-1e12": "1.0e+12"},
@@ -210,7 +233,7 @@ def _field_values(dotted: str, value) -> dict[str, str]:
         bad["tiny-float"] = "1.0e-300"
     elif isinstance(value, float):
         bad.pop("tiny-float", None)
-    if dotted == "scenario.seed":           # any size of seed might be meaningful but 10**400
+    if dotted == "scenario.seed":  # any size of seed might be meaningful but 10**400
         for k in ("int-2p63", "int-2p64"):
             bad.pop(k)
     bad.update(_ABSURD.get(dotted, {}))
@@ -243,67 +266,106 @@ def _config_cases(out: _Cases, rng: random.Random, bad_traces: dict[str, bytes])
                 add(dotted, variant, _with(cfg, dotted, raw), cmds=cmds)
             if dotted in required:
                 add(dotted, "missing", _without(cfg, dotted))
-            add(dotted, "duplicate", _with(cfg, dotted, f"{value!r}\n  {name}: {value!r}"
-                                           if not isinstance(value, str) else
-                                           f"{value}\n  {name}: {value}"))
+            add(
+                dotted,
+                "duplicate",
+                _with(
+                    cfg,
+                    dotted,
+                    f"{value!r}\n  {name}: {value!r}"
+                    if not isinstance(value, str)
+                    else f"{value}\n  {name}: {value}",
+                ),
+            )
         unknown = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(12))
-        add(f"{section}.{unknown}", "unknown-key",
-            _with(cfg, f"{section}.{unknown}", "1"))
-        add(f"{section}.{next(iter(fields)).upper()}", "near-miss-key",
-            _with(cfg, f"{section}.{next(iter(fields)).upper()}", "1"))
+        add(f"{section}.{unknown}", "unknown-key", _with(cfg, f"{section}.{unknown}", "1"))
+        add(
+            f"{section}.{next(iter(fields)).upper()}",
+            "near-miss-key",
+            _with(cfg, f"{section}.{next(iter(fields)).upper()}", "1"),
+        )
         add(section, "missing", _without(cfg, section))
-        for variant, raw in {"int": "5", "float": "1.5", "list": "[]", "true": "true",
-                             "null": "null", "empty-mapping": "{}",
-                             "deep-5000": _deep(5000)}.items():
+        for variant, raw in {
+            "int": "5",
+            "float": "1.5",
+            "list": "[]",
+            "true": "true",
+            "null": "null",
+            "empty-mapping": "{}",
+            "deep-5000": _deep(5000),
+        }.items():
             add(section, variant, _with(cfg, section, raw))
     for section in ("hardware", "model", "scheduler"):
-        for variant, raw in {"nosuch": "nosuch", "dotdot-passwd": "../../etc/passwd",
-                             "abs-passwd": "/etc/passwd", "dot": "'.'", "empty": "''",
-                             "trailing-space": "'chip2x2 '", "nosuch-yaml": "nosuch.yaml",
-                             "dev-null": "/dev/null", "dev-zero": "/dev/zero",
-                             "folder": "'./'"}.items():
+        for variant, raw in {
+            "nosuch": "nosuch",
+            "dotdot-passwd": "../../etc/passwd",
+            "abs-passwd": "/etc/passwd",
+            "dot": "'.'",
+            "empty": "''",
+            "trailing-space": "'chip2x2 '",
+            "nosuch-yaml": "nosuch.yaml",
+            "dev-null": "/dev/null",
+            "dev-zero": "/dev/zero",
+            "folder": "'./'",
+        }.items():
             add(section, f"named-{variant}", _with(cfg, section, raw))
     add("scenario", "named-synthetic", _with(cfg, "scenario", "synthetic"))
     add("<top>", "unknown-key", _with(cfg, "experimentz", "1"))
 
     # hostile structure inside a field
     for dotted in ("hardware.name", "scenario.seed", "hardware.clock_mhz"):
-        add(dotted, "billion-laughs", _with(cfg, dotted, _billion_laughs()),
-            cmds=[commands[n % 4]])
+        add(dotted, "billion-laughs", _with(cfg, dotted, _billion_laughs()), cmds=[commands[n % 4]])
         add(dotted, "deep-5000", _with(cfg, dotted, _deep(5000)))
         add(dotted, "deep-5000-unclosed", _with(cfg, dotted, _deep(5000, closed=False)))
-        add(dotted, "deep-mapping-5000",
-            _with(cfg, dotted, "{a: " * 5000 + "1" + "}" * 5000))
-    for variant, raw in {"python-apply": "!!python/object/apply:os.system ['true']",
-                         "python-name": "!!python/name:os.system",
-                         "custom-tag": "!fuzz 1", "set": "!!set {a, b}",
-                         "omap": "!!omap [{a: 1}]"}.items():
+        add(dotted, "deep-mapping-5000", _with(cfg, dotted, "{a: " * 5000 + "1" + "}" * 5000))
+    for variant, raw in {
+        "python-apply": "!!python/object/apply:os.system ['true']",
+        "python-name": "!!python/name:os.system",
+        "custom-tag": "!fuzz 1",
+        "set": "!!set {a, b}",
+        "omap": "!!omap [{a: 1}]",
+    }.items():
         add("hardware.rows", f"tag-{variant}", _with(cfg, "hardware.rows", raw))
     trace_files = list(bad_traces.items())
-    for variant, raw in {"missing-file": "nosuch.npz", "directory": "'.'",
-                         "etc-passwd": "/etc/passwd", "dev-null": "/dev/null",
-                         "nul-byte": '"t\\0.npz"', "unknown-ext": "c.yaml"}.items():
-        add("scenario.trace", variant, _with(cfg, "scenario.trace", raw),
-            cmds=["run", "rounds"])
+    for variant, raw in {
+        "missing-file": "nosuch.npz",
+        "directory": "'.'",
+        "etc-passwd": "/etc/passwd",
+        "dev-null": "/dev/null",
+        "nul-byte": '"t\\0.npz"',
+        "unknown-ext": "c.yaml",
+    }.items():
+        add("scenario.trace", variant, _with(cfg, "scenario.trace", raw), cmds=["run", "rounds"])
     for i, (fname, data) in enumerate(trace_files[::3]):
-        add("scenario.trace", f"bad-{fname}", _with(cfg, "scenario.trace", fname),
-            cmds=[("run", "rounds")[i % 2]], extra={fname: data})
+        add(
+            "scenario.trace",
+            f"bad-{fname}",
+            _with(cfg, "scenario.trace", fname),
+            cmds=[("run", "rounds")[i % 2]],
+            extra={fname: data},
+        )
 
     # the file as a whole
     text = _dump(cfg).encode()
     big = "".join(f"unknown_{i:07d}: {i}\n" for i in range(270_000)).encode()
     big_scenario = "".join(f"  unknown_{i:07d}: {i}\n" for i in range(400_000)).encode()
     whole = {
-        "empty": b"", "whitespace": b"  \n\n \n", "comments-only": b"# nothing\n",
-        "null-document": b"~\n", "top-list": b"- hardware\n- model\n", "top-int": b"42\n",
-        "top-string": b"hello\n", "multi-document": text + b"---\n" + text,
+        "empty": b"",
+        "whitespace": b"  \n\n \n",
+        "comments-only": b"# nothing\n",
+        "null-document": b"~\n",
+        "top-list": b"- hardware\n- model\n",
+        "top-int": b"42\n",
+        "top-string": b"hello\n",
+        "multi-document": text + b"---\n" + text,
         "non-utf8-comment": b"# caf\xe9\xff\n" + text,
         "utf16": text.decode().encode("utf-16"),
         "binary-garbage": bytes(rng.getrandbits(8) for _ in range(4096)),
         "nul-bytes": b"\x00" * 256,
         "duplicate-section": text + b"hardware: chip2x2\n",
         "unhashable-key": text + b"? [a, b]\n: 1\n",
-        "int-key": text + b"1: x\n", "null-key": text + b"~: x\n",
+        "int-key": text + b"1: x\n",
+        "null-key": text + b"~: x\n",
         "deep-5000": _deep(5000).encode(),
         "deep-5000-unclosed": _deep(5000, closed=False).encode(),
         "unclosed-flow": text + b"extra: [unclosed\n",
@@ -324,8 +386,16 @@ TRACE_COMMANDS = {
     "stats": ["trace", "stats", "{dir}/{f}"],
     "convert": ["trace", "convert", "{dir}/{f}", "{dir}/o.npz"],
     "synth": ["trace", "synth", "--like", "{dir}/{f}", "--out", "{dir}/o.npz"],
-    "shuffle": ["shuffle", "{dir}/{f}", "--cem-iters", "1", "--cem-samples", "2",
-                "--methods", "kmeans"],
+    "shuffle": [
+        "shuffle",
+        "{dir}/{f}",
+        "--cem-iters",
+        "1",
+        "--cem-samples",
+        "2",
+        "--methods",
+        "kmeans",
+    ],
     "offload": ["offload", "--trace", "{dir}/{f}"],
 }
 
@@ -353,7 +423,8 @@ def _pickle_npy() -> bytes:
     """An object ``.npy`` whose pickle creates ``pwned`` when loaded."""
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        buf, {"descr": "|O", "fortran_order": False, "shape": (1,)})
+        buf, {"descr": "|O", "fortran_order": False, "shape": (1,)}
+    )
     buf.write(pickle.dumps(_MakeDir(), protocol=2))
     return buf.getvalue()
 
@@ -366,13 +437,13 @@ def _zip(**members: bytes) -> bytes:
     return buf.getvalue()
 
 
-def _routing(rng: random.Random, tokens: int = 8, layers: int = 2, k: int = 2,
-             experts: int = 4):
+def _routing(rng: random.Random, tokens: int = 8, layers: int = 2, k: int = 2, experts: int = 4):
     """Valid top-k ids ``[tokens, layers, k]`` (distinct per token and layer) and scores."""
     ids = [[rng.sample(range(experts), k) for _ in range(layers)] for _ in range(tokens)]
     e = np.asarray(ids, dtype=np.int16)
-    s = np.asarray([[[0.6, 0.4][:k] for _ in range(layers)] for _ in range(tokens)],
-                   dtype=np.float32)
+    s = np.asarray(
+        [[[0.6, 0.4][:k] for _ in range(layers)] for _ in range(tokens)], dtype=np.float32
+    )
     return e, s
 
 
@@ -383,19 +454,36 @@ def _jsonl(records) -> bytes:
 def _valid_jsonl(rng: random.Random) -> bytes:
     """A small valid ``.jsonl`` trace (8 tokens, 2 layers, top-2 of 4, with token ids)."""
     e, s = _routing(rng)
-    return _jsonl({"token": t, "layer": l, "experts": e[t, l].tolist(),
-                   "probs": s[t, l].tolist(), "request": 0, "position": t,
-                   "token_id": 10 + t} for t in range(8) for l in range(2))
+    return _jsonl(
+        {
+            "token": t,
+            "layer": l,
+            "experts": e[t, l].tolist(),
+            "probs": s[t, l].tolist(),
+            "request": 0,
+            "position": t,
+            "token_id": 10 + t,
+        }
+        for t in range(8)
+        for l in range(2)
+    )
 
 
 def _bad_traces(rng: random.Random) -> dict[str, bytes]:
     """File name -> certainly invalid trace content (the extension picks the format)."""
     e, s = _routing(rng)
     tokens = np.arange(10, 18, dtype=np.int32)
-    base = {"format": np.asarray("fsedp-trace"), "version": np.asarray(1),
-            "num_experts": np.asarray(4), "experts": e, "scores": s, "token_ids": tokens,
-            "request": np.zeros(8, np.int32), "position": np.arange(8, dtype=np.int32),
-            "name": np.asarray("fuzz")}
+    base = {
+        "format": np.asarray("fsedp-trace"),
+        "version": np.asarray(1),
+        "num_experts": np.asarray(4),
+        "experts": e,
+        "scores": s,
+        "token_ids": tokens,
+        "request": np.zeros(8, np.int32),
+        "position": np.arange(8, dtype=np.int32),
+        "name": np.asarray("fuzz"),
+    }
 
     def fsedp(**change):
         arrays = {**base, **change}
@@ -412,8 +500,9 @@ def _bad_traces(rng: random.Random) -> dict[str, bytes]:
         "npz-zip-of-text.npz": _zip(**{"a.txt": b"hello"}),
         "npz-corrupt-member.npz": _zip(**{"experts.npy": b"\x93NUMPY garbage"}),
         "npz-pickled-experts.npz": fsedp(experts=obj),
-        "npz-pickle-payload.npz": _zip(**{"format.npy": _npy(np.asarray("fsedp-trace")),
-                                          "experts.npy": _pickle_npy()}),
+        "npz-pickle-payload.npz": _zip(
+            **{"format.npy": _npy(np.asarray("fsedp-trace")), "experts.npy": _pickle_npy()}
+        ),
         "npz-format-wrong.npz": fsedp(format=np.asarray("nope")),
         "npz-format-int.npz": fsedp(format=np.asarray(7)),
         "npz-format-missing.npz": fsedp(format=None),
@@ -425,16 +514,31 @@ def _bad_traces(rng: random.Random) -> dict[str, bytes]:
         "npz-experts-missing.npz": fsedp(experts=None),
         "npz-request-missing.npz": fsedp(request=None),
     }
-    for variant, ne in {"zero": 0, "negative": -1, "2p40": 2**40, "40000": 40000,
-                        "float": 4.0, "string": "4", "bool": True, "vector": [4, 4],
-                        "below-ids": 2, "nan": float("nan")}.items():
+    for variant, ne in {
+        "zero": 0,
+        "negative": -1,
+        "2p40": 2**40,
+        "40000": 40000,
+        "float": 4.0,
+        "string": "4",
+        "bool": True,
+        "vector": [4, 4],
+        "below-ids": 2,
+        "nan": float("nan"),
+    }.items():
         out[f"npz-num-experts-{variant}.npz"] = fsedp(num_experts=np.asarray(ne))
     experts_bad = {
-        "float": e.astype(np.float64), "complex": e.astype(np.complex128),
-        "bool": e.astype(bool), "string": e.astype(str), "0d": np.asarray(3),
-        "1d": e.reshape(-1), "2d": e.reshape(8, 4), "4d": e.reshape(8, 2, 2, 1),
+        "float": e.astype(np.float64),
+        "complex": e.astype(np.complex128),
+        "bool": e.astype(bool),
+        "string": e.astype(str),
+        "0d": np.asarray(3),
+        "1d": e.reshape(-1),
+        "2d": e.reshape(8, 4),
+        "4d": e.reshape(8, 2, 2, 1),
         "empty-tokens": np.zeros((0, 2, 2), np.int16),
-        "no-layers": np.zeros((8, 0, 2), np.int16), "no-k": np.zeros((8, 2, 0), np.int16),
+        "no-layers": np.zeros((8, 0, 2), np.int16),
+        "no-k": np.zeros((8, 2, 0), np.int16),
         "id-equals-num-experts": np.where(e == 0, 4, e).astype(np.int16),
         "id-32767": np.where(e == 0, 32767, e).astype(np.int16),
         "id-2p40": np.where(e == 0, 2**40, e.astype(np.int64)),
@@ -446,9 +550,14 @@ def _bad_traces(rng: random.Random) -> dict[str, bytes]:
     }
     for variant, a in experts_bad.items():
         out[f"npz-experts-{variant}.npz"] = fsedp(experts=a)
-    for variant, a in {"nan": np.where(s > 0.5, np.nan, s), "inf": np.where(s > 0.5, np.inf, s),
-                       "shape": np.zeros((8, 2, 3), np.float32), "string": s.astype(str),
-                       "complex": s.astype(np.complex64), "1d": s.reshape(-1)}.items():
+    for variant, a in {
+        "nan": np.where(s > 0.5, np.nan, s),
+        "inf": np.where(s > 0.5, np.inf, s),
+        "shape": np.zeros((8, 2, 3), np.float32),
+        "string": s.astype(str),
+        "complex": s.astype(np.complex64),
+        "1d": s.reshape(-1),
+    }.items():
         out[f"npz-scores-{variant}.npz"] = fsedp(scores=a)
     vectors = {
         "request-negative": {"request": -np.ones(8, np.int32)},
@@ -461,18 +570,29 @@ def _bad_traces(rng: random.Random) -> dict[str, bytes]:
         "token-ids-short": {"token_ids": tokens[:3]},
         "token-ids-2p40": {"token_ids": tokens.astype(np.int64) + 2**40},
         "token-ids-float": {"token_ids": tokens.astype(np.float64) + 0.5},
-        "mismatched-shapes": {"request": np.zeros(5, np.int32),
-                              "position": np.arange(6, dtype=np.int32)},
-        "all-empty": {"experts": np.zeros((0, 2, 2), np.int16), "scores": None,
-                      "token_ids": None, "request": np.zeros(0, np.int32),
-                      "position": np.zeros(0, np.int32)},
+        "mismatched-shapes": {
+            "request": np.zeros(5, np.int32),
+            "position": np.arange(6, dtype=np.int32),
+        },
+        "all-empty": {
+            "experts": np.zeros((0, 2, 2), np.int16),
+            "scores": None,
+            "token_ids": None,
+            "request": np.zeros(0, np.int32),
+            "position": np.zeros(0, np.int32),
+        },
     }
     for variant, change in vectors.items():
         out[f"npz-{variant}.npz"] = fsedp(**change)
 
-    flame = {"num_experts": np.asarray(4), "prefill_topk_experts": e,
-             "prefill_topk_scores": s, "prefill_token_ids": tokens,
-             "prefill_sequence_length": np.asarray(4), "top_k": np.asarray(2)}
+    flame = {
+        "num_experts": np.asarray(4),
+        "prefill_topk_experts": e,
+        "prefill_topk_scores": s,
+        "prefill_token_ids": tokens,
+        "prefill_sequence_length": np.asarray(4),
+        "top_k": np.asarray(2),
+    }
 
     def flame_npz(**change):
         arrays = {**flame, **change}
@@ -498,24 +618,43 @@ def _bad_traces(rng: random.Random) -> dict[str, bytes]:
         out[f"flame-{variant}.npz"] = flame_npz(**change)
 
     npy_bad = {
-        "truncated-half": _npy(e)[: len(_npy(e)) // 2], "header-only": _npy(e)[:128],
+        "truncated-half": _npy(e)[: len(_npy(e)) // 2],
+        "header-only": _npy(e)[:128],
         "garbage": bytes(rng.getrandbits(8) for _ in range(1024)),
-        "pickle-payload": _pickle_npy(), "object-array": _npy(obj, allow_pickle=True),
-        "float": _npy(e.astype(np.float32)), "complex": _npy(e.astype(np.complex64)),
-        "bool": _npy(e.astype(bool)), "string": _npy(e.astype("U3")), "0d": _npy(np.asarray(1)),
-        "1d": _npy(e.reshape(-1)), "2d": _npy(e.reshape(8, 4)), "4d": _npy(e[None]),
+        "pickle-payload": _pickle_npy(),
+        "object-array": _npy(obj, allow_pickle=True),
+        "float": _npy(e.astype(np.float32)),
+        "complex": _npy(e.astype(np.complex64)),
+        "bool": _npy(e.astype(bool)),
+        "string": _npy(e.astype("U3")),
+        "0d": _npy(np.asarray(1)),
+        "1d": _npy(e.reshape(-1)),
+        "2d": _npy(e.reshape(8, 4)),
+        "4d": _npy(e[None]),
         "negative": _npy(np.where(e == 0, -1, e)),
         "empty": _npy(np.zeros((0, 2, 2), np.int64)),
         "id-2p40": _npy(np.where(e == 0, 2**40, e.astype(np.int64))),
         "id-uint64-max": _npy(np.where(e == 0, np.iinfo(np.uint64).max, e.astype(np.uint64))),
         "repeated-id": _npy(np.repeat(e[..., :1], 2, axis=-1)),
-        "is-npz": good, "is-text": b"1 2 3\n4 5 6\n",
+        "is-npz": good,
+        "is-text": b"1 2 3\n4 5 6\n",
     }
     for variant, data in npy_bad.items():
         out[f"npy-{variant}.npy"] = data
 
-    rec = [{"token": t, "layer": l, "experts": e[t, l].tolist(), "probs": [0.6, 0.4],
-            "request": 0, "position": t, "token_id": 10 + t} for t in range(8) for l in range(2)]
+    rec = [
+        {
+            "token": t,
+            "layer": l,
+            "experts": e[t, l].tolist(),
+            "probs": [0.6, 0.4],
+            "request": 0,
+            "position": t,
+            "token_id": 10 + t,
+        }
+        for t in range(8)
+        for l in range(2)
+    ]
     good_jsonl = _jsonl(rec)
 
     def jsonl(i: int, **change):
@@ -531,8 +670,8 @@ def _bad_traces(rng: random.Random) -> dict[str, bytes]:
         "trailing-comma": good_jsonl + b'{"token": 8, "layer": 0, "experts": [1, 2],}\n',
         "deep-10000": good_jsonl + _deep(10_000).encode() + b"\n",
         "deep-10000-unclosed": _deep(10_000, closed=False).encode() + b"\n",
-        "deep-in-experts": good_jsonl + (
-            '{"token": 8, "layer": 0, "experts": ' + _deep(10_000) + "}\n").encode(),
+        "deep-in-experts": good_jsonl
+        + ('{"token": 8, "layer": 0, "experts": ' + _deep(10_000) + "}\n").encode(),
         "huge-int-line": HUGE.encode() + b"\n",
         "non-utf8": good_jsonl.replace(b'"token"', b'"tok\xe9\xffen"', 1),
         "utf16": good_jsonl.decode().encode("utf-16"),
@@ -541,32 +680,42 @@ def _bad_traces(rng: random.Random) -> dict[str, bytes]:
         "array-lines": b"[0, 0, [1, 2]]\n",
         "number-lines": b"1\n2\n",
         "null-line": b"null\n",
-        "empty-file": b"", "whitespace-only": b"\n  \n\t\n", "empty-object": b"{}\n",
+        "empty-file": b"",
+        "whitespace-only": b"\n  \n\t\n",
+        "empty-object": b"{}\n",
     }
     jsonl_changed = {
         "huge-expert-id": (3, {"experts": [int(HUGE), 1]}),
-        "huge-token": (3, {"token": int(HUGE)}), "huge-layer": (3, {"layer": int(HUGE)}),
+        "huge-token": (3, {"token": int(HUGE)}),
+        "huge-layer": (3, {"layer": int(HUGE)}),
         "huge-token-id": (3, {"token_id": int(HUGE)}),
         "huge-request": (3, {"request": int(HUGE)}),
         "huge-position": (3, {"position": 2**40}),
         "huge-prob": (3, {"probs": [float("inf"), 0.4]}),
         "nan-prob": (3, {"probs": [float("nan"), 0.4]}),
-        "wrong-key": (3, {"token": _DROP, "tok": 1}), "no-experts": (3, {"experts": _DROP}),
+        "wrong-key": (3, {"token": _DROP, "tok": 1}),
+        "no-experts": (3, {"experts": _DROP}),
         "no-layer": (3, {"layer": _DROP}),
-        "token-string": (3, {"token": "1"}), "token-float": (3, {"token": 1.5}),
-        "token-bool": (3, {"token": True}), "layer-null": (3, {"layer": None}),
+        "token-string": (3, {"token": "1"}),
+        "token-float": (3, {"token": 1.5}),
+        "token-bool": (3, {"token": True}),
+        "layer-null": (3, {"layer": None}),
         "negative-token": (3, {"token": -1}),
-        "experts-string": (3, {"experts": "1,2"}), "experts-empty": (3, {"experts": []}),
+        "experts-string": (3, {"experts": "1,2"}),
+        "experts-empty": (3, {"experts": []}),
         "experts-float": (3, {"experts": [1.5, 2]}),
         "experts-bool": (3, {"experts": [True, False]}),
         "experts-nested": (3, {"experts": [[1], [2]]}),
         "experts-negative": (3, {"experts": [-1, 2]}),
         "experts-repeated": (3, {"experts": [1, 1]}),
         "experts-k-differs": (3, {"experts": [0, 1, 2]}),
-        "probs-string": (3, {"probs": "x"}), "probs-short": (3, {"probs": [0.5]}),
+        "probs-string": (3, {"probs": "x"}),
+        "probs-short": (3, {"probs": [0.5]}),
         "probs-bool": (3, {"probs": [True, False]}),
-        "request-negative": (3, {"request": -1}), "request-string": (3, {"request": "a"}),
-        "position-negative": (3, {"position": -1}), "position-float": (3, {"position": 1.5}),
+        "request-negative": (3, {"request": -1}),
+        "request-string": (3, {"request": "a"}),
+        "position-negative": (3, {"position": -1}),
+        "position-float": (3, {"position": 1.5}),
         "token-id-negative": (3, {"token_id": -5}),
         "duplicate-record": (3, {"token": 0, "layer": 0}),
         "token-gap": (15, {"token": 9}),
@@ -591,7 +740,8 @@ def _trace_cases(out: _Cases, rng: random.Random, traces: dict[str, bytes]):
             out.add(f"trace/{fname}/{cmd}", argv, {fname: data})
     good = _valid_jsonl(rng)
     forced = {  # a file read with the wrong --format
-        "jsonl-as-npy": ("t.jsonl", good, "npy"), "jsonl-as-fsedp": ("t.jsonl", good, "fsedp"),
+        "jsonl-as-npy": ("t.jsonl", good, "npy"),
+        "jsonl-as-fsedp": ("t.jsonl", good, "fsedp"),
         "jsonl-as-flame": ("t.jsonl", good, "flame"),
         "npz-as-jsonl": ("t.npz", traces["npy-is-npz.npy"], "jsonl"),
         "npy-as-jsonl": ("t.npy", traces["npy-float.npy"], "jsonl"),
@@ -604,25 +754,49 @@ def _trace_cases(out: _Cases, rng: random.Random, traces: dict[str, bytes]):
     for variant, value in {"below-ids": "2", "one": "1"}.items():
         for cmd in ("stats", "convert"):
             argv = [a.replace("{f}", "t.jsonl") for a in TRACE_COMMANDS[cmd]]
-            out.add(f"trace/num-experts-{variant}/{cmd}", argv + ["--num-experts", value],
-                    {"t.jsonl": good})
-    for variant, (fname, files) in {"missing": ("nosuch.npz", {}),
-                                    "directory": ("d.npz", {"d.npz/keep": b""}),
-                                    "dev-null": ("/dev/null", {})}.items():
+            out.add(
+                f"trace/num-experts-{variant}/{cmd}",
+                argv + ["--num-experts", value],
+                {"t.jsonl": good},
+            )
+    for variant, (fname, files) in {
+        "missing": ("nosuch.npz", {}),
+        "directory": ("d.npz", {"d.npz/keep": b""}),
+        "dev-null": ("/dev/null", {}),
+    }.items():
         for cmd, template in TRACE_COMMANDS.items():
-            argv = [a.replace("{dir}/{f}", fname) if fname.startswith("/") else
-                    a.replace("{f}", fname) for a in template]
+            argv = [
+                a.replace("{dir}/{f}", fname) if fname.startswith("/") else a.replace("{f}", fname)
+                for a in template
+            ]
             out.add(f"trace/{variant}/{cmd}", argv, files)
 
 
 # -- experiment files ------------------------------------------------------------------------
 
-SWEEP = {"experiment": "sweep", "figure": "9", "table": "latency", "hardware": "chip2x2",
-         "models": ["qwen3-30b-a3b"], "tokens": [16], "iterations": 1, "layers": 1,
-         "strategies": ["EP"], "seed": 1}
-GRID = {"experiment": "grid", "figure": "16a", "hardware": "chip2x2", "model": "qwen3-30b-a3b",
-        "tokens": 16, "layers": 1, "strategies": ["EP"], "seed": 1,
-        "vary": {"onchip_buffer_kib": [4096]}}
+SWEEP = {
+    "experiment": "sweep",
+    "figure": "9",
+    "table": "latency",
+    "hardware": "chip2x2",
+    "models": ["qwen3-30b-a3b"],
+    "tokens": [16],
+    "iterations": 1,
+    "layers": 1,
+    "strategies": ["EP"],
+    "seed": 1,
+}
+GRID = {
+    "experiment": "grid",
+    "figure": "16a",
+    "hardware": "chip2x2",
+    "model": "qwen3-30b-a3b",
+    "tokens": 16,
+    "layers": 1,
+    "strategies": ["EP"],
+    "seed": 1,
+    "vary": {"onchip_buffer_kib": [4096]},
+}
 EXPERIMENT_ARGV = ["run", "--config", "{dir}/e.yaml", "--out", "{dir}/table.md"]
 
 
@@ -643,43 +817,93 @@ def _experiment_cases(out: _Cases):
         add(kind, key, variant, doc, raw)
 
     shared = {
-        "experiment": {"nosuch": "nosuch", "int": "1", "null": "null", "list": "[sweep]",
-                       "empty": "''", "deep": _deep(5000)},
+        "experiment": {
+            "nosuch": "nosuch",
+            "int": "1",
+            "null": "null",
+            "list": "[sweep]",
+            "empty": "''",
+            "deep": _deep(5000),
+        },
         "figure": {"null": "null", "list": "[9]", "mapping": "{a: 9}"},
-        "hardware": {"nosuch": "nosuch", "dotdot-passwd": "../../etc/passwd", "int": "4",
-                     "list": "[chip2x2]", "alias-bomb": _billion_laughs()},
-        "strategies": {"empty": "[]", "unknown": "[XX]", "string": "EP",
-                       "lowercase": "[ep]", "nested": "[[EP]]", "null": "null"},
-        "seed": {"negative": "-1", "string": "x", "fraction": "1.5", "huge": HUGE,
-                 "true": "true"},
-        "layers": {"zero": "0", "negative": "-1", "huge": str(2**63), "float": "1.5",
-                   "string": "'1'", "null": "null"},
+        "hardware": {
+            "nosuch": "nosuch",
+            "dotdot-passwd": "../../etc/passwd",
+            "int": "4",
+            "list": "[chip2x2]",
+            "alias-bomb": _billion_laughs(),
+        },
+        "strategies": {
+            "empty": "[]",
+            "unknown": "[XX]",
+            "string": "EP",
+            "lowercase": "[ep]",
+            "nested": "[[EP]]",
+            "null": "null",
+        },
+        "seed": {"negative": "-1", "string": "x", "fraction": "1.5", "huge": HUGE, "true": "true"},
+        "layers": {
+            "zero": "0",
+            "negative": "-1",
+            "huge": str(2**63),
+            "float": "1.5",
+            "string": "'1'",
+            "null": "null",
+        },
     }
     sweep_only = {
         "table": {"nosuch": "nosuch", "int": "1", "null": "null"},
-        "models": {"nosuch": "[nosuch]", "dotdot": "['../models/qwen3-30b-a3b']",
-                   "empty": "[]", "string": "qwen3-30b-a3b", "int": "[1]",
-                   "nested": "[[qwen3-30b-a3b]]", "mapping": "{a: 1}"},
-        "tokens": {"zero": "[0]", "negative": "[-1]", "too-many": "[5000]",
-                   "fraction": "[1.5]", "string": "['16']", "bool": "[true]", "empty": "[]",
-                   "huge": f"[{HUGE}]", "scalar": "16", "nan": "[.nan]"},
+        "models": {
+            "nosuch": "[nosuch]",
+            "dotdot": "['../models/qwen3-30b-a3b']",
+            "empty": "[]",
+            "string": "qwen3-30b-a3b",
+            "int": "[1]",
+            "nested": "[[qwen3-30b-a3b]]",
+            "mapping": "{a: 1}",
+        },
+        "tokens": {
+            "zero": "[0]",
+            "negative": "[-1]",
+            "too-many": "[5000]",
+            "fraction": "[1.5]",
+            "string": "['16']",
+            "bool": "[true]",
+            "empty": "[]",
+            "huge": f"[{HUGE}]",
+            "scalar": "16",
+            "nan": "[.nan]",
+        },
         "iterations": {"zero": "0", "negative": "-1", "huge": str(2**63), "string": "x"},
     }
     grid_only = {
         "model": {"nosuch": "nosuch", "list": "[qwen3-30b-a3b]", "null": "null"},
         "tokens": {"zero": "0", "negative": "-1", "huge": HUGE, "string": "'16'"},
-        "vary": {"empty": "{}", "list": "[onchip_buffer_kib]", "null": "null",
-                 "three-fields": "{rows: [2], cols: [2], clock_mhz: [800]}",
-                 "unknown-field": "{nosuch: [1]}"},
-        "vary.onchip_buffer_kib": {"empty": "[]", "scalar": "4096", "string": "[x]",
-                                   "negative": "[-1]", "zero": "[0]", "huge": f"[{HUGE}]",
-                                   "float-1e308": "[1.0e+308]", "nan": "[.nan]",
-                                   "null": "[null]"},
+        "vary": {
+            "empty": "{}",
+            "list": "[onchip_buffer_kib]",
+            "null": "null",
+            "three-fields": "{rows: [2], cols: [2], clock_mhz: [800]}",
+            "unknown-field": "{nosuch: [1]}",
+        },
+        "vary.onchip_buffer_kib": {
+            "empty": "[]",
+            "scalar": "4096",
+            "string": "[x]",
+            "negative": "[-1]",
+            "zero": "[0]",
+            "huge": f"[{HUGE}]",
+            "float-1e308": "[1.0e+308]",
+            "nan": "[.nan]",
+            "null": "[null]",
+        },
         "vary.hardware": {"nosuch": "[nosuch]", "empty": "[]", "dotdot": "['../../etc/passwd']"},
         "vary.clock_mhz": {"zero": "[0]", "negative": "[-800]", "inf": "[.inf]"},
     }
-    for kind, base, table in (("sweep", SWEEP, {**shared, **sweep_only}),
-                              ("grid", GRID, {**shared, **grid_only})):
+    for kind, base, table in (
+        ("sweep", SWEEP, {**shared, **sweep_only}),
+        ("grid", GRID, {**shared, **grid_only}),
+    ):
         for key, variants in table.items():
             for variant, raw in variants.items():
                 mutate(kind, base, key, variant, raw)
@@ -696,11 +920,11 @@ def _experiment_cases(out: _Cases):
 
 # -- command-line values ---------------------------------------------------------------------
 
-_DASH = ["-x", "--json"]                 # a value that begins with a dash
+_DASH = ["-x", "--json"]  # a value that begins with a dash
 #: an output path may legally begin with one dash (``--out -x`` is the folder ``-x``)
 OUT_DASH = ["--json"]
 POS_INT = ["0", "-1", HUGE_CLI, "x", "", "nan", "1.5", *_DASH]
-CAP_INT = ["0", "-1", "x", "", "nan", "1.5", *_DASH]        # "at most N": huge may be fine
+CAP_INT = ["0", "-1", "x", "", "nan", "1.5", *_DASH]  # "at most N": huge may be fine
 NONNEG_INT = ["-1", HUGE_CLI, "x", "", "nan", "1.5", *_DASH]
 SEED_BAD = ["-1", "x", "", "1.5", *_DASH]
 PROB = ["-0.1", "1.5", "nan", "inf", "x", "", *_DASH]
@@ -711,141 +935,370 @@ INT_LIST = ["", "x", "16,x", "0", "-16", "16,,32", "1e3", "nan", HUGE_CLI, *_DAS
 
 #: command -> (cheap base arguments, files, {option: bad values})
 CLI = {
-    "run": (["run", "--layers", "1", "--strategies", "EP", "--out", "{dir}/out"], {}, {
-        "--iterations": POS_INT, "--layers": POS_INT, "--workers": POS_INT,
-        "--strategies": ["", ",", "XX", "ep", "EP,,XX", "EP;Hydra", *_DASH],
-        "--scheduler": CHOICE, "--config": ["", "{dir}", "{dir}/nosuch.yaml", *_DASH],
-        "--out": ["{dir}/f", "/proc/x/out", *OUT_DASH]}),
-    "sweep": (["sweep", "figure9", "--layers", "1", "--tokens", "16", "--models",
-               "qwen3-30b-a3b", "--out", "{dir}/s.md"], {}, {
-        "--tokens": ["0", "-1", HUGE_CLI, "x", "", "16,", "nan", "1e3", *_DASH],
-        "--layers": POS_INT,
-        "--models": ["nosuch", "", ",", "../../etc/passwd", "qwen3-30b-a3b,nosuch", *_DASH],
-        "--out": ["{dir}/d", "/proc/x/s.md", *OUT_DASH]}),
+    "run": (
+        ["run", "--layers", "1", "--strategies", "EP", "--out", "{dir}/out"],
+        {},
+        {
+            "--iterations": POS_INT,
+            "--layers": POS_INT,
+            "--workers": POS_INT,
+            "--strategies": ["", ",", "XX", "ep", "EP,,XX", "EP;Hydra", *_DASH],
+            "--scheduler": CHOICE,
+            "--config": ["", "{dir}", "{dir}/nosuch.yaml", *_DASH],
+            "--out": ["{dir}/f", "/proc/x/out", *OUT_DASH],
+        },
+    ),
+    "sweep": (
+        [
+            "sweep",
+            "figure9",
+            "--layers",
+            "1",
+            "--tokens",
+            "16",
+            "--models",
+            "qwen3-30b-a3b",
+            "--out",
+            "{dir}/s.md",
+        ],
+        {},
+        {
+            "--tokens": ["0", "-1", HUGE_CLI, "x", "", "16,", "nan", "1e3", *_DASH],
+            "--layers": POS_INT,
+            "--models": ["nosuch", "", ",", "../../etc/passwd", "qwen3-30b-a3b,nosuch", *_DASH],
+            "--out": ["{dir}/d", "/proc/x/s.md", *OUT_DASH],
+        },
+    ),
     "bench": (["bench"], {}, {"--layers": POS_INT}),
-    "rtl-rounds": (["rtl", "rounds"], {}, {
-        "--show-rounds": ["-1", "x", "", "1.5", *_DASH], "--sim": CHOICE,
-        "--config": ["", "{dir}", "{dir}/nosuch.yaml", *_DASH]}),
-    "rtl-verilog": (["rtl", "verilog", "--out", "{dir}/v", "--block", "eit"], {}, {
-        "--experts": ["0", "-1", "7", "257", HUGE_CLI, "x", "", *_DASH],
-        "--chiplets": ["0", "-1", "3", "17", HUGE_CLI, "x", "", *_DASH],
-        "--block": CHOICE, "--out": ["{dir}/f", "/proc/x/v", "", *OUT_DASH],
-        "--config": ["", "{dir}", *_DASH]}),
-    "rtl-cosim": (["rtl", "cosim", "--rounds", "1"], {}, {
-        "--experts": ["0", "7", "257", HUGE_CLI, "x", *_DASH],
-        "--chiplets": ["0", "3", "17", HUGE_CLI, "x", *_DASH],
-        "--rounds": POS_INT, "--seed": SEED_BAD, "--stall": ["2", "-1", *PROB],
-        "--reset-every": ["-1", "x", "", "1.5", *_DASH],
-        "--tokens": POS_INT, "--top-k": ["0", "-1", "200", HUGE_CLI, "x", "", *_DASH],
-        "--build-opt": ["-O3", "", "bogus"], "--sim": CHOICE}),
-    "rtl-report": (["rtl", "report", "--no-latency", "--no-cells"], {}, {
-        "--experts": [*INT_LIST, "7", "300"], "--chiplets": [*INT_LIST, "3", "17"],
-        "--sim": CHOICE,
-        "--out": ["{dir}/d", "/proc/x/r.md", "", *OUT_DASH]}),
-    "rtl-report-latency": (["rtl", "report", "--no-cells", "--experts", "16", "--chiplets",
-                            "4"], {}, {"--rounds": POS_INT}),
-    "rtl-datapath": (["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2:1"], {}, {
-        "--mesh": ["", "x", "2", "2x", "x2", "2x2x2", "0x0", "0x4", "-2x2", "2x-2", "2x2:0",
-                   "2x2:-1", "2x2:x", "2x2:1.5", "1x1", "5x5", "4x5", "1000000x1000000",
-                   f"{HUGE_CLI}x2", f"2x2:{HUGE_CLI}", "nanxnan", *_DASH],
-        "--seed": SEED_BAD, "--stall": ["2", "-1", *PROB],
-        "--reset-every": ["-1", "x", *_DASH],
-        "--slots": POS_INT, "--micro-slices": POS_INT, "--link-cycles": POS_INT,
-        "--ddr-interval": POS_INT, "--ddr-latency": NONNEG_INT, "--preload": NONNEG_INT,
-        "--build-opt": ["-O3", "bogus"], "--sim": CHOICE}),
-    "rtl-datapath-layers": (["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2"],
-                            {}, {"--layers": POS_INT}),
-    "rtl-datapath-out": (["rtl", "datapath", "--no-ring", "--no-cells"], {}, {
-        "--out": ["{dir}/d", "/proc/x/d.md", *OUT_DASH]}),
-    "trace-convert": (["trace", "convert", "{dir}/t.jsonl", "{dir}/o.npz"], {}, {
-        "--format": CHOICE, "--num-experts": ["0", "-1", "2", HUGE_CLI, "x", "", *_DASH]}),
-    "trace-stats": (["trace", "stats", "{dir}/t.jsonl"], {}, {
-        "--fit": ["0", "1", "-1", "nan", "inf", "x", "", *_DASH], "--format": CHOICE,
-        "--num-experts": ["0", "2", HUGE_CLI, "x", *_DASH],
-        "--out": ["{dir}/f", "/proc/x/st", "", *OUT_DASH]}),
-    "trace-synth": (["trace", "synth", "--like", "{dir}/t.jsonl", "--out", "{dir}/o.npz"],
-                    {}, {"--tokens": POS_INT, "--seed": SEED_BAD, "--format": CHOICE,
-                              "--like": ["", "{dir}/nosuch.npz", "{dir}", *_DASH],
-                              "--out": ["{dir}/o.txt", "{dir}/d.npz", "/proc/x/o.npz", "",
-                                        *_DASH]}),
-    "trace-record": (["trace", "record", "--model", "{dir}/m", "--text", "{dir}/t.txt",
-                      "--out", "{dir}/o.npz"], {"m/keep": b"", "t.txt": b"hello world\n"}, {
-        "--max-tokens": ["0", "x"], "--seq-len": ["0", "x"], "--out": ["{dir}/o.txt"],
-        "--model": ["{dir}/nosuch"], "--text": ["{dir}/nosuch.txt"]}),
-    "lm-train": (["lm", "train", "--out", "{dir}/lm"], {}, {
-        "--steps": POS_INT, "--batch": POS_INT, "--lr": ["-1", "2", "nan", "x", *_DASH],
-        "--aux": ["-1", "11", "nan", "x"], "--seed": SEED_BAD, "--layers": POS_INT,
-        "--experts": POS_INT, "--top-k": ["0", "-1", "32", "x"], "--d-model": POS_INT,
-        "--d-ffn": POS_INT, "--shared-experts": ["-1", "x", HUGE_CLI], "--vocab": POS_INT,
-        "--data": ["{dir}/nosuch", "", "{dir}/f"], "--out": ["{dir}/f", "/proc/x/lm"]}),
-    "lm-eval": (["lm", "eval"], {}, {
-        "--weights": ["{dir}/nosuch.npz", "{dir}/f", "{dir}"],
-        "--tokenizer": ["{dir}/nosuch.json", "{dir}/f"], "--max-tokens": CAP_INT,
-        "--data": ["{dir}/nosuch", "{dir}/f"]}),
-    "lm-trace": (["lm", "trace", "--out", "{dir}/o.npz"], {}, {
-        "--max-tokens": CAP_INT, "--out": ["{dir}/o.txt", "", "/proc/x/o.npz"],
-        "--weights": ["{dir}/f", "{dir}/nosuch.npz"], "--tokenizer": ["{dir}/f"]}),
-    "offload": (["offload", "--max-tokens", "64"], {}, {
-        "--policy": CHOICE, "--cache-rate": PROB, "--prefetch": CHOICE,
-        "--prefetch-count": CAP_INT, "--batch": POS_INT, "--max-tokens": CAP_INT,
-        "--seed": SEED_BAD, "--link": CHOICE, "--bandwidth": POS_FLOAT,
-        "--latency-us": NONNEG_FLOAT, "--scale-to": ["nosuch", "../../etc/passwd", "", "-x"],
-        "--tflops": POS_FLOAT, "--overhead-us": NONNEG_FLOAT, "--alpha": ["0", *PROB],
-        "--k-max": CAP_INT, "--eps": NONNEG_FLOAT, "--warmup": ["-1", "x"],
-        "--warmup-weight": PROB, "--tau": ["nan", "-1", "2", "x"], "--tau-pct": ["-1", "101",
-                                                                                 "nan", "x"],
-        "--temperature": POS_FLOAT, "--gamma": ["nan", "-1", "2"], "--beta": ["nan", "2"],
-        "--budget-mb": ["-1", "nan", "x"], "--eta": ["-1", "nan", "inf"],
-        "--kappa": ["-1", "2", "nan"], "--diversity": ["-1", "2", "nan"],
-        "--search": CAP_INT, "--rho": ["-1", "x", "nan"], "--sub-experts": ["0", "3", "-1"],
-        "--active": ["0", "-1", "100"], "--model": ["{dir}/nosuch.npz", "{dir}/f"],
-        "--data": ["{dir}/nosuch", "{dir}/f"], "--trace": ["", "{dir}/nosuch.npz", "{dir}"]}),
-    "offload-trace": (["offload", "--trace", "model"], {}, {
-        "--cache-rates": ["x", "2", "", ",", "0.5,nan", "-0.5", *_DASH],
-        "--prefetches": ["bogus", "", ",", "none,bogus"]}),
-    "offload-grid": (["offload", "--grid", "--max-tokens", "64"], {}, {
-        "--out": ["{dir}/f", "/proc/x/g"]}),
-    "prism-refactor": (["prism", "refactor", "--out", "{dir}/r.npz", "--iters", "0",
-                        "--profile-tokens", "64"], {}, {
-        "--out": ["{dir}/r.txt", "{dir}/d.npz", "/proc/x/r.npz", "", *_DASH],
-        "--sub-experts": ["0", "3", "-1", HUGE_CLI, "x"], "--objective-k": ["0", "4", "9", "x"],
-        "--gates": ["0", "-1", HUGE_CLI, "x"], "--top-p": ["0", "2", "nan", "-1", "x"],
-        "--t0": ["-1", "nan", "inf", "x"], "--cooling": ["0", "2", "nan", "x"],
-        "--iters": ["-1", HUGE_CLI, "x"], "--profile-tokens": ["0", "-1", "x"],
-        "--seed": SEED_BAD, "--model": ["{dir}/nosuch.npz", "{dir}/f"],
-        "--data": ["{dir}/nosuch", "{dir}/f"]}),
-    "prism-curve": (["prism", "curve", "--iters", "0", "--max-tokens", "64",
-                     "--profile-tokens", "64"], {}, {
-        "--refactored": ["{dir}/nosuch.npz", "{dir}/f", "{dir}"],
-        "--sub-experts": ["0", "3", HUGE_CLI, "x"], "--iters": ["-1", HUGE_CLI, "x"],
-        "--max-tokens": CAP_INT, "--profile-tokens": ["0", "x"],
-        "--stable": ["x", "", "nan", "-1", "0", "1.5,x", "inf", *_DASH],
-        "--out": ["{dir}/f", "/proc/x/c"], "--data": ["{dir}/nosuch"]}),
-    "serve": (["serve", "--policy", "fifo", "--load", "low", "--duration", "1"], {}, {
-        "--policy": CHOICE, "--load": CHOICE,
-        "--duration": ["0", "-1", "nan", "inf", HUGE_CLI, "x", "", *_DASH],
-        "--max-batch": POS_INT, "--timeout": ["-1", "nan", "x"], "--slo": ["-1", "nan", "x"],
-        "--scale-to": ["nosuch", "../../etc/passwd", ""],
-        "--tflops": POS_FLOAT, "--bandwidth": POS_FLOAT, "--seed": SEED_BAD,
-        "--curve": ["{dir}/nosuch.json", "{dir}/f", "{dir}/bad.json", "{dir}"],
-        "--out": ["{dir}/f", "/proc/x/s", *OUT_DASH]}),
-    "shuffle": (["shuffle", "{dir}/t.jsonl", "--cem-iters", "1", "--cem-samples", "2",
-                 "--methods", "kmeans"], {}, {
-        "--format": CHOICE, "--devices": POS_INT, "--fit": ["0", "1", "nan", "-1", "x"],
-        "--slack": ["-1", "nan", "inf", "11", "x"], "--cem-iters": POS_INT,
-        "--cem-samples": POS_INT, "--elite": ["0", "2", "nan", "x"],
-        "--methods": ["", ",", "bogus", "cem,bogus", *_DASH], "--seed": SEED_BAD,
-        "--out": ["{dir}/f", "/proc/x/sh", *OUT_DASH]}),
+    "rtl-rounds": (
+        ["rtl", "rounds"],
+        {},
+        {
+            "--show-rounds": ["-1", "x", "", "1.5", *_DASH],
+            "--sim": CHOICE,
+            "--config": ["", "{dir}", "{dir}/nosuch.yaml", *_DASH],
+        },
+    ),
+    "rtl-verilog": (
+        ["rtl", "verilog", "--out", "{dir}/v", "--block", "eit"],
+        {},
+        {
+            "--experts": ["0", "-1", "7", "257", HUGE_CLI, "x", "", *_DASH],
+            "--chiplets": ["0", "-1", "3", "17", HUGE_CLI, "x", "", *_DASH],
+            "--block": CHOICE,
+            "--out": ["{dir}/f", "/proc/x/v", "", *OUT_DASH],
+            "--config": ["", "{dir}", *_DASH],
+        },
+    ),
+    "rtl-cosim": (
+        ["rtl", "cosim", "--rounds", "1"],
+        {},
+        {
+            "--experts": ["0", "7", "257", HUGE_CLI, "x", *_DASH],
+            "--chiplets": ["0", "3", "17", HUGE_CLI, "x", *_DASH],
+            "--rounds": POS_INT,
+            "--seed": SEED_BAD,
+            "--stall": ["2", "-1", *PROB],
+            "--reset-every": ["-1", "x", "", "1.5", *_DASH],
+            "--tokens": POS_INT,
+            "--top-k": ["0", "-1", "200", HUGE_CLI, "x", "", *_DASH],
+            "--build-opt": ["-O3", "", "bogus"],
+            "--sim": CHOICE,
+        },
+    ),
+    "rtl-report": (
+        ["rtl", "report", "--no-latency", "--no-cells"],
+        {},
+        {
+            "--experts": [*INT_LIST, "7", "300"],
+            "--chiplets": [*INT_LIST, "3", "17"],
+            "--sim": CHOICE,
+            "--out": ["{dir}/d", "/proc/x/r.md", "", *OUT_DASH],
+        },
+    ),
+    "rtl-report-latency": (
+        ["rtl", "report", "--no-cells", "--experts", "16", "--chiplets", "4"],
+        {},
+        {"--rounds": POS_INT},
+    ),
+    "rtl-datapath": (
+        ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2:1"],
+        {},
+        {
+            "--mesh": [
+                "",
+                "x",
+                "2",
+                "2x",
+                "x2",
+                "2x2x2",
+                "0x0",
+                "0x4",
+                "-2x2",
+                "2x-2",
+                "2x2:0",
+                "2x2:-1",
+                "2x2:x",
+                "2x2:1.5",
+                "1x1",
+                "5x5",
+                "4x5",
+                "1000000x1000000",
+                f"{HUGE_CLI}x2",
+                f"2x2:{HUGE_CLI}",
+                "nanxnan",
+                *_DASH,
+            ],
+            "--seed": SEED_BAD,
+            "--stall": ["2", "-1", *PROB],
+            "--reset-every": ["-1", "x", *_DASH],
+            "--slots": POS_INT,
+            "--micro-slices": POS_INT,
+            "--link-cycles": POS_INT,
+            "--ddr-interval": POS_INT,
+            "--ddr-latency": NONNEG_INT,
+            "--preload": NONNEG_INT,
+            "--build-opt": ["-O3", "bogus"],
+            "--sim": CHOICE,
+        },
+    ),
+    "rtl-datapath-layers": (
+        ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2"],
+        {},
+        {"--layers": POS_INT},
+    ),
+    "rtl-datapath-out": (
+        ["rtl", "datapath", "--no-ring", "--no-cells"],
+        {},
+        {"--out": ["{dir}/d", "/proc/x/d.md", *OUT_DASH]},
+    ),
+    "trace-convert": (
+        ["trace", "convert", "{dir}/t.jsonl", "{dir}/o.npz"],
+        {},
+        {"--format": CHOICE, "--num-experts": ["0", "-1", "2", HUGE_CLI, "x", "", *_DASH]},
+    ),
+    "trace-stats": (
+        ["trace", "stats", "{dir}/t.jsonl"],
+        {},
+        {
+            "--fit": ["0", "1", "-1", "nan", "inf", "x", "", *_DASH],
+            "--format": CHOICE,
+            "--num-experts": ["0", "2", HUGE_CLI, "x", *_DASH],
+            "--out": ["{dir}/f", "/proc/x/st", "", *OUT_DASH],
+        },
+    ),
+    "trace-synth": (
+        ["trace", "synth", "--like", "{dir}/t.jsonl", "--out", "{dir}/o.npz"],
+        {},
+        {
+            "--tokens": POS_INT,
+            "--seed": SEED_BAD,
+            "--format": CHOICE,
+            "--like": ["", "{dir}/nosuch.npz", "{dir}", *_DASH],
+            "--out": ["{dir}/o.txt", "{dir}/d.npz", "/proc/x/o.npz", "", *_DASH],
+        },
+    ),
+    "trace-record": (
+        ["trace", "record", "--model", "{dir}/m", "--text", "{dir}/t.txt", "--out", "{dir}/o.npz"],
+        {"m/keep": b"", "t.txt": b"hello world\n"},
+        {
+            "--max-tokens": ["0", "x"],
+            "--seq-len": ["0", "x"],
+            "--out": ["{dir}/o.txt"],
+            "--model": ["{dir}/nosuch"],
+            "--text": ["{dir}/nosuch.txt"],
+        },
+    ),
+    "lm-train": (
+        ["lm", "train", "--out", "{dir}/lm"],
+        {},
+        {
+            "--steps": POS_INT,
+            "--batch": POS_INT,
+            "--lr": ["-1", "2", "nan", "x", *_DASH],
+            "--aux": ["-1", "11", "nan", "x"],
+            "--seed": SEED_BAD,
+            "--layers": POS_INT,
+            "--experts": POS_INT,
+            "--top-k": ["0", "-1", "32", "x"],
+            "--d-model": POS_INT,
+            "--d-ffn": POS_INT,
+            "--shared-experts": ["-1", "x", HUGE_CLI],
+            "--vocab": POS_INT,
+            "--data": ["{dir}/nosuch", "", "{dir}/f"],
+            "--out": ["{dir}/f", "/proc/x/lm"],
+        },
+    ),
+    "lm-eval": (
+        ["lm", "eval"],
+        {},
+        {
+            "--weights": ["{dir}/nosuch.npz", "{dir}/f", "{dir}"],
+            "--tokenizer": ["{dir}/nosuch.json", "{dir}/f"],
+            "--max-tokens": CAP_INT,
+            "--data": ["{dir}/nosuch", "{dir}/f"],
+        },
+    ),
+    "lm-trace": (
+        ["lm", "trace", "--out", "{dir}/o.npz"],
+        {},
+        {
+            "--max-tokens": CAP_INT,
+            "--out": ["{dir}/o.txt", "", "/proc/x/o.npz"],
+            "--weights": ["{dir}/f", "{dir}/nosuch.npz"],
+            "--tokenizer": ["{dir}/f"],
+        },
+    ),
+    "offload": (
+        ["offload", "--max-tokens", "64"],
+        {},
+        {
+            "--policy": CHOICE,
+            "--cache-rate": PROB,
+            "--prefetch": CHOICE,
+            "--prefetch-count": CAP_INT,
+            "--batch": POS_INT,
+            "--max-tokens": CAP_INT,
+            "--seed": SEED_BAD,
+            "--link": CHOICE,
+            "--bandwidth": POS_FLOAT,
+            "--latency-us": NONNEG_FLOAT,
+            "--scale-to": ["nosuch", "../../etc/passwd", "", "-x"],
+            "--tflops": POS_FLOAT,
+            "--overhead-us": NONNEG_FLOAT,
+            "--alpha": ["0", *PROB],
+            "--k-max": CAP_INT,
+            "--eps": NONNEG_FLOAT,
+            "--warmup": ["-1", "x"],
+            "--warmup-weight": PROB,
+            "--tau": ["nan", "-1", "2", "x"],
+            "--tau-pct": ["-1", "101", "nan", "x"],
+            "--temperature": POS_FLOAT,
+            "--gamma": ["nan", "-1", "2"],
+            "--beta": ["nan", "2"],
+            "--budget-mb": ["-1", "nan", "x"],
+            "--eta": ["-1", "nan", "inf"],
+            "--kappa": ["-1", "2", "nan"],
+            "--diversity": ["-1", "2", "nan"],
+            "--search": CAP_INT,
+            "--rho": ["-1", "x", "nan"],
+            "--sub-experts": ["0", "3", "-1"],
+            "--active": ["0", "-1", "100"],
+            "--model": ["{dir}/nosuch.npz", "{dir}/f"],
+            "--data": ["{dir}/nosuch", "{dir}/f"],
+            "--trace": ["", "{dir}/nosuch.npz", "{dir}"],
+        },
+    ),
+    "offload-trace": (
+        ["offload", "--trace", "model"],
+        {},
+        {
+            "--cache-rates": ["x", "2", "", ",", "0.5,nan", "-0.5", *_DASH],
+            "--prefetches": ["bogus", "", ",", "none,bogus"],
+        },
+    ),
+    "offload-grid": (
+        ["offload", "--grid", "--max-tokens", "64"],
+        {},
+        {"--out": ["{dir}/f", "/proc/x/g"]},
+    ),
+    "prism-refactor": (
+        ["prism", "refactor", "--out", "{dir}/r.npz", "--iters", "0", "--profile-tokens", "64"],
+        {},
+        {
+            "--out": ["{dir}/r.txt", "{dir}/d.npz", "/proc/x/r.npz", "", *_DASH],
+            "--sub-experts": ["0", "3", "-1", HUGE_CLI, "x"],
+            "--objective-k": ["0", "4", "9", "x"],
+            "--gates": ["0", "-1", HUGE_CLI, "x"],
+            "--top-p": ["0", "2", "nan", "-1", "x"],
+            "--t0": ["-1", "nan", "inf", "x"],
+            "--cooling": ["0", "2", "nan", "x"],
+            "--iters": ["-1", HUGE_CLI, "x"],
+            "--profile-tokens": ["0", "-1", "x"],
+            "--seed": SEED_BAD,
+            "--model": ["{dir}/nosuch.npz", "{dir}/f"],
+            "--data": ["{dir}/nosuch", "{dir}/f"],
+        },
+    ),
+    "prism-curve": (
+        ["prism", "curve", "--iters", "0", "--max-tokens", "64", "--profile-tokens", "64"],
+        {},
+        {
+            "--refactored": ["{dir}/nosuch.npz", "{dir}/f", "{dir}"],
+            "--sub-experts": ["0", "3", HUGE_CLI, "x"],
+            "--iters": ["-1", HUGE_CLI, "x"],
+            "--max-tokens": CAP_INT,
+            "--profile-tokens": ["0", "x"],
+            "--stable": ["x", "", "nan", "-1", "0", "1.5,x", "inf", *_DASH],
+            "--out": ["{dir}/f", "/proc/x/c"],
+            "--data": ["{dir}/nosuch"],
+        },
+    ),
+    "serve": (
+        ["serve", "--policy", "fifo", "--load", "low", "--duration", "1"],
+        {},
+        {
+            "--policy": CHOICE,
+            "--load": CHOICE,
+            "--duration": ["0", "-1", "nan", "inf", HUGE_CLI, "x", "", *_DASH],
+            "--max-batch": POS_INT,
+            "--timeout": ["-1", "nan", "x"],
+            "--slo": ["-1", "nan", "x"],
+            "--scale-to": ["nosuch", "../../etc/passwd", ""],
+            "--tflops": POS_FLOAT,
+            "--bandwidth": POS_FLOAT,
+            "--seed": SEED_BAD,
+            "--curve": ["{dir}/nosuch.json", "{dir}/f", "{dir}/bad.json", "{dir}"],
+            "--out": ["{dir}/f", "/proc/x/s", *OUT_DASH],
+        },
+    ),
+    "shuffle": (
+        [
+            "shuffle",
+            "{dir}/t.jsonl",
+            "--cem-iters",
+            "1",
+            "--cem-samples",
+            "2",
+            "--methods",
+            "kmeans",
+        ],
+        {},
+        {
+            "--format": CHOICE,
+            "--devices": POS_INT,
+            "--fit": ["0", "1", "nan", "-1", "x"],
+            "--slack": ["-1", "nan", "inf", "11", "x"],
+            "--cem-iters": POS_INT,
+            "--cem-samples": POS_INT,
+            "--elite": ["0", "2", "nan", "x"],
+            "--methods": ["", ",", "bogus", "cem,bogus", *_DASH],
+            "--seed": SEED_BAD,
+            "--out": ["{dir}/f", "/proc/x/sh", *OUT_DASH],
+        },
+    ),
 }
 
-GLOBAL = {"no-arguments": [], "unknown-command": ["bogus"], "rtl-alone": ["rtl"],
-          "trace-alone": ["trace"], "lm-alone": ["lm"], "prism-alone": ["prism"],
-          "unknown-option": ["--bogus"], "run-extra-positional": ["run", "extra"],
-          "rtl-unknown": ["rtl", "bogus"], "trace-unknown": ["trace", "bogus"],
-          "lm-unknown": ["lm", "bogus"], "prism-unknown": ["prism", "bogus"],
-          "run-unknown-option": ["run", "--bogus", "1"], "sweep-unknown": ["sweep", "figure10"],
-          "shuffle-two-traces": ["shuffle", "a", "b"], "empty-command": [""],
-          "dash-command": ["-x"], "nul-in-argument": ["run", "--config", "c\x00.yaml"]}
+GLOBAL = {
+    "no-arguments": [],
+    "unknown-command": ["bogus"],
+    "rtl-alone": ["rtl"],
+    "trace-alone": ["trace"],
+    "lm-alone": ["lm"],
+    "prism-alone": ["prism"],
+    "unknown-option": ["--bogus"],
+    "run-extra-positional": ["run", "extra"],
+    "rtl-unknown": ["rtl", "bogus"],
+    "trace-unknown": ["trace", "bogus"],
+    "lm-unknown": ["lm", "bogus"],
+    "prism-unknown": ["prism", "bogus"],
+    "run-unknown-option": ["run", "--bogus", "1"],
+    "sweep-unknown": ["sweep", "figure10"],
+    "shuffle-two-traces": ["shuffle", "a", "b"],
+    "empty-command": [""],
+    "dash-command": ["-x"],
+    "nul-in-argument": ["run", "--config", "c\x00.yaml"],
+}
 
 
 def _replace_option(base: list[str], option: str, value: str) -> list[str]:
@@ -853,14 +1306,19 @@ def _replace_option(base: list[str], option: str, value: str) -> list[str]:
     argv = list(base)
     if option in argv:
         i = argv.index(option)
-        del argv[i:i + 2]
+        del argv[i : i + 2]
     return argv + [option, value]
 
 
 def _cli_cases(out: _Cases, rng: random.Random):
     jsonl = _valid_jsonl(rng)
-    common = {"f": b"not a folder\n", "d/keep": b"", "d.npz/keep": b"",
-              "bad.json": b"{not json", "t.jsonl": jsonl}
+    common = {
+        "f": b"not a folder\n",
+        "d/keep": b"",
+        "d.npz/keep": b"",
+        "bad.json": b"{not json",
+        "t.jsonl": jsonl,
+    }
     for command, (base, files, options) in CLI.items():
         files = {**common, **files}
         for option, values in options.items():
@@ -870,8 +1328,9 @@ def _cli_cases(out: _Cases, rng: random.Random):
                     variant = "huge"
                 elif HUGE_CLI in value:
                     variant = value.replace(HUGE_CLI, "HUGE")
-                out.add(f"cli/{command}/{option}/{variant}",
-                        _replace_option(base, option, value), files)
+                out.add(
+                    f"cli/{command}/{option}/{variant}", _replace_option(base, option, value), files
+                )
         out.add(f"cli/{command}/--bogus/unknown-option", base + ["--bogus", "1"], files)
     for variant, argv in GLOBAL.items():
         out.add(f"cli/global/{variant}", argv)

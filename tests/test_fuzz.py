@@ -52,11 +52,14 @@ SAMPLE_SIZE = 150
 SIMULATOR_CHECK = re.compile(r"--sim (verilator|icarus): ")
 #: cheap refused inputs run once in this process, so that forked children inherit the
 #: modules the commands import lazily instead of importing them again
-WARM_UP = [["run", "--config", "{dir}/missing.yaml"], ["trace", "stats", "{dir}/missing.npz"],
-           ["rtl", "report", "--config", "{dir}/missing.yaml"]]
+WARM_UP = [
+    ["run", "--config", "{dir}/missing.yaml"],
+    ["trace", "stats", "{dir}/missing.npz"],
+    ["rtl", "report", "--config", "{dir}/missing.yaml"],
+]
 
 CASES = cases()
-SAMPLE = CASES[::max(1, len(CASES) // SAMPLE_SIZE)]
+SAMPLE = CASES[:: max(1, len(CASES) // SAMPLE_SIZE)]
 
 
 @dataclass
@@ -83,8 +86,11 @@ def _snapshot(folder: Path) -> dict[str, tuple]:
             path = Path(dirpath, name)
             st = path.lstat()
             key = str(path.relative_to(folder))
-            out[key] = ("dir",) if stat.S_ISDIR(st.st_mode) else (
-                stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns)
+            out[key] = (
+                ("dir",)
+                if stat.S_ISDIR(st.st_mode)
+                else (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns)
+            )
     return out
 
 
@@ -104,10 +110,11 @@ def _child(folder: Path, argv: list[str], stdout: Path, stderr: Path):
         # new sys.stdout and sys.stderr on the redirected descriptors, open until os._exit
         sys.stdout, sys.stderr = (
             open(fd, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-            for fd in (1, 2))
+            for fd in (1, 2)
+        )
         os.chdir(folder)
         os.environ.pop("FSEDP_DATA", None)
-        sys.modules["verilator"] = None          # import fails: no simulator
+        sys.modules["verilator"] = None  # import fails: no simulator
         sys.argv = ["fsedp", *argv]
         try:
             code = main(argv)
@@ -115,7 +122,7 @@ def _child(folder: Path, argv: list[str], stdout: Path, stderr: Path):
             code = e.code
         if code is None:
             code = 0
-        elif not isinstance(code, int):       # like the interpreter: print it, status 1
+        elif not isinstance(code, int):  # like the interpreter: print it, status 1
             print(code, file=sys.stderr)
             code = 1
     except BaseException:  # noqa: BLE001  (an escaping exception is what the test looks for)
@@ -136,7 +143,7 @@ def _wait(pid: int, timeout: float) -> int | None:
         ready, _, _ = select.select([fd], [], [], timeout)
     finally:
         os.close(fd)
-    with contextlib.suppress(ProcessLookupError):   # the child, if it hangs, and its helpers
+    with contextlib.suppress(ProcessLookupError):  # the child, if it hangs, and its helpers
         os.killpg(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) if ready else None
@@ -161,18 +168,24 @@ def run_case(case: Case, workdir: Path) -> Outcome:
     pid = os.fork()
     if pid == 0:
         _child(folder, argv, out, err)
-    with contextlib.suppress(OSError):              # the child may have done it already
+    with contextlib.suppress(OSError):  # the child may have done it already
         os.setpgid(pid, pid)
     status = _wait(pid, TIMEOUT)
     seconds = time.monotonic() - t0
     after = _snapshot(folder)
-    changes = sorted([f"new {p}" for p in after.keys() - before.keys()]
-                     + [f"removed {p}" for p in before.keys() - after.keys()]
-                     + [f"rewritten {p}" for p in before.keys() & after.keys()
-                        if before[p] != after[p]])
+    changes = sorted(
+        [f"new {p}" for p in after.keys() - before.keys()]
+        + [f"removed {p}" for p in before.keys() - after.keys()]
+        + [f"rewritten {p}" for p in before.keys() & after.keys() if before[p] != after[p]]
+    )
     shutil.rmtree(folder, ignore_errors=True)
-    return Outcome(status, out.read_text(errors="backslashreplace"),
-                   err.read_text(errors="backslashreplace"), seconds, changes)
+    return Outcome(
+        status,
+        out.read_text(errors="backslashreplace"),
+        err.read_text(errors="backslashreplace"),
+        seconds,
+        changes,
+    )
 
 
 def innermost_frame(stderr: str) -> str:
@@ -203,17 +216,22 @@ def problems(o: Outcome) -> list[str]:
     elif lines and SIMULATOR_CHECK.search(lines[0]):
         found.append("accepted: got as far as the simulator check")
     if o.changes:
-        found.append("left behind: " + ", ".join(o.changes[:4])
-                     + (f" (+{len(o.changes) - 4})" if len(o.changes) > 4 else ""))
+        found.append(
+            "left behind: "
+            + ", ".join(o.changes[:4])
+            + (f" (+{len(o.changes) - 4})" if len(o.changes) > 4 else "")
+        )
     return found
 
 
 def _warm_up(workdir: Path):
     for argv in WARM_UP:
         argv = [a.replace("{dir}", str(workdir)) for a in argv]
-        with contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()), \
-                contextlib.suppress(Exception, SystemExit):
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+            contextlib.suppress(Exception, SystemExit),
+        ):
             main(argv)
 
 
@@ -225,9 +243,12 @@ def _check(selected: list[Case], workdir: Path):
         found = problems(outcome)
         if found:
             failures.append(f"{case.name}: {'; '.join(found)}; stderr: {outcome.stderr[:200]!r}")
-    if failures:                    # pytest.fail: an assert message would be cut at 8 lines
-        pytest.fail(f"{len(failures)} of {len(selected)} malformed inputs were not refused "
-                    "cleanly:\n" + "\n".join(failures), pytrace=False)
+    if failures:  # pytest.fail: an assert message would be cut at 8 lines
+        pytest.fail(
+            f"{len(failures)} of {len(selected)} malformed inputs were not refused "
+            "cleanly:\n" + "\n".join(failures),
+            pytrace=False,
+        )
 
 
 def test_cases_are_many_unique_and_sampled():

@@ -40,8 +40,20 @@ def build_parser() -> Parser:
 
 
 #: Options that name a file or folder: an empty value is refused, not taken as "not given".
-PATHS = ("config", "out", "data", "curve", "trace", "like", "weights", "tokenizer", "refactored",
-         "text", "input", "model")
+PATHS = (
+    "config",
+    "out",
+    "data",
+    "curve",
+    "trace",
+    "like",
+    "weights",
+    "tokenizer",
+    "refactored",
+    "text",
+    "input",
+    "model",
+)
 
 
 def check_common(args):

@@ -246,8 +246,10 @@ def add_parsers(sub):
     g.add_argument(
         "--data",
         default=None,
-        help=("data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
-              "held-out tokens)"),
+        help=(
+            "data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
+            "held-out tokens)"
+        ),
     )
     h = o.add_argument_group("cost model")
     h.add_argument(
@@ -337,8 +339,10 @@ def add_parsers(sub):
         "--beta",
         type=opt_number("--beta", 0.0, 1.0),
         default=None,
-        help=("residency gate: no substitution when this share of requested experts is off chip "
-              "(default none: off)"),
+        help=(
+            "residency gate: no substitution when this share of requested experts is off chip "
+            "(default none: off)"
+        ),
     )
     b.add_argument(
         "--budget-mb",

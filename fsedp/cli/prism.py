@@ -42,8 +42,11 @@ def cmd_prism_refactor(args):
         seed=args.seed,
     )
     if not report:
-        raise usage("--profile-tokens", f"{args.profile_tokens} tokens activate no expert "
-                                        f"often enough to refactor it; profile more tokens")
+        raise usage(
+            "--profile-tokens",
+            f"{args.profile_tokens} tokens activate no expert "
+            f"often enough to refactor it; profile more tokens",
+        )
     ref.save(args.out)
     c = np.array([r["cost"] for r in report])
     print(
@@ -184,8 +187,10 @@ def add_parsers(sub):
     r.add_argument(
         "--data",
         default=None,
-        help=("data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
-              "held-out tokens)"),
+        help=(
+            "data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
+            "held-out tokens)"
+        ),
     )
     r.set_defaults(func=cmd_prism_refactor, out_kind="file")
     c = psub.add_parser("curve", help="perplexity against active sub-experts; operating points")
@@ -221,7 +226,9 @@ def add_parsers(sub):
     c.add_argument(
         "--data",
         default=None,
-        help=("data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
-              "held-out tokens)"),
+        help=(
+            "data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
+            "held-out tokens)"
+        ),
     )
     c.set_defaults(func=cmd_prism_curve, out_kind="folder")

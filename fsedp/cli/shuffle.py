@@ -73,8 +73,9 @@ def add_parsers(sub):
         "--slack",
         type=number("--slack", 0.0, 10.0),
         default=0.1,
-        help=("token-load relaxation: a device takes up to (1 + slack) of an even share (default "
-              "0.1)"),
+        help=(
+            "token-load relaxation: a device takes up to (1 + slack) of an even share (default 0.1)"
+        ),
     )
     s.add_argument(
         "--cem-iters", type=positive("--cem-iters"), default=20, help="CEM iterations (default 20)"

@@ -476,10 +476,9 @@ def format_prism(rows) -> str:
 
 def plot_tradeoff(buddy_rows, prism_rows, path):
     """Perplexity against modelled throughput, one point per setting."""
-    import matplotlib
+    from fsedp.files import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     marks = {0.375: "o", 0.5: "s", 0.75: "^"}

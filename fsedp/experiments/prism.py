@@ -101,10 +101,9 @@ def operating_points(curve: dict, stable: float) -> dict:
 
 
 def plot_curve(curve: dict, path):
-    import matplotlib
+    from fsedp.files import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for key, label, style in (

@@ -9,18 +9,27 @@ selects.
 """
 
 from fsedp.trace.core import (
-                              RoutingTrace,
-                              dense_request_slots,
-                              expert_counts,
-                              gate_records,
-                              iteration_windows,
-                              load_flame,
-                              pair_counts,
-                              shard,
-                              subset,
-                              synthetic,
+    RoutingTrace,
+    dense_request_slots,
+    expert_counts,
+    gate_records,
+    iteration_windows,
+    load_flame,
+    pair_counts,
+    shard,
+    subset,
+    synthetic,
 )
 
-__all__ = ["RoutingTrace", "load_flame", "synthetic", "subset",
-           "iteration_windows", "expert_counts", "shard", "dense_request_slots", "gate_records",
-           "pair_counts"]
+__all__ = [
+    "RoutingTrace",
+    "load_flame",
+    "synthetic",
+    "subset",
+    "iteration_windows",
+    "expert_counts",
+    "shard",
+    "dense_request_slots",
+    "gate_records",
+    "pair_counts",
+]

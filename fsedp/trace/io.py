@@ -118,8 +118,9 @@ def _int_scalar(file: str, v) -> int:
     """An integer stored as a 0-d integer array (``num_experts``)."""
     v = np.asarray(v)
     if v.ndim != 0 or v.dtype.kind not in "iu":
-        raise InputError(file, "num_experts", f"must be an integer scalar, not {v.dtype} "
-                                              f"of shape {v.shape}")
+        raise InputError(
+            file, "num_experts", f"must be an integer scalar, not {v.dtype} of shape {v.shape}"
+        )
     return int(v)
 
 

@@ -219,12 +219,11 @@ def format_stats(stats: dict) -> str:
 def plot_stats(stats: dict, trace: RoutingTrace, out_dir) -> list:
     """PNG plots into ``out_dir``: sorted expert loads per window size (the long tail), cold
     share against window size, co-activation coverage, predictability per layer."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     from pathlib import Path
 
-    import matplotlib.pyplot as plt
+    from fsedp.files import pyplot
+
+    plt = pyplot()
 
     out_dir = Path(out_dir)
     files = []
