@@ -314,6 +314,10 @@ def run_grid(d: dict, progress: bool = True) -> tuple[list[dict], str]:
     for values in itertools.product(*(d["vary"][k] for k in keys)):
         point = dict(zip(keys, values))
         hw = read_yaml(config_path("hardware", point.get("hardware", d["hardware"])))
+        if "microslices_per_expert" not in hw:
+            # a hardware config that leaves the micro-slice count to be derived gets it from
+            # its own buffer, and keeps it while the grid varies other fields
+            hw["microslices_per_expert"] = microslices_for(d["model"], hw)
         hw.update({k: v for k, v in point.items() if k != "hardware"})
         try:
             cfg = sweep_config(
