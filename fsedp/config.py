@@ -355,13 +355,12 @@ def _cross_check(cls, v: dict, file: str, prefix: str):
                 f"must be in 0..2**qos_width - 1 = {2 ** v['qos_width'] - 1}, "
                 f"not {v['t_qos_init']}",
             )
-        if v["theta_min"] > 2 ** v["count_width"] - 1:
-            raise InputError(
-                file,
-                where("theta_min"),
-                f"must be in 0..2**count_width - 1 = {2 ** v['count_width'] - 1}, "
-                f"not {v['theta_min']}",
-            )
+        # the joint ranges of the other fields are SchedulerParams' own check
+        fields = {k: x for k, x in v.items() if k != "t_qos_init"}
+        try:
+            SchedulerParams(**fields)
+        except InputError as e:
+            raise e.at(file, where(e.field)) from None
 
 
 def _section(cls, data: Any, file: str, prefix: str = ""):

@@ -96,12 +96,9 @@ def spec(
     return dataclasses.field(default=default, metadata={"spec": s})
 
 
-def same_as(cls, name: str, *, default=dataclasses.MISSING, doc: str | None = None):
+def same_as(cls, name: str, *, default=dataclasses.MISSING):
     """A field declared by another class's field of the same meaning (one declaration)."""
-    s = specs(cls)[name]
-    if doc is not None:
-        s = dataclasses.replace(s, doc=doc)
-    return dataclasses.field(default=default, metadata={"spec": s})
+    return dataclasses.field(default=default, metadata={"spec": specs(cls)[name]})
 
 
 def specs(cls) -> dict[str, Spec]:

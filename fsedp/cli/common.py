@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fsedp.config import default_run, load_run
 from fsedp.errors import COMMAND_LINE, InputError
-from fsedp.files import atomic_path, check_output_file, output_folder, write_text
+from fsedp.files import atomic_path, output_folder, write_text
 
 __all__ = [
     "Parser",
@@ -25,10 +25,9 @@ __all__ = [
     "CONFIG",
     "JSON",
     "DATA",
-    "out_parent",
+    "DATA_OR_EMBEDDED",
     "load_trace",
     "trace_out",
-    "default_out",
 ]
 
 
@@ -167,10 +166,10 @@ def load_trace(path, fmt: str = "auto", num_experts: int | None = None):
 
 
 def trace_out(path: str, option: str = "OUT") -> Path:
-    """An output trace path: an ``.npz`` file in a writable place."""
+    """An output trace path: an ``.npz`` file (its place is checked by ``check_common``)."""
     if Path(path).suffix.lower() != ".npz":
         raise usage(option, f"the project's trace format is an .npz file, not {path[:60]!r}")
-    return check_output_file(path)
+    return Path(path)
 
 
 def _parent(*adders) -> argparse.ArgumentParser:
@@ -190,23 +189,19 @@ JSON = _parent(
         "--json", action="store_true", help="print one JSON document instead of text"
     )
 )
-#: ``--data``: the folder of corpora (``text/``), from the user only.
-DATA = _parent(
-    lambda p: p.add_argument(
-        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA)"
-    )
-)
 
 
-def out_parent(help_text: str, required: bool = False) -> argparse.ArgumentParser:
-    """``--out`` with its command's meaning."""
+def _data(fallback: str) -> argparse.ArgumentParser:
     return _parent(
-        lambda p: p.add_argument("--out", required=required, default=None, help=help_text)
+        lambda p: p.add_argument(
+            "--data",
+            default=None,
+            help=f"data folder holding text/ (default $FSEDP_DATA; {fallback})",
+        )
     )
 
 
-def default_out(*parts) -> Path:
-    """Where a command writes when ``--out`` is not given: ``./build/<parts>``."""
-    from fsedp.files import build_dir
-
-    return build_dir(*parts)
+#: ``--data``: the folder of corpora (``text/``), from the user only; required by the command
+DATA = _data("required")
+#: ``--data`` of a command that falls back to the embedded trace's held-out tokens
+DATA_OR_EMBEDDED = _data("without one, the embedded trace's held-out tokens")

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from fsedp.cli.common import number, positive, trace_out
+from fsedp.cli.common import DATA, JSON, number, positive, trace_out
 
 
 def cmd_lm_train(args):
@@ -60,7 +60,9 @@ def cmd_lm_trace(args):
 def add_parsers(sub):
     lm = sub.add_parser("lm", help="the project's small MoE language model: train, evaluate")
     lsub = lm.add_subparsers(dest="lm_cmd", required=True, parser_class=type(lm))
-    t = lsub.add_parser("train", help="train tokenizer and model (needs torch: the 'model' extra)")
+    t = lsub.add_parser(
+        "train", parents=[DATA], help="train tokenizer and model (needs torch: the 'model' extra)"
+    )
     t.add_argument("--out", default="build/lm", help="output folder (default build/lm)")
     t.add_argument(
         "--steps", type=positive("--steps"), default=3200, help="optimizer steps (default 3200)"
@@ -105,11 +107,12 @@ def add_parsers(sub):
     t.add_argument(
         "--vocab", type=positive("--vocab"), default=2048, help="BPE vocabulary (default 2048)"
     )
-    t.add_argument(
-        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)"
-    )
     t.set_defaults(func=cmd_lm_train, out_kind="folder")
-    e = lsub.add_parser("eval", help="held-out WikiText-2 test perplexity against n-gram baselines")
+    e = lsub.add_parser(
+        "eval",
+        parents=[DATA, JSON],
+        help="held-out WikiText-2 test perplexity against n-gram baselines",
+    )
     e.add_argument("--weights", default=None, help="weights .npz (default: the committed model)")
     e.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the committed one)")
     e.add_argument(
@@ -118,12 +121,10 @@ def add_parsers(sub):
         default=None,
         help="evaluate on the first N test tokens only",
     )
-    e.add_argument("--json", action="store_true")
-    e.add_argument(
-        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)"
-    )
     e.set_defaults(func=cmd_lm_eval)
-    r = lsub.add_parser("trace", help="record the model's routing on held-out WikiText-2 test")
+    r = lsub.add_parser(
+        "trace", parents=[DATA], help="record the model's routing on held-out WikiText-2 test"
+    )
     r.add_argument("--out", required=True, help="output trace (.npz)")
     r.add_argument(
         "--max-tokens",
@@ -133,7 +134,4 @@ def add_parsers(sub):
     )
     r.add_argument("--weights", default=None, help="weights .npz (default: the committed model)")
     r.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the committed one)")
-    r.add_argument(
-        "--data", default=None, help="data folder holding text/ (default $FSEDP_DATA; required)"
-    )
     r.set_defaults(func=cmd_lm_trace, out_kind="file")

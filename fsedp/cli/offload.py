@@ -5,6 +5,8 @@ import json
 import sys
 
 from fsedp.cli.common import (
+    DATA_OR_EMBEDDED,
+    JSON,
     int_at_least,
     load_trace,
     number,
@@ -176,6 +178,7 @@ def add_parsers(sub):
 
     o = sub.add_parser(
         "offload",
+        parents=[DATA_OR_EMBEDDED, JSON],
         help="offload policies (on demand, drop, random, BuddyMoE, "
         "MoE-Prism) on the project's MoE LM, or routing-only on a trace",
         description="Run an offload policy on the project's MoE LM over held-out "
@@ -241,16 +244,7 @@ def add_parsers(sub):
         action="store_true",
         help="substitutions per second: vectorised Algorithm 1 against the plain loop",
     )
-    g.add_argument("--json", action="store_true")
     g.add_argument("--verbose", action="store_true", help="print each grid row as it is done")
-    g.add_argument(
-        "--data",
-        default=None,
-        help=(
-            "data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
-            "held-out tokens)"
-        ),
-    )
     h = o.add_argument_group("cost model")
     h.add_argument(
         "--link",

@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 
-from fsedp.cli.common import int_at_least, number, positive, report, usage
+from fsedp.cli.common import DATA_OR_EMBEDDED, JSON, int_at_least, number, positive, report, usage
 
 
 def cmd_prism_refactor(args):
@@ -133,6 +133,7 @@ def add_parsers(sub):
     psub = pr.add_subparsers(dest="prism_cmd", required=True, parser_class=type(pr))
     r = psub.add_parser(
         "refactor",
+        parents=[DATA_OR_EMBEDDED],
         help="partition every expert's neurons into sub-experts "
         "(greedy + simulated annealing) and pick gate neurons",
     )
@@ -184,16 +185,12 @@ def add_parsers(sub):
         default=16384,
         help="calibration tokens from WikiText-2 validation (default 16384)",
     )
-    r.add_argument(
-        "--data",
-        default=None,
-        help=(
-            "data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
-            "held-out tokens)"
-        ),
-    )
     r.set_defaults(func=cmd_prism_refactor, out_kind="file")
-    c = psub.add_parser("curve", help="perplexity against active sub-experts; operating points")
+    c = psub.add_parser(
+        "curve",
+        parents=[DATA_OR_EMBEDDED, JSON],
+        help="perplexity against active sub-experts; operating points",
+    )
     c.add_argument("--refactored", default=None, help="a refactored model (default: refactor now)")
     c.add_argument(
         "--sub-experts",
@@ -221,14 +218,5 @@ def add_parsers(sub):
         help="perplexity ratios to the full model that count as stable (default 1.5,2.0)",
     )
     c.add_argument("--out", default=None, help="folder for curve.md, curve.json, curve.png")
-    c.add_argument("--json", action="store_true")
     c.add_argument("--verbose", action="store_true")
-    c.add_argument(
-        "--data",
-        default=None,
-        help=(
-            "data folder holding text/ (default $FSEDP_DATA; without one, the embedded trace's "
-            "held-out tokens)"
-        ),
-    )
     c.set_defaults(func=cmd_prism_curve, out_kind="folder")

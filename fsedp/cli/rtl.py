@@ -12,7 +12,6 @@ from fsedp.cli.common import (
     CONFIG,
     JSON,
     Parser,
-    default_out,
     emit,
     int_at_least,
     load_config,
@@ -24,7 +23,7 @@ from fsedp.cli.common import (
 )
 from fsedp.config import config_to_dict
 from fsedp.errors import COMMAND_LINE, InputError
-from fsedp.files import check_output_file, output_folder
+from fsedp.files import build_dir, output_folder
 from fsedp.params import SchedulerParams
 
 
@@ -49,7 +48,7 @@ def _run_tb(p, sim, knobs, tag, opt="-O0"):
         "scheduler",
         p,
         sim,
-        default_out("cosim"),
+        build_dir("cosim"),
         knobs=knobs,
         seed=knobs.get("seed", 1),
         tag=tag,
@@ -282,8 +281,6 @@ def cmd_report(args):
                 dataclasses.replace(base, experts=e, chiplets=c)
             except InputError as err:
                 raise err.at(COMMAND_LINE, f"--{err.field}") from None
-    if args.out:
-        check_output_file(args.out)
     if not args.no_latency:
         require_simulator(args.sim)
     try:
@@ -340,8 +337,6 @@ def cmd_datapath(args):
     )
 
     meshes = [(_mesh(m, args.layers), m) for m in args.mesh or []]
-    if args.out:
-        check_output_file(args.out)
     doc, runs = {}, []
     if args.ring:
         doc["ring"] = ring_table()

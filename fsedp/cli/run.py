@@ -8,7 +8,6 @@ from pathlib import Path
 from fsedp.cli.common import (
     CONFIG,
     JSON,
-    default_out,
     emit,
     load_config,
     positive,
@@ -18,7 +17,7 @@ from fsedp.cli.common import (
 )
 from fsedp.config import config_path, config_to_dict
 from fsedp.errors import COMMAND_LINE
-from fsedp.files import check_output_file
+from fsedp.files import build_dir, check_output_file, check_output_folder
 
 
 def cmd_run(args):
@@ -38,13 +37,17 @@ def cmd_run(args):
             "--strategies",
             f"unknown {', '.join(bad) or '(none given)'}; choose from {', '.join(STRATEGIES)}",
         )
-    out = Path(args.out) if args.out else default_out("run", Path(cfg.source).stem.strip("<>"))
+    out = (
+        check_output_folder(args.out)
+        if args.out
+        else build_dir("run", Path(cfg.source).stem.strip("<>"))
+    )
     check = None
     if args.scheduler == "rtl":
         require_simulator("verilator")
         from fsedp.sim.rtl_check import RTLSchedulerCheck
 
-        check = RTLSchedulerCheck(cfg, default_out("run-rtl"))
+        check = RTLSchedulerCheck(cfg, build_dir("run-rtl"))
     t0 = time.time()
     run = run_experiment(
         cfg,
@@ -116,8 +119,6 @@ def cmd_sweep(args):
     )
     for m in models:
         config_path("models", m, COMMAND_LINE, "--models")
-    if args.out:
-        check_output_file(args.out)
     t0 = time.time()
     rows = figure9(models, tokens, layers=args.layers, progress=not args.json)
     command = f"fsedp sweep figure9 --layers {args.layers} --tokens {args.tokens}" + (
@@ -176,7 +177,7 @@ def add_parsers(sub):
         help="processes for the FSE-DP layers (default: up to 2 CPUs)",
     )
     run.add_argument("--out", help="report folder (default ./build/run/<config name>)")
-    run.set_defaults(func=cmd_run, out_kind="folder")
+    run.set_defaults(func=cmd_run)
 
     sw = sub.add_parser(
         "sweep",

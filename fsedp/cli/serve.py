@@ -1,6 +1,6 @@
 """``fsedp serve``: MoE-Prism QoS serving against FIFO and FullBatch."""
 
-from fsedp.cli.common import number, opt_number, positive, report
+from fsedp.cli.common import JSON, number, opt_number, positive, report
 
 
 def cmd_serve(args):
@@ -37,6 +37,7 @@ def cmd_serve(args):
 def add_parsers(sub):
     s = sub.add_parser(
         "serve",
+        parents=[JSON],
         help="MoE-Prism QoS scheduling against FIFO and FullBatch on a Poisson workload",
         description="Serve a Poisson workload with quality "
         "floors through one instance; see docs/serving.md.",
@@ -95,5 +96,4 @@ def add_parsers(sub):
     )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=None, help="folder for serve.json and serve.md")
-    s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_serve, out_kind="folder")

@@ -1,6 +1,6 @@
 """``fsedp shuffle``: Speculative MoE token and expert placement."""
 
-from fsedp.cli.common import load_trace, number, positive, report, usage
+from fsedp.cli.common import JSON, load_trace, number, positive, report, usage
 
 
 def cmd_shuffle(args):
@@ -46,6 +46,7 @@ def add_parsers(sub):
 
     s = sub.add_parser(
         "shuffle",
+        parents=[JSON],
         help="Speculative MoE: token-to-expert prediction, co-clustering "
         "(CEM, METIS, k-means), local activation rate, all-to-all volume",
     )
@@ -99,5 +100,4 @@ def add_parsers(sub):
     )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=None, help="folder for shuffle.json and shuffle.md")
-    s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_shuffle, out_kind="folder")

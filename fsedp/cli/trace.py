@@ -2,7 +2,7 @@
 
 import json
 
-from fsedp.cli.common import load_trace, number, positive, trace_out
+from fsedp.cli.common import JSON, load_trace, number, positive, trace_out
 
 
 def cmd_trace_convert(args):
@@ -103,7 +103,9 @@ def add_parsers(sub):
         help="experts per layer (default: largest id + 1; jsonl and npy only)",
     )
     c.set_defaults(func=cmd_trace_convert, out_kind="file")
-    s = tsub.add_parser("stats", help="load skew per window, co-activation, predictability")
+    s = tsub.add_parser(
+        "stats", parents=[JSON], help="load skew per window, co-activation, predictability"
+    )
     s.add_argument("input")
     s.add_argument("--format", choices=FORMATS, default="auto", help=fmt_help)
     s.add_argument("--num-experts", type=positive("--num-experts"), default=None)
@@ -114,7 +116,6 @@ def add_parsers(sub):
         help="share of tokens the predictors are fitted on (default 0.2)",
     )
     s.add_argument("--out", default=None, help="folder for stats.json, stats.md and PNG plots")
-    s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_trace_stats, out_kind="folder")
     y = tsub.add_parser("synth", help="a seeded generator fitted to a trace, any length")
     y.add_argument("--like", required=True, help="the trace to fit")
