@@ -61,6 +61,7 @@ __all__ = [
     "config_path",
     "named_configs",
     "derived_microslices",
+    "derived_count_width",
 ]
 
 #: Routing of the project's MoE LM on held-out WikiText-2 test text (``scenario.trace:
@@ -93,6 +94,13 @@ def derived_microslices(
     holds ``slots`` micro-slices of an ``expert_bytes`` expert (capped at 256)."""
     need = math.ceil(expert_bytes * slots / (buffer_kib * 1024))
     return min(256, max(floor, need))
+
+
+def derived_count_width(tokens_per_iteration: int) -> int:
+    """The EIT count width a config gets when it leaves ``scheduler.count_width`` out: the
+    smallest that holds a whole iteration's tokens (``2**w - 1 >= tokens_per_iteration``), at
+    least 4 bits."""
+    return max(4, int(tokens_per_iteration).bit_length())
 
 
 # -- sections ------------------------------------------------------------------------------
@@ -167,7 +175,6 @@ class SchedulerConfig:
     """Generics of the hardware scheduler that are not implied by hardware or model
     (declared by :class:`~fsedp.params.SchedulerParams`)."""
 
-    count_width: int = same_as(SchedulerParams, "count_width")
     requests: int = same_as(SchedulerParams, "requests")
     theta_min: int = same_as(SchedulerParams, "theta_min")
     n_threshold: int = same_as(SchedulerParams, "n_threshold")
@@ -175,6 +182,8 @@ class SchedulerConfig:
     t_qos_init: int = spec(
         int, 0, 2**16 - 1, doc="initial QoS timer of a request (at most 2**qos_width - 1)"
     )
+    #: left out: :func:`derived_count_width` of the run's ``scenario.tokens_per_iteration``
+    count_width: int | None = same_as(SchedulerParams, "count_width", default=None)
 
 
 @dataclass(frozen=True)
@@ -356,7 +365,7 @@ def _cross_check(cls, v: dict, file: str, prefix: str):
                 f"not {v['t_qos_init']}",
             )
         # the joint ranges of the other fields are SchedulerParams' own check
-        fields = {k: x for k, x in v.items() if k != "t_qos_init"}
+        fields = {k: x for k, x in v.items() if k != "t_qos_init" and x is not None}
         try:
             SchedulerParams(**fields)
         except InputError as e:
@@ -460,6 +469,9 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
         built["hardware"] = dataclasses.replace(
             h, microslices_per_expert=derived_microslices(m.expert_bytes, h.onchip_buffer_kib)
         )
+    s, tokens = built["scheduler"], built["scenario"].tokens_per_iteration
+    if s.count_width is None:
+        built["scheduler"] = dataclasses.replace(s, count_width=derived_count_width(tokens))
     run = RunConfig(source=source, **built)
     cw, tokens = run.scheduler.count_width, run.scenario.tokens_per_iteration
     if 2**cw - 1 < tokens:
@@ -506,7 +518,6 @@ model:
   heads: 32
   params_b: 30
 scheduler:
-  count_width: 10
   requests: 8
   theta_min: 2
   n_threshold: 4
@@ -528,7 +539,8 @@ def default_run() -> RunConfig:
 
     The 2x2 test chip of Table I (800 MHz, 2048 MACs per chiplet, 288 GB/s / 4.02 ns UCIe,
     4 x 25.6 GB/s DDR) running Qwen3-30B-A3B (128 experts, top-8); scheduler
-    ``count_width=10, requests=8, theta_min=2, n_threshold=4, qos_width=4, t_qos_init=0``;
+    ``requests=8, theta_min=2, n_threshold=4, qos_width=4, t_qos_init=0`` and the count
+    width derived from the tokens (7 bits);
     64 tokens per iteration, 4 rounds, seed 1, synthetic trace with skew 1.1, half prefill.
 
     Returns

@@ -38,6 +38,10 @@ class InputError(Exception):
     def __str__(self) -> str:
         return f"{self.file}: {self.field}: {self.reason}"
 
+    def __reduce__(self):
+        # raised in a worker process, it must arrive whole in the parent
+        return (InputError, (self.file, self.field, self.reason))
+
     def at(self, file, field: str | None = None, reason: str | None = None) -> "InputError":
         """The same problem reported where the user wrote the value: ``file`` and, when
         given, ``field`` (and a reason with more context)."""

@@ -295,20 +295,20 @@ class DatapathParams:
     slots: int = spec(int, 2, 64, default=6, doc="micro-slice slots K per ring buffer")
     micro_slices: int = spec(int, 1, 256, default=4, doc="micro-slices per expert M")
     cycles_per_token: int = spec(
-        int, 1, 2**16, default=1, unit="cycles", doc="compute of one micro-slice per token"
+        int, 1, 2**24, default=1, unit="cycles", doc="compute of one micro-slice per token"
     )
     link_cycles: int = spec(
         int,
         1,
-        2**20,
+        2**24,
         default=2,
         unit="cycles",
         doc="D2D link occupancy and hop latency of one micro-slice",
     )
     ddr_interval: int = spec(
-        int, 1, 2**20, default=2, unit="cycles", doc="DDR issue interval per channel"
+        int, 1, 2**24, default=2, unit="cycles", doc="DDR issue interval per channel"
     )
-    ddr_latency: int = spec(int, 1, 2**20, default=8, unit="cycles", doc="DDR issue to delivery")
+    ddr_latency: int = spec(int, 1, 2**24, default=8, unit="cycles", doc="DDR issue to delivery")
     preload_entries: int = spec(int, 0, 16, default=2, doc="Rule 4 pre-loads tracked at once")
     rule5: bool = spec(bool, default=False, doc="Rule 5 DDR targeting")
     ddr_channels: int = spec(int, 1, 16, default=1, doc="1 or rows x cols")

@@ -8,8 +8,10 @@ the tests.
 
 * The trace is the file ``scenario.trace`` names, the project's embedded trace (``model``),
   or a seeded synthetic one with one popularity order per layer (:func:`scenario_trace`).
-* An iteration is a window of ``scenario.tokens_per_iteration`` consecutive tokens; a
-  synthetic trace has the model's layers, a trace file is cycled over its own layers.
+* An iteration is a window of ``scenario.tokens_per_iteration`` consecutive tokens; a short
+  last window is left out (every iteration is a whole one).  A trace file must match the
+  model: the same ``top_k`` and ``layers``, no expert id beyond ``experts``, and at least one
+  whole iteration of tokens.
 * ``scenario.sharding`` places the tokens of an iteration on chiplets: ``token`` spreads
   them evenly, token ``i`` on chiplet ``i mod C`` whatever its request (fully sharded data
   parallelism, Figure 3); ``request`` keeps every token of a request on one chiplet.
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fsedp.config import RunConfig
-from fsedp.errors import InputError
+from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.trace import (
     RoutingTrace,
     dense_request_slots,
@@ -102,6 +104,22 @@ def scenario_trace(cfg: RunConfig, count: int, layers: int) -> RoutingTrace:
             f"trace {trace.name} routes to {trace.num_experts} experts but the "
             f"model has {m.experts}",
         )
+    # a trace describes one model: another model's routing would run silently otherwise
+    for what, have, want in (("top_k", trace.top_k, m.top_k), ("layers", trace.layers, m.layers)):
+        if have != want:
+            raise InputError(
+                cfg.source,
+                "scenario.trace",
+                f"trace {trace.name} has {what} = {have} but the model "
+                f"{m.name} has {what} = {want}",
+            )
+    if trace.tokens < sc.tokens_per_iteration:
+        raise InputError(
+            cfg.source,
+            "scenario.tokens_per_iteration",
+            f"{sc.tokens_per_iteration} exceeds the {trace.tokens} tokens of trace "
+            f"{trace.name}: not one whole iteration",
+        )
     return trace
 
 
@@ -113,9 +131,16 @@ def iterations(
     error; otherwise as many iterations as it holds."""
     sc, sp = cfg.scenario, cfg.scheduler_params()
     layers = layers or cfg.model.layers
+    if layers > cfg.model.layers:
+        raise InputError(
+            COMMAND_LINE,
+            "--layers",
+            f"{layers} exceeds the {cfg.model.layers} layers of model {cfg.model.name}",
+        )
     trace = scenario_trace(cfg, count, layers)
     out = []
-    for i, window in enumerate(iteration_windows(trace, sc.tokens_per_iteration)):
+    # only whole iterations: a short last window would be simulated as if it were one
+    for i, window in enumerate(iteration_windows(trace, sc.tokens_per_iteration, drop_last=True)):
         if i == count:
             break
         chip = shard(window, sp.chiplets, mode=sc.sharding)
@@ -126,7 +151,7 @@ def iterations(
                 Layer(
                     i,
                     l,
-                    gate_records(window, l % window.layers, chip, slots, table_depth=sp.requests),
+                    gate_records(window, l, chip, slots, table_depth=sp.requests),
                     window.tokens,
                     inits if l == 0 else [],
                 )

@@ -60,26 +60,51 @@ def bounds(setup: Setup, counts: np.ndarray) -> tuple[int, int]:
 
 def _flow_shop(
     chunks: list[tuple[int, int]], slots: int, interval: int, latency: int, start: int
-) -> tuple[int, list[tuple[int, int]]]:
+) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
     """Two-stage pipeline over chunks ``(load_cycles, compute_cycles)`` with ``slots``
     buffer slots: a load is issued when the channel is free and a slot is free (the chunk
     ``slots`` earlier has been computed); compute starts when the chunk has arrived, the
-    previous compute is done and the tokens are there (``start``).  Returns the makespan and
-    the compute intervals."""
+    previous compute is done and the tokens are there (``start``).  Returns the makespan,
+    the compute intervals and the load intervals."""
     issue_free = 0
     comp_end: list[int] = []
     intervals = []
+    loads = []
     prev = start
     for k, (load, comp) in enumerate(chunks):
         slot_free = comp_end[k - slots] if k >= slots else 0
         issue = max(issue_free, slot_free)
         issue_free = issue + load
+        loads.append((issue, issue_free))
         arrive = issue + load + latency
         begin = max(arrive, prev)
         prev = begin + comp
         comp_end.append(prev)
         intervals.append((begin, prev))
-    return (comp_end[-1] if comp_end else start), intervals
+    return (comp_end[-1] if comp_end else start), intervals, loads
+
+
+def _idle(
+    intervals: list[tuple[int, int]], begin: int, end: int, cycles: int, unit: str, acc: dict
+):
+    """Add the idle cycles of one unit (``unit`` = ``"ddr"`` or ``"compute"``) of a layer of
+    ``cycles`` cycles to ``acc`` by cause: ``all-to-all`` before ``begin`` and after
+    ``end``; ``fill`` before its first busy interval; ``drain`` after its last one (until
+    ``end``); between intervals ``starved`` (compute) or ``full`` (DDR: no free slot)."""
+
+    def add(k, v):
+        if v > 0:
+            acc[k] = acc.get(k, 0) + v
+
+    add("all-to-all", begin + cycles - end)
+    if not intervals:
+        add("drain", end - begin)
+        return
+    add("fill", intervals[0][0] - begin)
+    gap = "starved" if unit == "compute" else "full"
+    for (_, b), (a, _) in zip(intervals, intervals[1:]):
+        add(gap, a - b)
+    add("drain", end - intervals[-1][1])
 
 
 def _all_to_all(setup: Setup, records, home: list[int]) -> tuple[int, int]:
@@ -113,6 +138,7 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
     finish = [0] * n
     busy = [0] * n
     intervals_all = []
+    loads_all = []
     peak_tokens = [0] * n
     chunks_per_chiplet = [0] * n
     ddr_per_chiplet = [0] * n
@@ -129,15 +155,21 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
             for _, _, e in first + last
             for _ in range(dp.micro_slices)
         ]
-        finish[c], iv = _flow_shop(
+        finish[c], iv, lv = _flow_shop(
             chunks, slots, dp.ddr_interval, setup.ddr_access_cycles, dispatch
         )
+        loads_all.append(lv)
         busy[c] = sum(b - a for a, b in iv)
         intervals_all.append(iv)
         peak_tokens[c] = int(sum(counts[e] for e in mine))
         chunks_per_chiplet[c] = len(chunks)
         ddr_per_chiplet[c] = len(mine) * setup.expert_bytes
     cycles = max(finish) + dispatch  # results travel back like the tokens came
+    idle: dict = {"ddr": {}, "compute": {}}
+    for c in range(n):
+        # loads start at 0 (weights do not wait for tokens); compute after the all-to-all
+        _idle(loads_all[c], 0, max(finish), cycles, "ddr", idle["ddr"])
+        _idle(intervals_all[c], dispatch, max(finish), cycles, "compute", idle["compute"])
     ddr_b, comp_b = bounds(setup, counts)
     timeline = _timeline(intervals_all)
     active = int(np.count_nonzero(counts))
@@ -155,6 +187,7 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
         timeline=timeline,
         decisions=active,
         ddr_per_chiplet=ddr_per_chiplet,
+        idle=idle,
     )
 
 

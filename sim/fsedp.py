@@ -23,7 +23,7 @@ import numpy as np
 from fsedp.sim.baselines import bounds
 from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
-from fsedp.sw.scheduler import Scheduler, layer_tokens
+from fsedp.sw.scheduler import DISPATCH, Scheduler, layer_tokens
 from fsedp.sw.streaming import StepIn, StreamingArray
 
 __all__ = ["VARIANTS", "variant_params", "fsedp_layer"]
@@ -38,6 +38,8 @@ def variant_params(setup: Setup, variant: str):
             dp,
             micro_slices=1,
             ddr_interval=dp.ddr_interval * dp.micro_slices,
+            # usable once its last byte is on chip: the whole expert streams first
+            ddr_latency=dp.ddr_latency + (dp.micro_slices - 1) * dp.ddr_interval,
             cycles_per_token=dp.cycles_per_token * dp.micro_slices,
             link_cycles=(dp.link_cycles - setup.link_latency_cycles) * dp.micro_slices
             + setup.link_latency_cycles,
@@ -71,7 +73,7 @@ def fsedp_layer(
     dp = variant_params(setup, "A3" if variant == "A5" else variant)
     if sched is None:
         sched = Scheduler(sp, order="sorted" if variant == "A2" else "paired")
-    arr = StreamingArray(dp)
+    arr = StreamingArray(dp, probes=True)
     plan = sched.start_round(records)
     if plan.n == 0:  # everything deferred (or no records): nothing to run
         return LayerResult(
@@ -102,6 +104,15 @@ def fsedp_layer(
     link_bytes: dict = {}
     slot_bytes = setup.expert_bytes // dp.micro_slices
     steps = 0
+    # the breakdown: why each DDR channel and compute unit idles, cycle by cycle
+    expected = [
+        dp.micro_slices * sum(1 for (c2, _), t in tokens.items() if c2 == c and t) for c in range(n)
+    ]
+    computed = [0] * n
+    started = [False] * n
+    dispatched = 0
+    ddr_idle: dict = {}
+    pe_idle: dict = {}
     while sched.in_round or beats or not arr.idle:
         steps += 1
         cycle = arr.cycle
@@ -110,10 +121,32 @@ def fsedp_layer(
         if beat is not None:
             beats.popleft()
             decisions += 1
+            dispatched += beat.kind == DISPATCH
             made.append([beat.kind, beat.expert, beat.entry, beat.traj])
+        ddr_why = [
+            w if w != "none" else "dispatch" if dispatched < plan.n else "drain"
+            for w in out.ddr_idle
+        ]
+        pe_why = [
+            None
+            if w is None
+            else "fill"
+            if not started[c]
+            else "drain"
+            if computed[c] >= expected[c]
+            else "starved"
+            if w == "none"
+            else w
+            for c, w in enumerate(out.pe_idle)
+        ]
+        _count(ddr_idle, ddr_why, 1)
+        _count(pe_idle, pe_why, 1)
+        for c, ch in enumerate(arr.chips):
+            started[c] = started[c] or ch.cnt > 0
         for c, ev in enumerate(out.events):
             if ev is not None:
                 computations += 1
+                computed[c] += 1
                 dur = max(1, arr.tokens[c][ev[0]]) * dp.cycles_per_token
                 busy[c] += dur
                 if trace:
@@ -143,7 +176,10 @@ def fsedp_layer(
             sched.complete(out.done)
             beats.extend(sched.decide())
         if not beats:
-            arr.fast_forward()
+            skipped = arr.fast_forward()
+            if skipped:
+                _count(ddr_idle, ddr_why, skipped)
+                _count(pe_idle, pe_why, skipped)
     cycles = arr.cycle
     counts = np.zeros(sp.experts, dtype=np.int64)
     per_chiplet_tokens = [0] * n
@@ -172,4 +208,11 @@ def fsedp_layer(
         defer=plan.defer,
         activity=activity,
         events=loads + transfers + computations,
+        idle={"ddr": ddr_idle, "compute": pe_idle},
     )
+
+
+def _count(acc: dict, reasons, weight: int):
+    for w in reasons:
+        if w is not None:
+            acc[w] = acc.get(w, 0) + weight

@@ -35,11 +35,27 @@ class LayerResult:
     events: int = 0  # micro-slice DDR loads, D2D transfers, computations
     defer: int = 0  # requests deferred by Algorithm 2
     activity: list = field(default_factory=list)  # (chiplet, kind, start, end) when traced
+    #: idle unit-cycles by cause, ``{"ddr": {cause: cycles}, "compute": {cause: cycles}}``,
+    #: summed over the DDR channels and over the compute units (see :meth:`lost`)
+    idle: dict = field(default_factory=dict)
 
     @property
     def utilization(self) -> float:
         n = len(self.busy)
         return sum(self.busy) / (n * self.cycles) if self.cycles else 0.0
+
+    @property
+    def bounding(self) -> str:
+        """The resource whose time is the lower bound: ``"ddr"`` or ``"compute"``."""
+        return "ddr" if self.ddr_cycles >= self.compute_cycles else "compute"
+
+    def lost(self) -> dict:
+        """The gap to the bound by cause: the bounding resource's idle cycles per unit.
+        Its busy time per unit is the bound (every micro-slice is loaded once; all MACs
+        spread evenly), so the causes add up to ``cycles - bound`` up to the bound's
+        rounding."""
+        units = len(self.busy) or 1
+        return {k: v / units for k, v in self.idle.get(self.bounding, {}).items()}
 
     @property
     def x_bound(self) -> float:

@@ -41,7 +41,8 @@ def run_experiment(
     """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy.
 
     Returns ``{"setup": Setup, "layers": [Layer], "results": {strategy: [LayerResult]},
-    "attention": [cycles per layer], "wall_s": {strategy: s}}``.  ``on_layer(strategy,
+    "attention": [cycles per layer outside the routed experts: attention and shared experts],
+    "wall_s": {strategy: s}}``.  ``on_layer(strategy,
     layer, result)`` is called after each simulated layer (the RTL check hooks in here).
     The layers of A1-A4 are independent and run on ``workers`` processes (default: up to 2
     CPUs; 1 runs everything in this process); EP, Hydra (placement history) and A5 (carried
@@ -131,7 +132,7 @@ def run_experiment(
             pool.shutdown(cancel_futures=True)
     if bar is not None:
         bar.close()
-    attention = [setup.attention_cycles(l.tokens) for l in flat]
+    attention = [setup.dense_cycles(l.tokens) for l in flat]
     return {
         "setup": setup,
         "layers": flat,
@@ -191,6 +192,38 @@ def _busiest_link(rs) -> float | None:
     return round(max(links.values()) / 1e9, 3) if links else None
 
 
+#: Causes of the gap to the lower bound, in display order (``docs/simulator.md``).
+CAUSES = (
+    "fill",
+    "drain",
+    "all-to-all",
+    "dispatch",
+    "admission",
+    "preload",
+    "full",
+    "stall",
+    "ddr",
+    "link",
+    "held",
+    "starved",
+)
+
+
+def _lost(rs, cycles: int) -> dict:
+    """Share of the strategy's MoE time lost to each cause (:meth:`LayerResult.lost`, summed
+    over layers); with the bound's share they add up to 1 up to rounding."""
+    acc: dict = {}
+    for r in rs:
+        for k, v in r.lost().items():
+            acc[k] = acc.get(k, 0) + v
+    order = {k: i for i, k in enumerate(CAUSES)}
+    return {
+        k: round(acc[k] / cycles, 4)
+        for k in sorted(acc, key=lambda k: order.get(k, len(order)))
+        if cycles and acc[k]
+    }
+
+
 def _imbalance(xs) -> float:
     mean = sum(xs) / len(xs) if xs else 0
     return round(max(xs) / mean, 3) if mean else 1.0
@@ -235,6 +268,7 @@ def summarize(run: dict) -> dict:
             "ddr_gb": round(sum(r.ddr_bytes for r in rs) / 1e9, 3),
             "d2d_gb": round(sum(r.d2d_bytes for r in rs) / 1e9, 3),
             "d2d_busiest_link_gb": _busiest_link(rs),
+            "lost": _lost(rs, cyc),
             "breakdown": {
                 "ddr_bound_share": round(sum(r.ddr_cycles for r in rs) / cyc, 3) if cyc else None,
                 "compute_bound_share": round(sum(r.compute_cycles for r in rs) / cyc, 3)
@@ -270,7 +304,21 @@ def format_table(summary: dict, title: str) -> str:
         "over all DDR channels, or all MACs spread evenly, whichever is larger); "
         "imb: busiest chiplet over the mean (DDR bytes, compute cycles)"
     )
+    lines += ["", *format_lost(summary)]
     return "\n".join(lines)
+
+
+def format_lost(summary: dict) -> list[str]:
+    """The gap to the bound by cause, one row per strategy (% of its MoE time)."""
+    causes = [k for k in CAUSES if any(k in m.get("lost", {}) for m in summary.values())]
+    head = f"{'strategy':<10} {'bound':>6} " + " ".join(f"{k:>10}" for k in causes)
+    lines = ["Where the time over the bound goes (% of MoE-layer time; see docs/simulator.md)"]
+    lines.append(head)
+    for s, m in summary.items():
+        bound = 100 / m["x_bound"] if m["x_bound"] else 0
+        cells = " ".join(f"{m['lost'].get(k, 0) * 100:>9.1f}%" for k in causes)
+        lines.append(f"{s:<10} {bound:>5.1f}% {cells}")
+    return lines
 
 
 def _label(s: str) -> str:
@@ -304,6 +352,8 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
                         "cycles": r.cycles,
                         "bound": r.bound,
                         "utilization": round(r.utilization, 4),
+                        "bounding": r.bounding,
+                        "lost": {k: round(v) for k, v in r.lost().items()},
                     }
                     for l, r in zip(run["layers"], rs)
                 ]
@@ -327,6 +377,7 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
                 f"| {m['utilization'] * 100:.1f} % | {m['onchip_mb']} | {m['throughput_tok_s']} "
                 f"| {b['ddr_imbalance']} | {b['compute_imbalance']} |"
             )
+        md += ["", "```", *format_lost(summary), "```"]
         md += [
             "",
             "![utilization](utilization.png)",

@@ -57,18 +57,40 @@ class Setup:
         """Cycles one chiplet needs to run ``tokens`` tokens through a whole expert."""
         return self.dp.micro_slices * max(1, tokens) * self.dp.cycles_per_token
 
-    def attention_cycles(self, tokens: int) -> int:
-        """One attention block with its heads split over the chiplets (head parallelism):
-        the Q/K/V/O projections (``4 d_model^2`` MACs per token; the score part, which
-        depends on the context length, is left out) and the loading of their weights over all
-        DDR channels, overlapped.  The same for every strategy."""
-        n, m, hw = self.chiplets, self.cfg.model, self.cfg.hardware
-        compute = math.ceil(tokens * 4 * m.d_model * m.d_model / (n * hw.macs_per_chiplet))
-        load = (
-            math.ceil(self.attention_weight_bytes / self.microslice_bytes / n)
-            * self.dp.ddr_interval
-        )
+    def _overlapped(self, macs_per_chiplet: float, weight_bytes: int) -> int:
+        """Compute of ``macs_per_chiplet`` MACs against loading ``weight_bytes`` over all DDR
+        channels, overlapped, plus one DDR access."""
+        n, hw = self.chiplets, self.cfg.hardware
+        compute = math.ceil(macs_per_chiplet / hw.macs_per_chiplet)
+        load = math.ceil(weight_bytes / self.microslice_bytes / n) * self.dp.ddr_interval
         return max(compute, load) + self.ddr_access_cycles
+
+    def attention_cycles(self, tokens: int) -> int:
+        """One attention block with its ``heads`` split over the chiplets (head parallelism:
+        the busiest chiplet has ``ceil(heads / C)`` of them): the Q/K/V/O projections
+        (``4 d_model^2`` MACs per token; the score part, which depends on the context length,
+        is left out) against the loading of their weights over all DDR channels.  The same
+        for every strategy."""
+        m = self.cfg.model
+        share = math.ceil(m.heads / self.chiplets) / m.heads
+        return self._overlapped(
+            tokens * 4 * m.d_model * m.d_model * share, self.attention_weight_bytes
+        )
+
+    def shared_expert_cycles(self, tokens: int) -> int:
+        """The model's ``shared_experts`` (as large as a routed expert; every token goes
+        through them), split over the chiplets like a dense layer: their MACs against loading
+        their weights over all DDR channels.  The same for every strategy; 0 without them."""
+        m = self.cfg.model
+        if not m.shared_experts:
+            return 0
+        macs = tokens * m.shared_experts * 3 * m.d_model * m.d_ffn / self.chiplets
+        return self._overlapped(macs, m.shared_experts * m.expert_bytes)
+
+    def dense_cycles(self, tokens: int) -> int:
+        """The part of a decoder layer outside the routed experts: attention and the shared
+        experts, one after the other."""
+        return self.attention_cycles(tokens) + self.shared_expert_cycles(tokens)
 
 
 def make_setup(cfg: RunConfig, **overrides) -> Setup:

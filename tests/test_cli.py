@@ -102,7 +102,7 @@ TINY_HW = (
 TINY_RUN = """\
 hardware: %s
 model: {name: tiny, d_model: 64, d_ffn: 128, experts: 16, top_k: 2, shared_experts: 0,
-        layers: 2, heads: 2, params_b: 0.01}
+        layers: 3, heads: 2, params_b: 0.01}
 scheduler: default
 scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew: 1.2,
            prefill_fraction: 0.5}

@@ -4,6 +4,7 @@ import builtins
 import io
 import json
 import pathlib
+import pickle
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from fsedp.config import (
     SchedulerConfig,
     config_to_dict,
     default_run,
+    derived_count_width,
     derived_microslices,
     load_hardware,
     load_model,
@@ -157,9 +159,32 @@ def test_default_run_matches_file_and_params():
     run = default_run()
     assert load_run(CONFIG_DIR / "run-2x2-qwen3.yaml") == run
     assert run.scheduler_params() == SchedulerParams(
-        chiplets=4, experts=128, count_width=10, requests=8, theta_min=2, n_threshold=4, qos_width=4
+        chiplets=4, experts=128, count_width=7, requests=8, theta_min=2, n_threshold=4, qos_width=4
     )
     assert run.trace_path() is None
+
+
+@pytest.mark.parametrize(
+    "tokens, width", [(1, 4), (15, 4), (16, 5), (64, 7), (1023, 10), (1024, 11)]
+)
+def test_count_width_is_derived_from_the_tokens(tokens, width):
+    d = config_to_dict(default_run())
+    del d["scheduler"]["count_width"]
+    d["scenario"]["tokens_per_iteration"] = tokens
+    run = run_from_dict(d)
+    assert run.scheduler.count_width == width == derived_count_width(tokens)
+    assert run.scheduler_params().count_max >= tokens
+    # a width the user sets too small is still refused, on one line naming the field
+    if tokens < 2:
+        return
+    d["scheduler"]["count_width"] = tokens.bit_length() - 1
+    e = pytest.raises(InputError, run_from_dict, d, "<w>").value
+    assert e.field == "scheduler.count_width" and "too small" in e.reason
+
+
+def test_input_error_survives_a_worker_process():
+    e = pickle.loads(pickle.dumps(InputError("f.yaml", "model.top_k", "too big")))
+    assert (e.file, e.field, e.reason) == ("f.yaml", "model.top_k", "too big")
 
 
 def test_config_to_dict_round_trips():

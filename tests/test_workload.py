@@ -17,16 +17,18 @@ TINY_MODEL = {
     "experts": 16,
     "top_k": 2,
     "shared_experts": 0,
-    "layers": 3,
+    "layers": 4,
     "heads": 4,
     "params_b": 0.1,
 }
 
 
-def tiny(**scenario):
+def tiny(requests=8, **scenario):
     d = config_to_dict(default_run())
+    d["scheduler"]["requests"] = requests
     d["model"] = TINY_MODEL
-    d["scenario"].update({"tokens_per_iteration": 32, "rounds": 6, **scenario})
+    del d["scheduler"]["count_width"]  # derived from the tokens
+    d["scenario"].update({"tokens_per_iteration": 32, "rounds": 8, **scenario})
     return run_from_dict(d, "<tiny>")
 
 
@@ -52,7 +54,7 @@ def test_run_and_rtl_rounds_schedule_the_same_records(scenario):
     cfg = tiny(**scenario)
     sim = simulated_records(cfg, n_iter=2)
     rtl = rounds(cfg)
-    assert len(rtl) == cfg.scenario.rounds == len(sim) == 6
+    assert len(rtl) == cfg.scenario.rounds == len(sim) == 8
     assert [(r.records, r.req_inits) for r in rtl] == sim
     assert all(r.records for r in rtl)
 
@@ -98,3 +100,26 @@ def test_flame_rounds_follow_the_trace():
     rs = rounds(cfg, 16)
     assert len(rs) == 16 and all(len(r.records) == 64 * 6 for r in rs)
     assert rs[0].req_inits and not rs[1].req_inits and rs[8].req_inits
+
+
+def test_a_trace_must_match_the_model(tmp_path):
+    """Another model's routing is refused on one line, not simulated silently."""
+    for field, value in (("top_k", 3), ("layers", 5)):
+        cfg = run_from_dict(
+            {**config_to_dict(tiny(trace="model")), "model": {**TINY_MODEL, field: value}}, "<m>"
+        )
+        with pytest.raises(InputError) as e:
+            iterations(cfg, 1)
+        assert e.value.field == "scenario.trace" and f"{field} = " in e.value.reason
+
+
+def test_only_whole_iterations_are_simulated():
+    """A short last window is left out; a trace shorter than one iteration is an error."""
+    cfg = tiny(16, trace="model", tokens_per_iteration=1000)  # 8192 tokens
+    its = iterations(cfg, 8)
+    assert {l.tokens for it in its for l in it} == {1000}
+    with pytest.raises(InputError, match="8 iterations"):
+        iterations(cfg, 9)
+    with pytest.raises(InputError) as e:
+        iterations(tiny(trace="model", tokens_per_iteration=9000), 1)
+    assert e.value.field == "scenario.tokens_per_iteration"

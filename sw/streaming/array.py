@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from fsedp.params import OPPOSITE, DatapathParams, bits_for
 from fsedp.sw.scheduler import Dispatch
-from fsedp.sw.streaming import compute, ddr, ring_buffer, router
+from fsedp.sw.streaming import compute, ddr, probe, ring_buffer, router
 from fsedp.sw.streaming.ddr import Job, Preload
 from fsedp.sw.streaming.ring_buffer import Slot, free_slots
 
@@ -36,6 +36,8 @@ class StepOut:
     transfers: list  # (src, dir, Header) accepted on links this cycle
     ddr_issues: list  # (target, slot, Header, held) per load issued
     ddr_deliveries: list  # (target, slot, Header, held) per load delivered
+    ddr_idle: list | None = None  # with probes: per channel None (busy) or why it idles
+    pe_idle: list | None = None  # with probes: per chiplet None (busy) or what it waits for
 
 
 @dataclass
@@ -53,8 +55,10 @@ class Chiplet:
 class StreamingArray:
     """Cycle model of a ``rows x cols`` chiplet array and its DDR controller."""
 
-    def __init__(self, p: DatapathParams, admission: bool = True):
+    def __init__(self, p: DatapathParams, admission: bool = True, probes: bool = False):
         self.p = p
+        #: ``True`` fills ``StepOut.ddr_idle`` and ``pe_idle`` (:mod:`.probe`) every cycle
+        self.probes = probes
         #: ``False`` replaces forward-count admission by "any free slot" (the naive rule);
         #: only for showing the deadlock it prevents (``tests/test_streaming.py``).
         self.admission = admission
@@ -128,6 +132,9 @@ class StreamingArray:
             ddr_issues=issue_out,
             ddr_deliveries=[d for _, d in delivered],
         )
+        if self.probes:
+            out.ddr_idle = probe.ddr_idle(self, inp, used, issues, free2)
+            out.pe_idle = probe.pe_idle(self, starts)
         # Rule 3 on the registered state: evaluated once, used for activity and release
         release = [[sl.releasable for sl in ch.slots] for ch in self.chips]
         self.last_active = bool(
