@@ -286,6 +286,15 @@ class DatapathParams:
         1: one package-level DDR controller issuing every ``ddr_interval`` cycles (the RTL);
         ``rows * cols``: one channel per chiplet, each issuing every ``ddr_interval`` cycles
         into its own chiplet (golden model and simulator only).
+    preempt : bool
+        A compute unit switches to a present micro-slice whose computation is shorter than
+        what is left of the current one; the preempted one resumes later where it stopped
+        (golden model and simulator only; ``docs/blocks/datapath.md`` [D11]).
+    hot_window : int
+        A *compute-heavy* running expert (one micro-slice takes longer to compute on some
+        chiplet of its trajectory than a DDR interval) may have at most this many
+        micro-slices loaded and not yet retired; 0: no limit (golden model and simulator
+        only; [D12]).
     """
 
     rows: int = spec(int, 1, 16, default=2, doc="mesh rows")
@@ -312,6 +321,10 @@ class DatapathParams:
     preload_entries: int = spec(int, 0, 16, default=2, doc="Rule 4 pre-loads tracked at once")
     rule5: bool = spec(bool, default=False, doc="Rule 5 DDR targeting")
     ddr_channels: int = spec(int, 1, 16, default=1, doc="1 or rows x cols")
+    preempt: bool = spec(bool, default=False, doc="shorter micro-slices preempt the compute")
+    hot_window: int = spec(
+        int, 0, 256, default=0, doc="loaded, unretired micro-slices of a compute-heavy expert"
+    )
 
     def __post_init__(self):
         _check_all(self)

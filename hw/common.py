@@ -26,6 +26,14 @@ def check_chiplet(owner, p, chiplet: int | None = None):
                 f"ddr_channels must be 1, not {p.ddr_channels}"
             )
         )
+    if p.preempt or p.hot_window:
+        fail(
+            ValueError(
+                "compute preemption and the hot-expert window are golden-model rules the "
+                f"RTL does not implement yet; preempt must be False and hot_window 0, not "
+                f"{p.preempt} and {p.hot_window}"
+            )
+        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

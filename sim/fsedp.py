@@ -10,6 +10,11 @@ Ablations (Section VI-C):
 * ``A2`` micro-slice flows under Rules 1-4, experts in descending token count;
 * ``A3`` A2 with the paired-load order and the partner pre-loads (Algorithm 1);
 * ``A4`` A3 with Rule 5;
+* ``A6`` A3 with this project's streaming rules for balanced regimes (``docs/simulator.md``):
+  experts stream at once, one per entry chiplet (``dispatch="entry"``, [D14]), in the
+  balanced order ([D13]); a shorter micro-slice preempts a long computation ([D11]); a
+  compute-heavy expert keeps at most :data:`HOT_WINDOW` micro-slices loaded ahead ([D12]).
+  Golden models and simulator only: the RTL does not implement these rules yet;
 * ``A5`` A3 with token buffering (Algorithm 2, 20 % slack): a deferred request pauses at the
   layer and its tokens of that layer and the following ones move to the next iteration
   (``sim/run.py``); what is still deferred after the last iteration runs at the end.
@@ -26,9 +31,14 @@ from fsedp.sim.setup import Setup
 from fsedp.sw.scheduler import DISPATCH, Scheduler, layer_tokens
 from fsedp.sw.streaming import StepIn, StreamingArray
 
-__all__ = ["VARIANTS", "variant_params", "fsedp_layer"]
+__all__ = ["VARIANTS", "HOT_WINDOW", "variant_params", "make_scheduler", "fsedp_layer"]
 
-VARIANTS = ("A1", "A2", "A3", "A4", "A5")
+VARIANTS = ("A1", "A2", "A3", "A4", "A5", "A6")
+
+#: Micro-slices a compute-heavy expert may have loaded and not retired under A6: two keep
+#: one computing and one arriving, the least that hides a load (measured best of 1..6 on
+#: the regimes sweep, ``docs/results.md``).
+HOT_WINDOW = 2
 
 
 def variant_params(setup: Setup, variant: str):
@@ -48,9 +58,20 @@ def variant_params(setup: Setup, variant: str):
         )
     if variant == "A4":
         return dataclasses.replace(dp, rule5=True)
+    if variant == "A6":
+        return dataclasses.replace(dp, preempt=True, hot_window=HOT_WINDOW)
     if variant in ("A2", "A3", "A5"):
         return dp
     raise ValueError(f"unknown FSE-DP variant {variant!r}; choose from {VARIANTS}")
+
+
+def make_scheduler(sp, dp, variant: str) -> Scheduler:
+    """The scheduler golden model of a variant (fresh, for one layer)."""
+    if variant == "A6":
+        # an expert with this many tokens computes as long as its loads take
+        balance = max(1, round(dp.ddr_interval / dp.cycles_per_token))
+        return Scheduler(sp, order="balanced", balance=balance, dispatch="entry")
+    return Scheduler(sp, order="sorted" if variant == "A2" else "paired")
 
 
 def a5_params(setup: Setup, slack: float = 0.2):
@@ -72,7 +93,7 @@ def fsedp_layer(
     sp = sched.p if sched is not None else setup.sp
     dp = variant_params(setup, "A3" if variant == "A5" else variant)
     if sched is None:
-        sched = Scheduler(sp, order="sorted" if variant == "A2" else "paired")
+        sched = make_scheduler(sp, dp, variant)
     arr = StreamingArray(dp, probes=True)
     plan = sched.start_round(records)
     if plan.n == 0:  # everything deferred (or no records): nothing to run

@@ -44,7 +44,7 @@ def run_experiment(
     "attention": [cycles per layer outside the routed experts: attention and shared experts],
     "wall_s": {strategy: s}}``.  ``on_layer(strategy,
     layer, result)`` is called after each simulated layer (the RTL check hooks in here).
-    The layers of A1-A4 are independent and run on ``workers`` processes (default: up to 2
+    The layers of A1-A4 and A6 are independent and run on ``workers`` processes (default: up to 2
     CPUs; 1 runs everything in this process); EP, Hydra (placement history) and A5 (carried
     tokens) run in order here.  Results do not depend on ``workers``.
     """
@@ -69,7 +69,7 @@ def run_experiment(
             desc=f"{cfg.model.name} on {cfg.hardware.name}",
         )
     traced = [l.layer == 0 and l.iteration == n_iter - 1 for l in flat]
-    parallel = [s for s in strategies if s in ("A1", "A2", "A3", "A4")]
+    parallel = [s for s in strategies if s in ("A1", "A2", "A3", "A4", "A6")]
     pool = futures = None
     if workers > 1 and on_layer is None and parallel:
         from concurrent.futures import ProcessPoolExecutor
@@ -194,6 +194,7 @@ def _busiest_link(rs) -> float | None:
 
 #: Causes of the gap to the lower bound, in display order (``docs/simulator.md``).
 CAUSES = (
+    "window",
     "fill",
     "drain",
     "all-to-all",

@@ -192,26 +192,31 @@ def format_throughput(rows, strategies) -> str:
 
 
 def format_breakdown(rows, strategies) -> str:
-    """Each strategy's x bound, and where the last strategy's time over the bound goes, by
-    cause (% of its MoE-layer time; ``docs/simulator.md#where-the-time-goes``)."""
-    last = strategies[-1]
+    """Each strategy's x bound, and where each FSE-DP strategy's time over the bound goes,
+    by cause (% of its MoE-layer time; ``docs/simulator.md#where-the-time-goes``)."""
+    fsedp = [x for x in strategies if x not in ("EP", "Hydra")]
     out = [
         "| model | tokens | M | DDR / compute bound (% of EP) | x bound "
         + " / ".join(strategies)
-        + f" | {last}: time over the bound by cause |",
-        "|---|---:|---:|---|---|---|",
+        + " | "
+        + " | ".join(f"{x}: time over the bound by cause (%)" for x in fsedp)
+        + " |",
+        "|---|---:|---:|---|---|" + "---|" * len(fsedp),
     ]
+
+    def causes(lost):
+        big = sorted(((k, v) for k, v in lost.items() if v >= 0.001), key=lambda kv: -kv[1])
+        return ", ".join(f"{k} {v * 100:.1f}" for k, v in big) or "-"
+
     for r in rows:
         b = r[strategies[0]]["breakdown"]
-        lost = r[last]["lost"]
-        causes = ", ".join(
-            f"{k} {v * 100:.1f}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]) if v >= 0.001
-        )
         out.append(
             f"| {r['model']} | {r['tokens']} | {r['micro_slices']} | "
             f"{b['ddr_bound_share'] * 100:.0f} / {b['compute_bound_share'] * 100:.0f} | "
             + " / ".join(f"{r[x]['x_bound']:.3f}" for x in strategies)
-            + f" | {causes or '-'} |"
+            + " | "
+            + " | ".join(causes(r[x]["lost"]) for x in fsedp)
+            + " |"
         )
     return "\n".join(out)
 

@@ -17,7 +17,7 @@ Token buffering applies the same test to the counts of pass 1, before deferral; 
 classification of the sorted list (``PairingUnit.cold``) is an observation output only.
 """
 
-__all__ = ["paired_index", "partner", "paired_order", "is_cold"]
+__all__ = ["balanced_order", "paired_index", "partner", "paired_order", "is_cold"]
 
 
 def paired_index(position: int, n: int) -> int:
@@ -35,6 +35,26 @@ def partner(position: int, n: int) -> int | None:
 
 def paired_order(sorted_keys, n: int) -> list:
     return [sorted_keys[paired_index(k, n)] for k in range(n)]
+
+
+def balanced_order(experts, counts, balance: int) -> list[int]:
+    """[D13] The balanced order (golden model and simulator only): ``experts`` sorted by
+    descending token count are taken from both ends -- the hottest left while the running
+    surplus ``sum(counts[e] - balance)`` of the experts taken so far is at most 0 (or no
+    expert below ``balance`` is left), else the coldest -- so that the compute of a hot
+    expert is overlapped by the loading of enough cold ones, not just of one partner.
+    ``balance`` is the token count at which an expert's compute equals its DDR time
+    (``ddr_interval / cycles_per_token`` with one channel per chiplet)."""
+    order = []
+    i, j, surplus = 0, len(experts) - 1, 0
+    while i <= j:
+        if surplus <= 0 or counts[experts[j]] >= balance:
+            e, i = experts[i], i + 1
+        else:
+            e, j = experts[j], j - 1
+        order.append(e)
+        surplus += counts[e] - balance
+    return order
 
 
 def is_cold(count: int, theta_min: int) -> bool:

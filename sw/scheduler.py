@@ -30,7 +30,7 @@ from fsedp.params import BeatKind, SchedulerParams
 from fsedp.sw.eit import EIT, GateRecord
 from fsedp.sw.icv import ICV
 from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
-from fsedp.sw.pairing import paired_index, partner
+from fsedp.sw.pairing import balanced_order, paired_index, partner
 from fsedp.sw.sorter import bitonic_sort, sorter_keys
 from fsedp.sw.token_buffer import TokenBuffer
 
@@ -85,13 +85,32 @@ class Scheduler:
     #: ``order="paired"``: Algorithm 1 with the paired-load order and Rule 4 pre-loads of the
     #: partner (the RTL); ``"sorted"``: descending token count, no pre-loads (the paper's
     #: ablation A2, golden model and simulator only).
-    ORDERS = ("paired", "sorted")
+    #: ``"balanced"`` (golden model and simulator only, [D13] of ``docs/blocks/scheduler.md``):
+    #: hot and cold experts from the two ends of the sorted list so that the running
+    #: surplus of tokens over ``balance`` stays near zero.
+    ORDERS = ("paired", "sorted", "balanced")
+    #: ``"trajectory"``: a dispatched expert makes every chiplet of its trajectory busy in
+    #: the ICV (Algorithm 1, the RTL); ``"entry"``: only its entry chiplet, so experts with
+    #: overlapping trajectories stream at once, one per entry (golden model only, [D14]).
+    DISPATCH_MODES = ("trajectory", "entry")
 
-    def __init__(self, p: SchedulerParams, order: str = "paired"):
+    def __init__(
+        self,
+        p: SchedulerParams,
+        order: str = "paired",
+        balance: int = 0,
+        dispatch: str = "trajectory",
+    ):
         if order not in self.ORDERS:
             raise ValueError(f"order must be one of {self.ORDERS}, not {order!r}")
+        if dispatch not in self.DISPATCH_MODES:
+            raise ValueError(f"dispatch must be one of {self.DISPATCH_MODES}, not {dispatch!r}")
+        if order == "balanced" and balance < 1:
+            raise ValueError(f"the balanced order needs balance >= 1, not {balance!r}")
         self.p = p
         self.order = order
+        self.balance = balance
+        self.dispatch = dispatch
         self.eit = EIT(p)
         self.tb = TokenBuffer(p)
         self.icv = ICV(p)
@@ -144,7 +163,9 @@ class Scheduler:
         keys = bitonic_sort(sorter_keys(counts, p.sorter_lanes))
         n = sum(1 for c in counts if c)
         plan = RoundPlan(defer, cold_hit, present, counts, trajs, keys, n)
-        if self.order == "paired":
+        if self.order == "balanced":
+            plan.order = balanced_order([e for _, e in keys[:n]], counts, self.balance)
+        elif self.order == "paired":
             plan.order = [keys[paired_index(k, n)][1] for k in range(n)]
         else:
             plan.order = [keys[k][1] for k in range(n)]
@@ -184,8 +205,8 @@ class Scheduler:
             out.append(self._beat(DISPATCH, k, entry))
             self.scheduled[k] = True
             self.running[entry] = traj
-            self.icv.update(alloc=traj)
-            q = partner(k, n) if self.order == "paired" else None
+            self.icv.update(alloc=traj if self.dispatch == "trajectory" else 1 << entry)
+            q = partner(k, n) if self.order != "sorted" else None
             if q is not None and not self.scheduled[q] and not self.preloaded[q]:
                 qtraj = self.plan.trajs[self.plan.order[q]]
                 if not qtraj & self.icv.value:
@@ -199,7 +220,7 @@ class Scheduler:
         if done & ~valid:
             self.spurious_done = True
         done &= valid
-        rel = release_mask(self.running, done)
+        rel = release_mask(self.running, done) if self.dispatch == "trajectory" else done
         for s in range(self.p.chiplets):
             if done >> s & 1:
                 self.running[s] = 0

@@ -89,10 +89,12 @@ class LayerDriver:
         stall: float = 0.0,
         gap: float = 0.0,
         done_stall: float = 0.0,
+        **policy,
     ):
         self.sp, self.p, self.rng = sp, p, rng
         self.stall, self.gap, self.done_stall = stall, gap, done_stall
-        self.sched = Scheduler(sp)
+        #: scheduler policy options (``order``, ``balance``, ``dispatch``; default: the RTL's)
+        self.sched = Scheduler(sp, **policy)
         self.check = Conservation(p)
         self.token_writes: deque = deque()
         self.beats: deque = deque()

@@ -11,8 +11,8 @@ from fsedp.params import SchedulerParams
 from fsedp.sw.eit import EIT, GateRecord
 from fsedp.sw.icv import ICV
 from fsedp.sw.matcher import entry_chiplet, next_hops, release_mask
-from fsedp.sw.pairing import paired_index, partner
-from fsedp.sw.scheduler import Scheduler, run_round
+from fsedp.sw.pairing import balanced_order, paired_index, partner
+from fsedp.sw.scheduler import DISPATCH, Scheduler, run_round
 from fsedp.sw.sorter import bitonic_schedule, bitonic_sort, sorter_keys, stage_count
 from fsedp.sw.token_buffer import TokenBuffer
 from fsedp.tb.scoreboard import random_round
@@ -117,13 +117,20 @@ def test_matcher_ring_and_release():
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10**6), chiplets=st.integers(4, 16), experts=st.integers(8, 64))
-def test_scheduler_round_invariants(seed, chiplets, experts):
+@given(
+    seed=st.integers(0, 10**6),
+    chiplets=st.integers(4, 16),
+    experts=st.integers(8, 64),
+    policy=st.sampled_from(
+        [{}, {"order": "sorted"}, {"order": "balanced", "balance": 3, "dispatch": "entry"}]
+    ),
+)
+def test_scheduler_round_invariants(seed, chiplets, experts, policy):
     p = SchedulerParams(
         chiplets=chiplets, experts=experts, requests=4, theta_min=2, n_threshold=2, qos_width=2
     )
     rng = random.Random(seed)
-    s = Scheduler(p)
+    s = Scheduler(p, **policy)
     for _ in range(3):
         rnd = random_round(p, rng)
         for r, t in rnd.req_inits:
@@ -153,3 +160,33 @@ def test_scheduler_round_invariants(seed, chiplets, experts):
         deferred = [r for r in range(p.requests) if plan.defer >> r & 1]
         kept = [rec for rec in rnd.records if rec[0] not in deferred]
         assert sum(plan.counts) == len(kept) or s.eit.overflow
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=st.lists(st.integers(1, 300), min_size=1, max_size=64), balance=st.integers(1, 100))
+def test_balanced_order_from_both_ends(counts, balance):
+    """[D13] A permutation that takes the hottest expert whenever the running surplus over
+    ``balance`` is not positive (or no cold one is left), else the coldest."""
+    experts = sorted(range(len(counts)), key=lambda e: (-counts[e], e))
+    order = balanced_order(experts, counts, balance)
+    assert sorted(order) == sorted(experts) and order[0] == experts[0]
+    surplus, hot, cold = 0, 0, len(experts) - 1
+    for e in order:
+        want_hot = surplus <= 0 or counts[experts[cold]] >= balance
+        assert e == (experts[hot] if want_hot else experts[cold])
+        hot, cold = (hot + 1, cold) if want_hot else (hot, cold - 1)
+        surplus += counts[e] - balance
+    # all on one side of the balance: the sorted order itself
+    assert balanced_order(experts, [balance] * len(counts), balance) == experts
+
+
+def test_entry_dispatch_streams_overlapping_experts_at_once():
+    """[D14] With ``dispatch="entry"`` experts whose trajectories overlap run at once, one
+    per entry chiplet; with the ICV of Algorithm 1 only one of them runs."""
+    p = SchedulerParams(chiplets=4, experts=8, requests=2, theta_min=0)
+    records = [(0, c, e) for e in range(3) for c in range(4)]  # every trajectory is 0b1111
+    for mode, running in (("trajectory", 1), ("entry", 3)):
+        s = Scheduler(p, dispatch=mode)
+        s.start_round(records)
+        beats = [b for b in s.decide() if b.kind == DISPATCH]
+        assert len(beats) == running and len({b.entry for b in beats}) == running

@@ -69,7 +69,7 @@ def test_setup_of_the_default_run():
 def test_no_strategy_beats_the_bound(tokens):
     cfg = tiny(tokens)
     run = run_experiment(
-        cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5"), n_iter=2, progress=False
+        cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5", "A6"), n_iter=2, progress=False
     )
     for s, rs in run["results"].items():
         for r in rs:
@@ -89,7 +89,7 @@ def test_fsedp_loads_each_active_expert_once():
     s = make_setup(cfg)
     layer = iterations(cfg, 1)[0][0]
     counts = layer.expert_counts(s.sp.experts)
-    for v in ("A1", "A2", "A3", "A4"):
+    for v in ("A1", "A2", "A3", "A4", "A6"):
         r = fsedp_layer(s, layer.records, v)
         assert r.ddr_bytes == np.count_nonzero(counts) * s.expert_bytes
         assert sum(r.busy) == sum(
@@ -194,7 +194,8 @@ def test_no_strategy_beats_the_bound_at_real_sizes(model, tokens):
     (A1 did, with one micro-slice's latency for a whole expert).  Every strategy, every
     layer; and the per-cause breakdown adds up to the gap."""
     cfg = _table_i(model, tokens)
-    run = run_experiment(cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5"), 1, 1, progress=False)
+    strategies = ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5", "A6")
+    run = run_experiment(cfg, strategies, 1, 1, progress=False)
     for s, rs in run["results"].items():
         for r in rs:
             if r.bound == 0:

@@ -28,12 +28,18 @@ def sched(rows, cols, experts=16, theta_min=2):
     )
 
 
-def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000):
+def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000, **policy):
     """Run rounds through scheduler + golden array; returns (driver, array, cycles per layer);
     raises Violation on a conservation error and TimeoutError on no progress."""
     arr = StreamingArray(p, admission=admission)
     drv = LayerDriver(
-        sp, p, rng, stall=stall, gap=0.2 if stall else 0.0, done_stall=0.2 if stall else 0.0
+        sp,
+        p,
+        rng,
+        stall=stall,
+        gap=0.2 if stall else 0.0,
+        done_stall=0.2 if stall else 0.0,
+        **policy,
     )
     per_layer = []
     cycle = 0
@@ -140,6 +146,31 @@ def test_random_layers_conserve_and_finish(rows, cols, kw, stall):
     assert not arr.bad_dispatch and not arr.orphan
 
 
+A6_DP = dict(preempt=True, hot_window=2)
+#: A6's rules: experts at once (one per entry), balanced order, preemption, hot window.
+A6 = dict(order="balanced", balance=3, dispatch="entry")
+A6_CASES = [
+    (2, 2, dict(preempt=True, hot_window=1, cycles_per_token=2)),
+    (2, 2, dict(slots=4, preempt=True, hot_window=2, ddr_channels=4, ddr_interval=3)),
+    (3, 3, dict(slots=12, micro_slices=5, preempt=True, hot_window=1, preload_entries=3)),
+    (2, 4, dict(slots=8, preempt=True, hot_window=3, rule5=True, cycles_per_token=3)),
+]
+
+
+@pytest.mark.parametrize("rows,cols,kw", A6_CASES)
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_a6_rules_conserve_and_finish(rows, cols, kw, stall):
+    """Experts with overlapping trajectories streaming at once, preempted computations and
+    held-back loads of hot experts: nothing lost, nothing computed twice, no deadlock."""
+    sp = sched(rows, cols)
+    p = DatapathParams.for_scheduler(sp, rows, cols, **kw)
+    rng = random.Random(rows * 17 + cols + int(stall * 10))
+    rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(25))]
+    drv, arr, _ = run_layers(sp, p, rounds, rng, stall=stall, **A6)
+    assert drv.check.computed > 0 and max(drv.check.peak) <= p.slots
+    assert not arr.bad_dispatch and not arr.orphan
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 10**6),
@@ -151,9 +182,11 @@ def test_random_layers_conserve_and_finish(rows, cols, kw, stall):
     preload=st.integers(0, 3),
     stall=st.sampled_from([0.0, 0.4]),
     channels=st.sampled_from([1, 4]),
+    a6=st.booleans(),
+    window=st.integers(0, 3),
 )
 def test_property_no_loss_no_deadlock(
-    seed, slots_extra, link, interval, latency, rule5, preload, stall, channels
+    seed, slots_extra, link, interval, latency, rule5, preload, stall, channels, a6, window
 ):
     sp = sched(2, 2, experts=8)
     p = DatapathParams.for_scheduler(
@@ -168,10 +201,12 @@ def test_property_no_loss_no_deadlock(
         rule5=rule5,
         preload_entries=preload,
         ddr_channels=channels,
+        preempt=a6,
+        hot_window=window if a6 else 0,
     )
     rng = random.Random(seed)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(4))]
-    run_layers(sp, p, rounds, rng, stall=stall)
+    run_layers(sp, p, rounds, rng, stall=stall, **(A6 if a6 else {}))
 
 
 # -- deadlock ----------------------------------------------------------------------------
@@ -318,11 +353,11 @@ def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
 
 
 # -- event skipping and DDR channels -------------------------------------------------------
-def trace_run(p, sp, rounds, skip: bool):
+def trace_run(p, sp, rounds, skip: bool, **policy):
     """(cycle, chiplet, event) of every compute completion and the final cycle."""
     rng = random.Random(5)
     arr = StreamingArray(p)
-    drv = LayerDriver(sp, p, rng)
+    drv = LayerDriver(sp, p, rng, **policy)
     log = []
     for records, inits in rounds:
         drv.start_layer(records, inits)
@@ -343,6 +378,7 @@ def trace_run(p, sp, rounds, skip: bool):
         dict(),
         dict(ddr_channels=4, rule5=True, preload_entries=2),
         dict(link_cycles=37, ddr_interval=91, ddr_latency=120, cycles_per_token=13, ddr_channels=4),
+        dict(ddr_interval=40, ddr_latency=50, cycles_per_token=11, ddr_channels=4, **A6_DP),
     ],
 )
 def test_fast_forward_is_exact(kw):
@@ -350,8 +386,9 @@ def test_fast_forward_is_exact(kw):
     p = DatapathParams.for_scheduler(sp, 2, 2, slots=7, **kw)
     rng = random.Random(8)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(6))]
-    slow, end_slow = trace_run(p, sp, rounds, skip=False)
-    fast, end_fast = trace_run(p, sp, rounds, skip=True)
+    policy = A6 if p.preempt else {}
+    slow, end_slow = trace_run(p, sp, rounds, skip=False, **policy)
+    fast, end_fast = trace_run(p, sp, rounds, skip=True, **policy)
     assert fast == slow and end_fast == end_slow and len(slow) > 50
 
 
@@ -470,3 +507,61 @@ def test_remote_loads_come_from_every_channel_and_compute_only_on_the_trajectory
         if out.done:
             break
     assert out.done and loaders == {0, 1, 2, 3} and computers == {3}
+
+
+def _hot_and_cold(preempt: bool, hot_window: int = 0):
+    """Expert 1 hot (30 tokens on chiplet 0), expert 2 cold (1 token on chiplets 0 and 1):
+    returns chiplet 0's completions, its busy cycles and expert 1's loads ahead."""
+    sp = sched(2, 2, experts=8, theta_min=0)
+    p = DatapathParams.for_scheduler(
+        sp,
+        2,
+        2,
+        slots=8,
+        micro_slices=4,
+        ddr_interval=4,
+        ddr_latency=6,
+        ddr_channels=4,
+        preempt=preempt,
+        hot_window=hot_window,
+        preload_entries=0,
+    )
+    arr = StreamingArray(p)
+    arr.step(StepIn(tokens=(0, 1, 30)))
+    arr.step(StepIn(tokens=(0, 2, 1)))
+    arr.step(StepIn(tokens=(1, 2, 1)))
+    arr.step(StepIn(dispatch=Dispatch(DISPATCH, 1, 30, 0b0001, 0, (0, 0, 0, 0))))
+    for _ in range(20):  # the hot expert's first micro-slice is computing
+        arr.step(StepIn())
+    arr.step(StepIn(dispatch=Dispatch(DISPATCH, 2, 2, 0b0011, 1, (1, 0, 0, 0))))
+    done, busy, loaded_ahead = [], 0, []
+    for _ in range(400):
+        out = arr.step(StepIn())
+        done += [out.events[0][0]] if out.events[0] is not None else []
+        busy += arr.chips[0].cnt > 0
+        job = next((j for j in arr.jobs if j.valid and j.expert == 1), None)
+        if job is not None:
+            loaded_ahead.append(job.loaded - job.retired)
+        if arr.idle:
+            break
+    return done, busy, loaded_ahead, arr
+
+
+def test_preemption_lets_a_short_computation_pass_and_loses_no_work():
+    """[D11] The cold expert's micro-slices (1 cycle each) do not wait behind the hot one's
+    (30 cycles): they preempt it, and the preempted one resumes with what is left -- the
+    compute unit is busy exactly as long as without preemption."""
+    plain, busy_plain, _, _ = _hot_and_cold(False)
+    pre, busy_pre, _, arr = _hot_and_cold(True)
+    assert sorted(plain) == sorted(pre) == [1] * 4 + [2] * 4 and arr.idle
+    assert plain[:5] == [1, 1, 1, 1, 2]  # without: the cold expert waits for all of them
+    assert pre.index(2) < 3  # with: the cold expert passes the hot one
+    assert busy_pre == busy_plain
+
+
+def test_hot_window_holds_back_the_loads_of_a_compute_heavy_expert():
+    """[D12] A compute-heavy expert never has more than hot_window micro-slices loaded and
+    not retired; without the window it loads all of them at once."""
+    _, _, ahead, _ = _hot_and_cold(True, hot_window=2)
+    _, _, unlimited, _ = _hot_and_cold(True, hot_window=0)
+    assert max(ahead) == 2 and max(unlimited) == 4

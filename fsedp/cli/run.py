@@ -162,7 +162,7 @@ def add_parsers(sub):
     run.add_argument(
         "--strategies",
         default="EP,Hydra,A1,A2,A3",
-        help="comma-separated: EP, Hydra, A1..A5 (FSE-DP ablations)",
+        help="comma-separated: EP, Hydra, A1..A6 (FSE-DP ablations)",
     )
     run.add_argument(
         "--scheduler",

@@ -3,7 +3,7 @@ Rules 1-2 choose the next micro-slice (received over a link first, then loaded f
 lowest slot first); it takes ``max(1, tokens) * cycles_per_token`` cycles; the last station
 retires a micro-slice of its expert's job."""
 
-__all__ = ["decide", "retired", "commit"]
+__all__ = ["decide", "retired", "commit", "duration"]
 
 
 def decide(arr):
@@ -18,6 +18,16 @@ def decide(arr):
         ch = arr.chips[c]
         if ch.cnt == 1:
             events[c] = (ch.cexpert, ch.cindex, ch.cfinal)
+        if ch.cnt > 1 and p.preempt:
+            # [D11] the shortest present computation preempts a longer remainder
+            best = None
+            for i, s in enumerate(ch.slots):
+                if s.present and s.comp:
+                    d = duration(arr, c, s)
+                    if d < ch.cnt - 1 and (best is None or d < best[1]):
+                        best = (i, d)
+            starts[c] = best
+            continue
         if ch.cnt <= 1:
             cand = [i for i, s in enumerate(ch.slots) if s.present and s.comp]
             pick = next((i for i in cand if not ch.slots[i].ddr), None)
@@ -25,8 +35,14 @@ def decide(arr):
                 pick = cand[0]
             if pick is not None:
                 s = ch.slots[pick]
-                starts[c] = (pick, max(1, arr.tokens[c][s.expert]) * p.cycles_per_token)
+                starts[c] = (pick, duration(arr, c, s))
     return events, starts
+
+
+def duration(arr, c: int, s) -> int:
+    """Cycles the computation of the micro-slice in slot ``s`` of chiplet ``c`` takes (what
+    is left of it, if it was preempted)."""
+    return s.rem or max(1, arr.tokens[c][s.expert]) * arr.p.cycles_per_token
 
 
 def retired(arr, events) -> list:
@@ -55,9 +71,13 @@ def commit(arr, starts):
         ch = arr.chips[c]
         if ch.cnt == 1:
             ch.slots[ch.cslot].computing = False
+        if starts[c] is not None and ch.cnt > 1:  # preempted: resumes with what is left
+            cur = ch.slots[ch.cslot]
+            cur.computing, cur.comp, cur.rem = False, True, ch.cnt - 1
         if starts[c] is not None:
             i, cycles = starts[c]
             s = ch.slots[i]
+            s.rem = 0
             s.comp, s.computing = False, True
             ch.cnt, ch.cslot = cycles, i
             ch.cexpert, ch.cindex, ch.cfinal = s.expert, s.index, s.final

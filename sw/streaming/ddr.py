@@ -19,6 +19,7 @@ __all__ = [
     "retire_jobs",
     "ddr_target",
     "need",
+    "within_window",
 ]
 
 
@@ -77,6 +78,7 @@ def issue(arr, inp, free2):
                     and job.traj >> c & 1
                     and job.loaded + extra[j] < p.micro_slices
                     and free2[c] > need(arr, job.traj, c)
+                    and within_window(arr, job, extra[j])
                 ):
                     issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j], c))
                     extra[j] += 1
@@ -89,7 +91,7 @@ def issue(arr, inp, free2):
         for k in range(n):
             j = (arr.ddr_rr + k) % n
             job = arr.jobs[j]
-            if not job.valid or job.loaded >= p.micro_slices:
+            if not job.valid or job.loaded >= p.micro_slices or not within_window(arr, job, 0):
                 continue
             target = ddr_target(arr, j, job, free2, channel_ok)
             if target is not None:
@@ -119,6 +121,8 @@ def issue(arr, inp, free2):
                     j = (arr.ddr_rr + k) % n
                     job = arr.jobs[j]
                     if not job.valid or job.loaded + extra[j] >= p.micro_slices:
+                        continue
+                    if not within_window(arr, job, extra[j]):
                         continue
                     dest, r = p.remote_entry(job.traj, c)
                     if free2[c] > r:
@@ -247,6 +251,17 @@ def ddr_target(arr, j: int, job: Job, free2: list[int], channel_ok) -> int | Non
             if best is None or free2[a] > free2[best]:
                 best = a
     return best
+
+
+def within_window(arr, job: Job, extra: int) -> bool:
+    """[D12] Whether a running expert may load one more micro-slice: always, unless it is
+    compute-heavy (a micro-slice takes longer to compute on some chiplet than a DDR interval)
+    and already has ``hot_window`` micro-slices loaded and not retired."""
+    p = arr.p
+    if not p.hot_window or job.loaded + extra - job.retired < p.hot_window:
+        return True
+    t = max(arr.tokens[c][job.expert] for c in range(p.chiplets) if job.traj >> c & 1)
+    return max(1, t) * p.cycles_per_token <= p.ddr_interval
 
 
 def need(arr, traj: int, a: int) -> int:

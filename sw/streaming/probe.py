@@ -14,6 +14,8 @@ DDR channel (``None`` = streaming a micro-slice, i.e. busy)
                    slots, but forward-count admission refuses them (too few for its path);
     ``preload``    only pre-loads have micro-slices to load, and the buffer keeps the
                    ``H + 1`` slots a running expert may need;
+    ``window``     the only running experts with micro-slices left are compute-heavy ones at
+                   their ``hot_window`` ([D12]);
     ``none``       nothing is loadable (no running expert or pre-load has micro-slices left).
 
 Compute unit (``None`` = computing)
@@ -24,9 +26,11 @@ Compute unit (``None`` = computing)
     ``none``  nothing for this chiplet is under way.
 """
 
+from fsedp.sw.streaming.ddr import within_window
+
 __all__ = ["DDR_REASONS", "PE_REASONS", "ddr_idle", "pe_idle"]
 
-DDR_REASONS = ("stall", "full", "admission", "preload", "none")
+DDR_REASONS = ("stall", "full", "admission", "preload", "window", "none")
 PE_REASONS = ("ddr", "link", "held", "none")
 
 
@@ -42,11 +46,12 @@ def ddr_idle(arr, inp, used, issues, free2) -> list:
             issued_job[idx] += 1
         else:
             issued_pre[idx] += 1
-    jobs = [
+    left = [
         j
         for j, job in enumerate(arr.jobs)
         if job.valid and job.loaded + issued_job[j] < p.micro_slices
     ]
+    jobs = [j for j in left if within_window(arr, arr.jobs[j], issued_job[j])]
     pres = [
         k for k, q in enumerate(arr.pre) if q.valid and q.loaded + issued_pre[k] < p.micro_slices
     ]
@@ -57,7 +62,7 @@ def ddr_idle(arr, inp, used, issues, free2) -> list:
         elif inp.ddr_stall or len(arr.fifos[ch]) >= arr.fifo_depth:
             out.append("stall")
         elif not jobs and not pres:
-            out.append("none")
+            out.append("window" if left else "none")
         elif arr.channels > 1:
             # chiplet-driven: the channel loads into its own chiplet
             if free2[ch] == 0:

@@ -34,6 +34,7 @@ class Slot:
     tx: int = 0
     ddr: bool = False
     final: bool = False
+    rem: int = 0  # compute cycles left of a preempted micro-slice (0: not started)
     dir: int = 0
     r: int = 0
     expert: int = 0
@@ -102,7 +103,7 @@ def store(arr, c: int, slot: int, h: Header, wait: int, ddr: bool, held: bool):
     s = arr.chips[c].slots[slot]
     f = arrive(arr.p, c, h)
     s.busy, s.resv, s.wait, s.held, s.ddr = True, False, wait, held, ddr
-    s.computing, s.tx = False, 0
+    s.computing, s.tx, s.rem = False, 0, 0
     s.comp, s.send, s.final, s.dir, s.r = f["comp"], f["send"], f["final"], f["dir"], f["r"]
     s.expert, s.index, s.traj, s.dest, s.legs = h.expert, h.index, h.traj, f["dest"], f["legs"]
 
