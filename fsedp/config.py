@@ -62,6 +62,7 @@ __all__ = [
     "named_configs",
     "derived_microslices",
     "derived_count_width",
+    "mesh_slots",
 ]
 
 #: Routing of the project's MoE LM on held-out WikiText-2 test text (``scenario.trace:
@@ -82,6 +83,13 @@ CONFIG_DIR = Path(str(resources.files("fsedp.configs")))
 #: :data:`MICROSLICES_SLOTS` of them (the default run's 7), at most 256.
 MICROSLICES_FLOOR = 8
 MICROSLICES_SLOTS = 7
+
+
+def mesh_slots(rows: int, cols: int) -> int:
+    """Slots a derived micro-slice count aims for on a ``rows x cols`` mesh:
+    :data:`MICROSLICES_SLOTS`, or deadlock freedom's ``max_hops + 1`` with a spare slot for
+    pre-loads where that is more (3x3: 13, 4x4: 19)."""
+    return max(MICROSLICES_SLOTS, max_hops(rows, cols) + 2)
 
 
 def derived_microslices(
@@ -467,7 +475,10 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
     h, m = built["hardware"], built["model"]
     if h.microslices_per_expert is None:
         built["hardware"] = dataclasses.replace(
-            h, microslices_per_expert=derived_microslices(m.expert_bytes, h.onchip_buffer_kib)
+            h,
+            microslices_per_expert=derived_microslices(
+                m.expert_bytes, h.onchip_buffer_kib, slots=mesh_slots(h.rows, h.cols)
+            ),
         )
     s, tokens = built["scheduler"], built["scenario"].tokens_per_iteration
     if s.count_width is None:

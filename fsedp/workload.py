@@ -60,6 +60,9 @@ class Layer:
     records: list[tuple[int, int, int]]  # (request slot, chiplet, expert)
     tokens: int
     req_inits: list[tuple[int, int]] = field(default_factory=list)
+    #: request-table slot -> request id of the trace (the same request keeps its id across
+    #: iterations; its slot may differ)
+    requests: dict[int, int] = field(default_factory=dict)
 
     def round(self) -> Round:
         return Round(self.records, self.req_inits)
@@ -146,6 +149,7 @@ def iterations(
         chip = shard(window, sp.chiplets, mode=sc.sharding)
         slots = dense_request_slots(window, sp.requests)
         inits = [(s, cfg.scheduler.t_qos_init) for s in sorted(set(slots.values()))]
+        ids = {s: int(r) for r, s in slots.items()}
         out.append(
             [
                 Layer(
@@ -154,6 +158,7 @@ def iterations(
                     gate_records(window, l, chip, slots, table_depth=sp.requests),
                     window.tokens,
                     inits if l == 0 else [],
+                    ids,
                 )
                 for l in range(layers)
             ]

@@ -11,8 +11,8 @@ Ablations (Section VI-C):
 * ``A3`` A2 with the paired-load order and the partner pre-loads (Algorithm 1);
 * ``A4`` A3 with Rule 5;
 * ``A6`` A3 with this project's streaming rules for balanced regimes (``docs/simulator.md``):
-  experts stream at once, one per entry chiplet (``dispatch="entry"``, [D14]), in the
-  balanced order ([D13]); a shorter micro-slice preempts a long computation ([D11]); a
+  experts stream at once, one per entry chiplet (``dispatch="entry"``, scheduler decision 28),
+  in the balanced order (decision 27); a shorter micro-slice preempts a long computation ([D11]); a
   compute-heavy expert keeps at most :data:`HOT_WINDOW` micro-slices loaded ahead ([D12]).
   Golden models and simulator only: the RTL does not implement these rules yet;
 * ``A5`` A3 with token buffering (Algorithm 2, 20 % slack): a deferred request pauses at the

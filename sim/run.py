@@ -12,6 +12,7 @@ import numpy as np
 
 from fsedp.config import RunConfig, config_to_dict
 from fsedp.sim.baselines import ep_home, ep_layer, hydra_home
+from fsedp.sim.buffering import TokenBuffering
 from fsedp.sim.fsedp import VARIANTS, fsedp_layer
 from fsedp.sim.setup import Setup, make_setup
 from fsedp.workload import iterations
@@ -83,7 +84,7 @@ def run_experiment(
     try:
         history: dict = {}  # layer -> counts seen in the last iteration
         experts = setup.sp.experts
-        a5 = _A5(setup) if "A5" in strategies else None
+        a5 = TokenBuffering(setup, flat) if "A5" in strategies else None
         for i, lay in enumerate(flat):
             counts = lay.expert_counts(experts)
             for s in strategies:
@@ -118,6 +119,7 @@ def run_experiment(
             t0 = time.perf_counter()
             results["A5"] += a5.flush()
             wall["A5"] += time.perf_counter() - t0
+            qos = a5.qos()
         if futures is not None:
             from concurrent.futures import as_completed
 
@@ -139,48 +141,8 @@ def run_experiment(
         "results": results,
         "attention": attention,
         "wall_s": {s: round(w, 2) for s, w in wall.items()},
+        "qos": qos if "A5" in strategies else None,
     }
-
-
-class _A5:
-    """Token buffering across iterations: a request deferred at layer ``l`` of iteration
-    ``i`` skips layers ``l ..`` of ``i``; its records of those layers join layer ``l ..`` of
-    iteration ``i + 1``.  The scheduler (and its request table) persists."""
-
-    def __init__(self, setup: Setup):
-        from fsedp.sim.fsedp import a5_params
-        from fsedp.sw.scheduler import Scheduler
-
-        self.setup = setup
-        self.sched = Scheduler(a5_params(setup))
-        self.carry: dict[int, list] = {}  # layer -> records carried into the next iteration
-        self.next_carry: dict[int, list] = {}
-        self.paused = 0  # requests paused in this iteration
-        self.iteration = None
-
-    def layer(self, lay):
-        if lay.iteration != self.iteration:
-            self.iteration = lay.iteration
-            self.carry, self.next_carry, self.paused = self.next_carry, {}, 0
-        records = self.carry.pop(lay.layer, []) + list(lay.records)
-        held = [r for r in records if self.paused >> r[0] & 1]
-        live = [r for r in records if not self.paused >> r[0] & 1]
-        r = fsedp_layer(self.setup, live, "A5", sched=self.sched)
-        if r.defer:
-            self.paused |= r.defer
-        held += [x for x in live if r.defer >> x[0] & 1]
-        if held:
-            self.next_carry.setdefault(lay.layer, []).extend(held)
-        return r
-
-    def flush(self) -> list:
-        """What is still deferred after the last iteration, run without buffering."""
-        out = []
-        for layer in sorted(set(self.carry) | set(self.next_carry)):
-            recs = self.carry.get(layer, []) + self.next_carry.get(layer, [])
-            if recs:
-                out.append(fsedp_layer(self.setup, recs, "A3"))
-        return out
 
 
 def _busiest_link(rs) -> float | None:
@@ -223,6 +185,19 @@ def _lost(rs, cycles: int) -> dict:
         for k in sorted(acc, key=lambda k: order.get(k, len(order)))
         if cycles and acc[k]
     }
+
+
+def _busiest_link_share(rs, setup: Setup, cycles: int) -> float | None:
+    """FSE-DP: the share of the MoE time the busiest die-to-die link is busy with
+    micro-slices (near 1: the ring streaming is link-bound, whatever the DDR/compute bound)."""
+    links: dict = {}
+    for r in rs:
+        for k, b in r.link_bytes.items():
+            links[k] = links.get(k, 0) + b
+    if not links or not cycles:
+        return None
+    busy = max(links.values()) / setup.microslice_bytes * setup.dp.link_cycles
+    return round(busy / cycles, 3)
 
 
 def _imbalance(xs) -> float:
@@ -269,6 +244,7 @@ def summarize(run: dict) -> dict:
             "ddr_gb": round(sum(r.ddr_bytes for r in rs) / 1e9, 3),
             "d2d_gb": round(sum(r.d2d_bytes for r in rs) / 1e9, 3),
             "d2d_busiest_link_gb": _busiest_link(rs),
+            "busiest_link_share": _busiest_link_share(rs, setup, cyc),
             "lost": _lost(rs, cyc),
             "breakdown": {
                 "ddr_bound_share": round(sum(r.ddr_cycles for r in rs) / cyc, 3) if cyc else None,
@@ -280,8 +256,12 @@ def summarize(run: dict) -> dict:
             },
             "decisions": sum(r.decisions for r in rs),
             "layers": n_layers,
+            "flush_layers": len(rs) - n_layers,
             "wall_s": run["wall_s"].get(s),
         }
+        if s == "A5" and run.get("qos"):
+            out[s]["qos"] = run["qos"]
+            out[s]["deferrals"] = run["qos"]["deferrals"]
     return out
 
 
@@ -306,7 +286,22 @@ def format_table(summary: dict, title: str) -> str:
         "imb: busiest chiplet over the mean (DDR bytes, compute cycles)"
     )
     lines += ["", *format_lost(summary)]
+    if summary.get("A5", {}).get("qos"):
+        lines += ["", format_qos(summary["A5"])]
     return "\n".join(lines)
+
+
+def format_qos(a5: dict) -> str:
+    """A5's token buffering against the requests' QoS slack, one line."""
+    q = a5["qos"]
+    d, sl = q["delay_us"], q["slack_us"]
+    return (
+        f"A5 token buffering: {q['deferrals']} deferrals, {q['delayed']} of {q['requests']} "
+        f"requests delayed; delay mean / p99 / max {d['mean']} / {d['p99']} / {d['max']} us "
+        f"against a slack of {sl['mean']} / {sl['p99']} / {sl['max']} us (worst delay "
+        f"{q['delay_over_slack_max'] * 100:.0f} % of its slack, {q['violations']} over); "
+        f"{a5['flush_layers']} flush layers; every deferred token computed"
+    )
 
 
 def format_lost(summary: dict) -> list[str]:
@@ -339,6 +334,7 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir.parent))
+    n = len(run["layers"])
     try:
         doc = {
             "command": command,
@@ -348,15 +344,16 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
             "layers": {
                 s: [
                     {
-                        "iteration": l.iteration,
-                        "layer": l.layer,
+                        # A5's flush (deferred work run after the last iteration) included
+                        "iteration": run["layers"][k].iteration if k < n else "flush",
+                        "layer": run["layers"][k].layer if k < n else k - n,
                         "cycles": r.cycles,
                         "bound": r.bound,
                         "utilization": round(r.utilization, 4),
                         "bounding": r.bounding,
-                        "lost": {k: round(v) for k, v in r.lost().items()},
+                        "lost": {c: round(v) for c, v in r.lost().items()},
                     }
-                    for l, r in zip(run["layers"], rs)
+                    for k, r in enumerate(rs)
                 ]
                 for s, rs in run["results"].items()
             },
@@ -379,6 +376,8 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
                 f"| {b['ddr_imbalance']} | {b['compute_imbalance']} |"
             )
         md += ["", "```", *format_lost(summary), "```"]
+        if summary.get("A5", {}).get("qos"):
+            md += ["", format_qos(summary["A5"])]
         md += [
             "",
             "![utilization](utilization.png)",

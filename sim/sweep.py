@@ -18,6 +18,7 @@ from fsedp.config import (
     config_path,
     derived_microslices,
     load_section,
+    mesh_slots,
     run_from_dict,
 )
 from fsedp.errors import InputError
@@ -45,6 +46,7 @@ def microslices_for(model: str, hardware: dict) -> int:
         m.expert_bytes,
         hardware["onchip_buffer_kib"],
         hardware.get("microslices_per_expert", MICROSLICES_FLOOR),
+        mesh_slots(hardware["rows"], hardware["cols"]),
     )
 
 
@@ -86,9 +88,13 @@ def figure9(
     for name in models:
         m = microslices_for(name, hw)
         for t in tokens:
-            cfg = sweep_config(
-                {**hw, "microslices_per_expert": m}, name, t, seed, f"<figure9 {name} {t}>"
-            )
+            try:
+                cfg = sweep_config(
+                    {**hw, "microslices_per_expert": m}, name, t, seed, f"<figure9 {name} {t}>"
+                )
+            except InputError as e:  # e.g. the buffer cannot hold deadlock freedom's slots
+                rows.append({"model": name, "tokens": t, "micro_slices": m, "infeasible": e})
+                continue
             run = run_experiment(
                 cfg, strategies, n_iter=iterations, layers=layers, progress=progress
             )
@@ -198,10 +204,12 @@ def format_breakdown(rows, strategies) -> str:
     out = [
         "| model | tokens | M | DDR / compute bound (% of EP) | x bound "
         + " / ".join(strategies)
+        + " | busiest link busy (% of time) "
+        + " / ".join(fsedp)
         + " | "
         + " | ".join(f"{x}: time over the bound by cause (%)" for x in fsedp)
         + " |",
-        "|---|---:|---:|---|---|" + "---|" * len(fsedp),
+        "|---|---:|---:|---|---|---|" + "---|" * len(fsedp),
     ]
 
     def causes(lost):
@@ -214,6 +222,8 @@ def format_breakdown(rows, strategies) -> str:
             f"| {r['model']} | {r['tokens']} | {r['micro_slices']} | "
             f"{b['ddr_bound_share'] * 100:.0f} / {b['compute_bound_share'] * 100:.0f} | "
             + " / ".join(f"{r[x]['x_bound']:.3f}" for x in strategies)
+            + " | "
+            + " / ".join(f"{(r[x]['busiest_link_share'] or 0) * 100:.0f}" for x in fsedp)
             + " | "
             + " | ".join(causes(r[x]["lost"]) for x in fsedp)
             + " |"
@@ -302,7 +312,14 @@ def run_experiment_file(d: dict, progress: bool = True) -> tuple[list[dict], str
         hardware=d["hardware"],
         iterations=d["iterations"],
     )
-    return rows, FORMATS[d["table"]](rows, d["strategies"])
+    ok = [r for r in rows if "infeasible" not in r]
+    notes = [
+        f"{r['model']} at {r['tokens']} tokens: {r['infeasible'].reason}"
+        for r in rows
+        if r not in ok
+    ]
+    table = FORMATS[d["table"]](ok, d["strategies"])
+    return ok, table + ("\n\ninfeasible: " + "; ".join(notes) if notes else "")
 
 
 # -- hardware grids (Figures 16-18) -----------------------------------------------------------

@@ -38,11 +38,12 @@ def paired_order(sorted_keys, n: int) -> list:
 
 
 def balanced_order(experts, counts, balance: int) -> list[int]:
-    """[D13] The balanced order (golden model and simulator only): ``experts`` sorted by
-    descending token count are taken from both ends -- the hottest left while the running
-    surplus ``sum(counts[e] - balance)`` of the experts taken so far is at most 0 (or no
-    expert below ``balance`` is left), else the coldest -- so that the compute of a hot
-    expert is overlapped by the loading of enough cold ones, not just of one partner.
+    """The balanced order (golden model and simulator only; decision 27 of the scheduler):
+    ``experts`` sorted by descending token count are taken from both ends: the hottest
+    while the running surplus ``sum(counts[e] - balance)`` of the experts taken so far is at
+    most 0 (or no expert below ``balance`` is left), else the coldest -- so that the compute
+    of a hot expert is overlapped by the loading of enough cold ones, not just of one
+    partner.
     ``balance`` is the token count at which an expert's compute equals its DDR time
     (``ddr_interval / cycles_per_token`` with one channel per chiplet)."""
     order = []

@@ -85,13 +85,13 @@ class Scheduler:
     #: ``order="paired"``: Algorithm 1 with the paired-load order and Rule 4 pre-loads of the
     #: partner (the RTL); ``"sorted"``: descending token count, no pre-loads (the paper's
     #: ablation A2, golden model and simulator only).
-    #: ``"balanced"`` (golden model and simulator only, [D13] of ``docs/blocks/scheduler.md``):
-    #: hot and cold experts from the two ends of the sorted list so that the running
-    #: surplus of tokens over ``balance`` stays near zero.
+    #: ``"balanced"`` (golden model and simulator only; decision 27 of
+    #: ``docs/blocks/scheduler.md``): hot and cold experts from the two ends of the sorted
+    #: list so that the running surplus of tokens over ``balance`` stays near zero.
     ORDERS = ("paired", "sorted", "balanced")
     #: ``"trajectory"``: a dispatched expert makes every chiplet of its trajectory busy in
     #: the ICV (Algorithm 1, the RTL); ``"entry"``: only its entry chiplet, so experts with
-    #: overlapping trajectories stream at once, one per entry (golden model only, [D14]).
+    #: overlapping trajectories stream at once, one per entry (golden model only; decision 28).
     DISPATCH_MODES = ("trajectory", "entry")
 
     def __init__(

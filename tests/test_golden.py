@@ -165,8 +165,8 @@ def test_scheduler_round_invariants(seed, chiplets, experts, policy):
 @settings(max_examples=100, deadline=None)
 @given(counts=st.lists(st.integers(1, 300), min_size=1, max_size=64), balance=st.integers(1, 100))
 def test_balanced_order_from_both_ends(counts, balance):
-    """[D13] A permutation that takes the hottest expert whenever the running surplus over
-    ``balance`` is not positive (or no cold one is left), else the coldest."""
+    """Scheduler decision 27: a permutation that takes the hottest expert whenever the running
+    surplus over ``balance`` is not positive (or no cold one is left), else the coldest."""
     experts = sorted(range(len(counts)), key=lambda e: (-counts[e], e))
     order = balanced_order(experts, counts, balance)
     assert sorted(order) == sorted(experts) and order[0] == experts[0]
@@ -181,8 +181,8 @@ def test_balanced_order_from_both_ends(counts, balance):
 
 
 def test_entry_dispatch_streams_overlapping_experts_at_once():
-    """[D14] With ``dispatch="entry"`` experts whose trajectories overlap run at once, one
-    per entry chiplet; with the ICV of Algorithm 1 only one of them runs."""
+    """Scheduler decision 28: with ``dispatch="entry"`` experts whose trajectories overlap run
+    at once, one per entry chiplet; with the ICV of Algorithm 1 only one of them runs."""
     p = SchedulerParams(chiplets=4, experts=8, requests=2, theta_min=0)
     records = [(0, c, e) for e in range(3) for c in range(4)]  # every trajectory is 0b1111
     for mode, running in (("trajectory", 1), ("entry", 3)):

@@ -141,17 +141,53 @@ def test_rtl_check_reports_the_first_difference(tmp_path):
     assert res["mismatches"] >= 1 and "decision 1" in res["first_mismatch"]
 
 
-def test_a5_defers_and_conserves_work():
+def one_request_run(tmp_path, iterations: int, requests: int = 1, tokens: int = 64):
+    """The tiny model on a trace of ``requests`` long requests (an imported ``.npy`` is one)."""
+    from fsedp.trace import synthetic
+    from fsedp.trace.io import save_trace
+
+    path = tmp_path / "long.npz"
+    t = synthetic(16, 2, tokens * iterations, layers=4, seed=3, skew=1.2, requests=requests)
+    save_trace(t, path)
+    d = {**TINY, "scenario": {**TINY["scenario"], "trace": str(path)}}
+    d["scheduler"] = {"requests": 8, "theta_min": 2, "n_threshold": 4, "qos_width": 4}
+    d["scheduler"]["t_qos_init"] = 0
+    return run_from_dict(d, "long.yaml")
+
+
+def test_a5_defers_and_conserves_work(tmp_path):
     """Token buffering moves work between iterations but loses none: every (token, expert)
-    record is computed exactly once over the run (deferred ones later, or in the flush)."""
-    cfg = tiny(64)
-    run = run_experiment(cfg, ("A3", "A5"), n_iter=4, progress=False)
+    record is computed exactly once over the run (deferred ones later, or in the flush), and
+    the flush is in the results and in the per-layer report."""
+    cfg = one_request_run(tmp_path, 12)
+    run = run_experiment(cfg, ("A3", "A5"), n_iter=12, progress=False)
     s = make_setup(cfg)
     mac = s.dp.micro_slices * s.dp.cycles_per_token
     total = {k: sum(sum(r.busy) for r in rs) for k, rs in run["results"].items()}
-    assert total["A5"] == total["A3"] and total["A3"] > 0
-    assert summarize(run)["A5"]["deferrals"] > 0
-    assert total["A3"] % mac == 0
+    assert total["A5"] == total["A3"] and total["A3"] > 0 and total["A3"] % mac == 0
+    summary = summarize(run)
+    assert summary["A5"]["deferrals"] > 0 and summary["A5"]["flush_layers"] > 0
+    assert len(run["results"]["A5"]) == len(run["layers"]) + summary["A5"]["flush_layers"]
+
+
+@pytest.mark.parametrize("iterations, requests", [(12, 1), (4, 1), (10, 3), (6, 8)])
+def test_a5_keeps_every_request_within_its_slack(tmp_path, iterations, requests):
+    """The host lets Algorithm 2 defer a request only while the delay stays within 20 % of
+    its latency: no request is delayed beyond its slack, one long request included."""
+    cfg = one_request_run(tmp_path, iterations, requests)
+    run = run_experiment(cfg, ("A5",), n_iter=iterations, progress=False)
+    q = summarize(run)["A5"]["qos"]
+    assert q["requests"] == requests
+    assert q["violations"] == 0 and q["delay_over_slack_max"] <= 1.0, q
+
+
+def test_a5_does_not_defer_requests_that_cannot_afford_it():
+    """Requests of one iteration (16 tokens each) have a slack of a fifth of an iteration
+    and a deferral costs a whole one: A5 runs them as A3 does."""
+    cfg = tiny(64)
+    run = run_experiment(cfg, ("A3", "A5"), n_iter=3, progress=False)
+    assert summarize(run)["A5"]["qos"]["deferrals"] == 0
+    assert [r.cycles for r in run["results"]["A5"]] == [r.cycles for r in run["results"]["A3"]]
 
 
 def test_parallel_run_equals_sequential():

@@ -120,7 +120,11 @@ def cmd_sweep(args):
     for m in models:
         config_path("models", m, COMMAND_LINE, "--models")
     t0 = time.time()
-    rows = figure9(models, tokens, layers=args.layers, progress=not args.json)
+    rows = [
+        r
+        for r in figure9(models, tokens, layers=args.layers, progress=not args.json)
+        if "infeasible" not in r
+    ]
     command = f"fsedp sweep figure9 --layers {args.layers} --tokens {args.tokens}" + (
         f" --models {args.models}" if args.models else ""
     )
