@@ -20,7 +20,7 @@ from fsedp.workload import iterations
 __all__ = ["STRATEGIES", "run_experiment", "summarize", "format_table", "write_report"]
 
 STRATEGIES = ("EP", "Hydra", *VARIANTS)
-DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3")
+DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3", "A6")
 
 
 def _fsedp_task(setup: Setup, strategy: str, records, trace: bool):

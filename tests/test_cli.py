@@ -180,6 +180,11 @@ def test_run_main_job_writes_report(tmp_path, capsys):
     assert set(doc["summary"]) == {"EP", "Hydra", "A1", "A2", "A3", "A4"}
     for m in doc["summary"].values():
         assert m["x_bound"] >= 1.0 and 0 < m["utilization"] <= 1 and m["layers"] == 3
+        # the gap to the bound by cause: with the bound's share, the whole time
+        assert abs(1 / m["x_bound"] + sum(m["lost"].values()) - 1) < 0.01
+    assert "Where the time over the bound goes" in (out / "report.md").read_text()
+    per_layer = json.loads((out / "summary.json").read_text())["layers"]
+    assert all("lost" in x and x["bounding"] in ("ddr", "compute") for x in per_layer["A3"])
     assert sorted(p.name for p in out.iterdir()) == [
         "activity.png",
         "chiplets.png",

@@ -22,7 +22,14 @@ from fsedp.files import build_dir, check_output_file, check_output_folder
 
 def cmd_run(args):
     """The main job: EP, Hydra and FSE-DP side by side on the run config's workload."""
-    from fsedp.sim.run import STRATEGIES, format_table, run_experiment, summarize, write_report
+    from fsedp.sim.run import (
+        DEFAULT_STRATEGIES,
+        STRATEGIES,
+        format_table,
+        run_experiment,
+        summarize,
+        write_report,
+    )
 
     if args.config:
         from fsedp.files import read_yaml
@@ -30,7 +37,11 @@ def cmd_run(args):
         if "experiment" in read_yaml(args.config):
             return _run_experiment_file(args)
     cfg = load_config(args)
-    strategies = [x.strip() for x in args.strategies.split(",") if x.strip()]
+    strategies = (
+        [x.strip() for x in args.strategies.split(",") if x.strip()]
+        if args.strategies is not None
+        else list(DEFAULT_STRATEGIES)
+    )
     bad = [x for x in strategies if x not in STRATEGIES]
     if bad or not strategies:
         raise usage(
@@ -165,8 +176,9 @@ def add_parsers(sub):
     )
     run.add_argument(
         "--strategies",
-        default="EP,Hydra,A1,A2,A3",
-        help="comma-separated: EP, Hydra, A1..A6 (FSE-DP ablations)",
+        default=None,
+        help="comma-separated: EP, Hydra, A1..A6 (FSE-DP ablations; default: EP, Hydra, "
+        "A1, A2, A3 and A6)",
     )
     run.add_argument(
         "--scheduler",

@@ -19,7 +19,7 @@ DDR channel (``None`` = streaming a micro-slice, i.e. busy)
     ``none``       nothing is loadable (no running expert or pre-load has micro-slices left).
 
 Compute unit (``None`` = computing)
-    ``ddr``   a micro-slice for this chiplet is being loaded from DDR into it;
+    ``ddr``   a DDR load into this chiplet is under way (its data has not arrived);
     ``link``  a micro-slice for this chiplet is on a link, or waits at a neighbour for the
               link or for this chiplet's admission;
     ``held``  a pre-loaded micro-slice is here but its expert is not dispatched yet;
