@@ -84,6 +84,15 @@ class SchedulerParams:
         iteration) during which the request was not deferred (1..2**cfw_width-1).
     qos_width : int
         Width of the per-request QoS timer ``T_QoS`` (1..16); it saturates.
+    balance : int
+        0: the paired-load order (Algorithm 1).  Otherwise the *balanced* order with this
+        balance point in tokens (scheduler decision 27; ablation A6): from both ends of the
+        sorted list, the hottest expert while the running surplus over ``balance`` is not
+        positive, else the coldest.
+    entry_dispatch : bool
+        A dispatch makes only its entry chiplet busy in the ICV, so experts with overlapping
+        trajectories stream at once, one per entry chiplet (decision 28; ablation A6).
+        ``False``: the whole trajectory, as Algorithm 1.
     """
 
     chiplets: int = spec(int, 4, 16, default=4, doc="compute chiplets C")
@@ -109,6 +118,12 @@ class SchedulerParams:
         int, 1, 2**16 - 1, default=4, doc="N_threshold of Algorithm 2, in rounds"
     )
     qos_width: int = spec(int, 1, 16, default=4, unit="bits", doc="QoS timer width")
+    balance: int = spec(
+        int, 0, 2**16 - 1, default=0, doc="balanced order's balance point (0: paired order)"
+    )
+    entry_dispatch: bool = spec(
+        bool, default=False, doc="a dispatch makes only its entry chiplet busy"
+    )
 
     def __post_init__(self):
         _check_all(self)

@@ -81,7 +81,10 @@ class ECMatcher(wiring.Component):
             finished = finished | (slots[s] & self.done[s].replicate(C))
             keep = keep | (slots[s] & (~self.done[s]).replicate(C))
         m.d.comb += [
-            self.release.eq(finished & ~keep),
+            # entry dispatch (decision 28): a completion frees its entry chiplet only
+            self.release.eq(
+                (self.done & self.running) if self.p.entry_dispatch else finished & ~keep
+            ),
             self.spurious.eq((self.done & ~self.running).any()),
         ]
         for s in range(C):

@@ -220,7 +220,15 @@ class Scheduler(wiring.Component):
                 m.next = "SORTING"
             with m.State("SORTING"):
                 with m.If(sorter.o.valid):
-                    m.next = "READ"
+                    if p.balance:  # build the balanced order first (n cycles)
+                        m.d.comb += pairing.start.eq(1)
+                        m.next = "ORDER"
+                    else:
+                        m.next = "READ"
+            if p.balance:
+                with m.State("ORDER"):
+                    with m.If(pairing.built):
+                        m.next = "READ"
             with m.State("READ"):
                 # with no idle chiplet nothing can be eligible: stop scanning and take
                 # completions (same decisions as a full scan, sooner)
@@ -241,7 +249,8 @@ class Scheduler(wiring.Component):
                 partner = k ^ 1
                 m.d.comb += pairing.position.eq(partner)
                 with m.If(self.dispatch.ready):
-                    m.d.comb += [matcher.commit.eq(1), icv.alloc.eq(traj_rp.data)]
+                    alloc = (1 << matcher.entry)[:C] if p.entry_dispatch else traj_rp.data
+                    m.d.comb += [matcher.commit.eq(1), icv.alloc.eq(alloc)]
                     m.d.sync += [
                         out_valid.eq(0),
                         sched.bit_select(k, 1).eq(1),

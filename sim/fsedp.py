@@ -69,8 +69,8 @@ def make_scheduler(sp, dp, variant: str) -> Scheduler:
     """The scheduler golden model of a variant (fresh, for one layer)."""
     if variant == "A6":
         # an expert with this many tokens computes as long as its loads take
-        balance = max(1, round(dp.ddr_interval / dp.cycles_per_token))
-        return Scheduler(sp, order="balanced", balance=balance, dispatch="entry")
+        balance = min(2**16 - 1, max(1, round(dp.ddr_interval / dp.cycles_per_token)))
+        return Scheduler(dataclasses.replace(sp, balance=balance, entry_dispatch=True))
     return Scheduler(sp, order="sorted" if variant == "A2" else "paired")
 
 

@@ -85,32 +85,16 @@ class Scheduler:
     #: ``order="paired"``: Algorithm 1 with the paired-load order and Rule 4 pre-loads of the
     #: partner (the RTL); ``"sorted"``: descending token count, no pre-loads (the paper's
     #: ablation A2, golden model and simulator only).
-    #: ``"balanced"`` (golden model and simulator only; decision 27 of
-    #: ``docs/blocks/scheduler.md``): hot and cold experts from the two ends of the sorted
-    #: list so that the running surplus of tokens over ``balance`` stays near zero.
-    ORDERS = ("paired", "sorted", "balanced")
-    #: ``"trajectory"``: a dispatched expert makes every chiplet of its trajectory busy in
-    #: the ICV (Algorithm 1, the RTL); ``"entry"``: only its entry chiplet, so experts with
-    #: overlapping trajectories stream at once, one per entry (golden model only; decision 28).
-    DISPATCH_MODES = ("trajectory", "entry")
+    #: With ``p.balance`` the paired order becomes the balanced one (decision 27 of
+    #: ``docs/blocks/scheduler.md``); with ``p.entry_dispatch`` a dispatch makes only its
+    #: entry chiplet busy (decision 28).  Both are generics of the RTL too.
+    ORDERS = ("paired", "sorted")
 
-    def __init__(
-        self,
-        p: SchedulerParams,
-        order: str = "paired",
-        balance: int = 0,
-        dispatch: str = "trajectory",
-    ):
+    def __init__(self, p: SchedulerParams, order: str = "paired"):
         if order not in self.ORDERS:
             raise ValueError(f"order must be one of {self.ORDERS}, not {order!r}")
-        if dispatch not in self.DISPATCH_MODES:
-            raise ValueError(f"dispatch must be one of {self.DISPATCH_MODES}, not {dispatch!r}")
-        if order == "balanced" and balance < 1:
-            raise ValueError(f"the balanced order needs balance >= 1, not {balance!r}")
         self.p = p
-        self.order = order
-        self.balance = balance
-        self.dispatch = dispatch
+        self.order = "balanced" if order == "paired" and p.balance else order
         self.eit = EIT(p)
         self.tb = TokenBuffer(p)
         self.icv = ICV(p)
@@ -164,7 +148,7 @@ class Scheduler:
         n = sum(1 for c in counts if c)
         plan = RoundPlan(defer, cold_hit, present, counts, trajs, keys, n)
         if self.order == "balanced":
-            plan.order = balanced_order([e for _, e in keys[:n]], counts, self.balance)
+            plan.order = balanced_order([e for _, e in keys[:n]], counts, p.balance)
         elif self.order == "paired":
             plan.order = [keys[paired_index(k, n)][1] for k in range(n)]
         else:
@@ -205,7 +189,7 @@ class Scheduler:
             out.append(self._beat(DISPATCH, k, entry))
             self.scheduled[k] = True
             self.running[entry] = traj
-            self.icv.update(alloc=traj if self.dispatch == "trajectory" else 1 << entry)
+            self.icv.update(alloc=1 << entry if self.p.entry_dispatch else traj)
             q = partner(k, n) if self.order != "sorted" else None
             if q is not None and not self.scheduled[q] and not self.preloaded[q]:
                 qtraj = self.plan.trajs[self.plan.order[q]]
@@ -220,7 +204,7 @@ class Scheduler:
         if done & ~valid:
             self.spurious_done = True
         done &= valid
-        rel = release_mask(self.running, done) if self.dispatch == "trajectory" else done
+        rel = done if self.p.entry_dispatch else release_mask(self.running, done)
         for s in range(self.p.chiplets):
             if done >> s & 1:
                 self.running[s] = 0

@@ -93,7 +93,7 @@ class LayerDriver:
     ):
         self.sp, self.p, self.rng = sp, p, rng
         self.stall, self.gap, self.done_stall = stall, gap, done_stall
-        #: scheduler policy options (``order``, ``balance``, ``dispatch``; default: the RTL's)
+        #: scheduler options beyond the generics (``order="sorted"``: ablation A2)
         self.sched = Scheduler(sp, **policy)
         self.check = Conservation(p)
         self.token_writes: deque = deque()

@@ -121,16 +121,21 @@ def test_matcher_ring_and_release():
     seed=st.integers(0, 10**6),
     chiplets=st.integers(4, 16),
     experts=st.integers(8, 64),
-    policy=st.sampled_from(
-        [{}, {"order": "sorted"}, {"order": "balanced", "balance": 3, "dispatch": "entry"}]
-    ),
+    policy=st.sampled_from([{}, {"order": "sorted"}, {"balance": 3, "entry_dispatch": True}]),
 )
 def test_scheduler_round_invariants(seed, chiplets, experts, policy):
+    generics = {k: v for k, v in policy.items() if k != "order"}
     p = SchedulerParams(
-        chiplets=chiplets, experts=experts, requests=4, theta_min=2, n_threshold=2, qos_width=2
+        chiplets=chiplets,
+        experts=experts,
+        requests=4,
+        theta_min=2,
+        n_threshold=2,
+        qos_width=2,
+        **generics,
     )
     rng = random.Random(seed)
-    s = Scheduler(p, **policy)
+    s = Scheduler(p, order=policy.get("order", "paired"))
     for _ in range(3):
         rnd = random_round(p, rng)
         for r, t in rnd.req_inits:
@@ -181,12 +186,12 @@ def test_balanced_order_from_both_ends(counts, balance):
 
 
 def test_entry_dispatch_streams_overlapping_experts_at_once():
-    """Scheduler decision 28: with ``dispatch="entry"`` experts whose trajectories overlap run
+    """Scheduler decision 28: with ``entry_dispatch`` experts whose trajectories overlap run
     at once, one per entry chiplet; with the ICV of Algorithm 1 only one of them runs."""
-    p = SchedulerParams(chiplets=4, experts=8, requests=2, theta_min=0)
     records = [(0, c, e) for e in range(3) for c in range(4)]  # every trajectory is 0b1111
-    for mode, running in (("trajectory", 1), ("entry", 3)):
-        s = Scheduler(p, dispatch=mode)
+    for entry, running in ((False, 1), (True, 3)):
+        p = SchedulerParams(chiplets=4, experts=8, requests=2, theta_min=0, entry_dispatch=entry)
+        s = Scheduler(p)
         s.start_round(records)
         beats = [b for b in s.decide() if b.kind == DISPATCH]
         assert len(beats) == running and len({b.entry for b in beats}) == running

@@ -85,8 +85,20 @@ def run_scheduler(
     return checker
 
 
-@pytest.mark.parametrize("chiplets,experts,requests", [(4, 8, 4), (5, 12, 3), (9, 16, 8)])
-def test_scheduler_matches_golden(chiplets, experts, requests):
+@pytest.mark.parametrize(
+    "chiplets,experts,requests,a6",
+    [
+        (4, 8, 4, {}),
+        (5, 12, 3, {}),
+        (9, 16, 8, {}),
+        # A6's scheduler generics: the balanced order and experts at once (decisions 27-28)
+        (4, 8, 4, {"balance": 3, "entry_dispatch": True}),
+        (5, 12, 3, {"balance": 2}),
+        (9, 16, 8, {"entry_dispatch": True}),
+        (4, 16, 4, {"balance": 40, "entry_dispatch": True}),
+    ],
+)
+def test_scheduler_matches_golden(chiplets, experts, requests, a6):
     p = SchedulerParams(
         chiplets=chiplets,
         experts=experts,
@@ -94,6 +106,7 @@ def test_scheduler_matches_golden(chiplets, experts, requests):
         theta_min=3,
         n_threshold=2,
         qos_width=2,
+        **a6,
     )
     checker = run_scheduler(p, rounds=6, seed=chiplets * 100 + experts)
     assert not checker.mismatches, "\n".join(map(str, checker.mismatches[:5]))

@@ -1,6 +1,7 @@
 """Golden model of micro-slice streaming: parameters, placement, the rules, conservation,
 deadlock freedom (and the deadlock the naive rule runs into), streaming time."""
 
+import dataclasses
 import random
 
 import pytest
@@ -28,9 +29,11 @@ def sched(rows, cols, experts=16, theta_min=2):
     )
 
 
-def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000, **policy):
-    """Run rounds through scheduler + golden array; returns (driver, array, cycles per layer);
-    raises Violation on a conservation error and TimeoutError on no progress."""
+def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000, **generics):
+    """Run rounds through scheduler + golden array (``generics`` replace scheduler generics);
+    returns (driver, array, cycles per layer); raises Violation on a conservation error and
+    TimeoutError on no progress."""
+    sp = dataclasses.replace(sp, **generics)
     arr = StreamingArray(p, admission=admission)
     drv = LayerDriver(
         sp,
@@ -39,7 +42,6 @@ def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000, **pol
         stall=stall,
         gap=0.2 if stall else 0.0,
         done_stall=0.2 if stall else 0.0,
-        **policy,
     )
     per_layer = []
     cycle = 0
@@ -147,8 +149,8 @@ def test_random_layers_conserve_and_finish(rows, cols, kw, stall):
 
 
 A6_DP = dict(preempt=True, hot_window=2)
-#: A6's rules: experts at once (one per entry), balanced order, preemption, hot window.
-A6 = dict(order="balanced", balance=3, dispatch="entry")
+#: A6's scheduler rules: experts at once (one per entry) and the balanced order.
+A6 = dict(balance=3, entry_dispatch=True)
 A6_CASES = [
     (2, 2, dict(preempt=True, hot_window=1, cycles_per_token=2)),
     (2, 2, dict(slots=4, preempt=True, hot_window=2, ddr_channels=4, ddr_interval=3)),
@@ -353,11 +355,11 @@ def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
 
 
 # -- event skipping and DDR channels -------------------------------------------------------
-def trace_run(p, sp, rounds, skip: bool, **policy):
+def trace_run(p, sp, rounds, skip: bool, **generics):
     """(cycle, chiplet, event) of every compute completion and the final cycle."""
     rng = random.Random(5)
     arr = StreamingArray(p)
-    drv = LayerDriver(sp, p, rng, **policy)
+    drv = LayerDriver(dataclasses.replace(sp, **generics), p, rng)
     log = []
     for records, inits in rounds:
         drv.start_layer(records, inits)
