@@ -44,7 +44,8 @@ class Scheduler(wiring.Component):
 
     Latency (cycles, counted from the cycle after the accepting clock edge to the first cycle
     with ``dispatch.valid``): after reset ``E + 1`` cycles clear the EIT; ``last`` gate record
-    -> first dispatch is ``2E + S + 6`` with ``S = log2(N)(log2(N)+1)/2`` sorter stages;
+    -> first dispatch is ``2E + S + 6`` with ``S = log2(N)(log2(N)+1)/2`` sorter stages
+    (``n + 1`` more with ``balance``, which builds the balanced order one position per cycle);
     completion -> next dispatch is at most ``2K + 2`` for ``K`` list positions scanned (one
     cycle per scheduled position skipped, two per position checked); the scan stops as soon
     as the ICV is empty.  Dispatch throughput:

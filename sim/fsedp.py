@@ -14,7 +14,8 @@ Ablations (Section VI-C):
   experts stream at once, one per entry chiplet (``dispatch="entry"``, scheduler decision 28),
   in the balanced order (decision 27); a shorter micro-slice preempts a long computation ([D11]); a
   compute-heavy expert keeps at most :data:`HOT_WINDOW` micro-slices loaded ahead ([D12]).
-  Golden models and simulator only: the RTL does not implement these rules yet;
+  The scheduler RTL implements the first two (generics ``balance``, ``entry_dispatch``);
+  the datapath rules are golden model and simulator only;
 * ``A5`` A3 with token buffering (Algorithm 2, 20 % slack): a deferred request pauses at the
   layer and its tokens of that layer and the following ones move to the next iteration
   (``sim/run.py``); what is still deferred after the last iteration runs at the end.

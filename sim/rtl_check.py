@@ -1,5 +1,6 @@
-"""``fsedp run --scheduler rtl``: the scheduling decisions of every simulated FSE-DP A3 layer
-replayed through the scheduler RTL under Verilator.
+"""``fsedp run --scheduler rtl``: the scheduling decisions of every simulated FSE-DP A3 and
+A6 layer replayed through the scheduler RTL under Verilator (A6 with its generics: the
+balanced order and entry dispatch).
 
 The scheduler's decisions are a function of its gate records and of the sequence of
 completion masks (``docs/blocks/scheduler.md``).  For each layer the simulator records both
@@ -14,18 +15,21 @@ from pathlib import Path
 
 from fsedp.config import RunConfig
 
-__all__ = ["RTLSchedulerCheck"]
+__all__ = ["RTLSchedulerCheck", "CHECKED"]
+
+#: The strategies whose scheduler the RTL implements.
+CHECKED = ("A3", "A6")
 
 
 class RTLSchedulerCheck:
-    def __init__(self, cfg: RunConfig, build: Path, strategy: str = "A3"):
-        self.cfg, self.build, self.strategy = cfg, Path(build), strategy
-        self.rounds = []
+    def __init__(self, cfg: RunConfig, build: Path, strategies=CHECKED):
+        self.cfg, self.build = cfg, Path(build)
+        self.rounds: dict[str, list] = {s: [] for s in strategies}
 
     def record(self, strategy, layer, result):
-        if strategy != self.strategy:
+        if strategy not in self.rounds:
             return
-        self.rounds.append(
+        self.rounds[strategy].append(
             {
                 "records": [list(r) for r in layer.records],
                 "req_inits": [],
@@ -35,40 +39,56 @@ class RTLSchedulerCheck:
         )
 
     def finish(self) -> dict:
-        """Run the recorded layers through the RTL; a summary of the agreement."""
-        import dataclasses
-
-        from fsedp.sim.setup import make_setup
-        from fsedp.tb.runner import run_tb
-
-        sp = make_setup(self.cfg).sp
-        if not self.rounds:
+        """Run the recorded layers through the RTL, one build per strategy; a summary of the
+        agreement (``per_strategy`` has each strategy's)."""
+        per = {s: self._check(s, rounds) for s, rounds in self.rounds.items() if rounds}
+        if not per:
             return {
                 "layers": 0,
                 "beats": 0,
                 "mismatches": 0,
                 "first_mismatch": None,
-                "note": f"no {self.strategy} layer was simulated",
+                "note": f"no {' or '.join(self.rounds)} layer was simulated",
             }
-        self.build.mkdir(parents=True, exist_ok=True)
-        path = self.build / "rounds.json"
-        path.write_text(json.dumps(self.rounds))
+        first = next(
+            (f"{s}: {r['first_mismatch']}" for s, r in per.items() if r["mismatches"]), None
+        )
+        return {
+            "layers": sum(r["layers"] for r in per.values()),
+            "beats": sum(r["beats"] for r in per.values()),
+            "mismatches": sum(r["mismatches"] for r in per.values()),
+            "first_mismatch": first,
+            "per_strategy": per,
+        }
+
+    def _check(self, strategy: str, rounds: list) -> dict:
+        import dataclasses
+
+        from fsedp.sim.fsedp import make_scheduler, variant_params
+        from fsedp.sim.setup import make_setup
+        from fsedp.tb.runner import run_tb
+
+        setup = make_setup(self.cfg)
+        sp = make_scheduler(setup.sp, variant_params(setup, strategy), strategy).p
+        build = self.build / strategy
+        build.mkdir(parents=True, exist_ok=True)
+        path = build / "rounds.json"
+        path.write_text(json.dumps(rounds))
         res = run_tb(
             "scheduler",
             sp,
             "verilator",
-            self.build,
+            build,
             seed=1,
-            tag="-simcheck",
+            tag=f"-simcheck-{strategy}",
             knobs={"rounds_file": str(path), "stall": 0.0, "seed": 1},
             opt="-O0",
         )
         diffs = res.get("expected_mismatches", []) + res.get("first_mismatches", [])
-        beats = sum(len(r["expected"]) for r in self.rounds)
         mismatches = len(diffs) + (res.get("failed", 1) and not diffs)
         return {
-            "layers": len(self.rounds),
-            "beats": beats,
+            "layers": len(rounds),
+            "beats": sum(len(r["expected"]) for r in rounds),
             "rtl_beats": res.get("beats"),
             "mismatches": mismatches,
             "first_mismatch": diffs[0]

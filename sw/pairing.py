@@ -38,7 +38,7 @@ def paired_order(sorted_keys, n: int) -> list:
 
 
 def balanced_order(experts, counts, balance: int) -> list[int]:
-    """The balanced order (golden model and simulator only; decision 27 of the scheduler):
+    """The balanced order (``SchedulerParams.balance``; decision 27 of the scheduler):
     ``experts`` sorted by descending token count are taken from both ends: the hottest
     while the running surplus ``sum(counts[e] - balance)`` of the experts taken so far is at
     most 0 (or no expert below ``balance`` is left), else the coldest -- so that the compute

@@ -206,7 +206,7 @@ def test_run_with_rtl_scheduler_agrees(tmp_path, capsys):
             "--layers",
             "2",
             "--strategies",
-            "A3",
+            "A3,A6",
             "--scheduler",
             "rtl",
             "--out",
@@ -216,7 +216,10 @@ def test_run_with_rtl_scheduler_agrees(tmp_path, capsys):
     )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["rtl_check"]["mismatches"] == 0
-    assert doc["rtl_check"]["layers"] == 2 and doc["rtl_check"]["beats"] > 0
+    assert doc["rtl_check"]["layers"] == 4 and doc["rtl_check"]["beats"] > 0
+    # A6 runs the scheduler RTL with its generics: the balanced order, entry dispatch
+    a6 = doc["rtl_check"]["per_strategy"]["A6"]
+    assert a6["mismatches"] == 0 and a6["params"]["entry_dispatch"] and a6["params"]["balance"]
 
 
 EXPERIMENT = """\

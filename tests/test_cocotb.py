@@ -28,10 +28,22 @@ SMALL = SchedulerParams(
 ODD = SchedulerParams(
     chiplets=5, experts=12, count_width=3, requests=3, theta_min=2, n_threshold=3, qos_width=3
 )
+#: A6's scheduler generics: the balanced order and experts at once (decisions 27-28)
+A6 = SchedulerParams(
+    chiplets=4,
+    experts=8,
+    count_width=6,
+    requests=4,
+    theta_min=3,
+    n_threshold=2,
+    qos_width=2,
+    balance=3,
+    entry_dispatch=True,
+)
 
 
 @pytest.mark.parametrize("sim", SIMULATORS)
-@pytest.mark.parametrize("p", [SMALL, ODD], ids=["4c8e", "5c12e-w3"])
+@pytest.mark.parametrize("p", [SMALL, ODD, A6], ids=["4c8e", "5c12e-w3", "4c8e-a6"])
 def test_scheduler(sim, p):
     res = run(
         "scheduler",
