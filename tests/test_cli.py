@@ -117,6 +117,7 @@ scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew:
         ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "5x5"],
         ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2", "--slots", "3"],
         ["rtl", "verilog", "--out", "build/never", "--block", "router", "--chiplets", "9"],
+        ["rtl", "verilog", "--out", "build/never", "--balance", "70000"],
     ],
 )
 def test_bad_datapath_arguments_one_line_exit_2(args):
@@ -262,3 +263,13 @@ def test_experiment_file_runs(tmp_path, capsys, table):
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["rows"]) == 1 and doc["rows"][0]["micro_slices"] == 15
     assert "deepseek-moe-16b" in out.read_text()
+
+
+def test_verilog_of_a6s_scheduler_is_lint_clean(tmp_path, capsys):
+    """The scheduler with A6's generics (balanced order, entry dispatch) as Verilog."""
+    args = ["rtl", "verilog", "--out", str(tmp_path), "--block", "scheduler"]
+    rc = main([*args, "--balance", "64", "--entry-dispatch", "--lint", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and all(v == "clean" for v in doc["lint"].values()), doc["lint"]
+    # the order table of the balanced order is there; the paired order has none
+    assert "order" in (tmp_path / "fsedp_scheduler.v").read_text()

@@ -30,9 +30,8 @@ from fsedp.params import SchedulerParams
 def _params(args) -> SchedulerParams:
     cfg = load_config(args)
     p = cfg.scheduler_params()
-    over = {
-        k: getattr(args, k) for k in ("experts", "chiplets") if getattr(args, k, None) is not None
-    }
+    names = ("experts", "chiplets", "balance", "entry_dispatch")
+    over = {k: getattr(args, k) for k in names if getattr(args, k, None) not in (None, False)}
     if over:
         try:
             p = dataclasses.replace(p, **over)
@@ -433,6 +432,17 @@ def add_parsers(sub):
             "--chiplets",
             type=positive("--chiplets", 4096),
             help="override the number of chiplets (4..16)",
+        )
+        p.add_argument(
+            "--balance",
+            type=int_at_least("--balance", 0),
+            help="the balanced order with this balance point in tokens (0..65535; A6); "
+            "default: the paired-load order",
+        )
+        p.add_argument(
+            "--entry-dispatch",
+            action="store_true",
+            help="a dispatch makes only its entry chiplet busy: experts at once (A6)",
         )
 
     v = rsub.add_parser("verilog", parents=[CONFIG, JSON], help="write the Verilog of every block")
