@@ -145,21 +145,10 @@ def fsedp_layer(
             decisions += 1
             dispatched += beat.kind == DISPATCH
             made.append([beat.kind, beat.expert, beat.entry, beat.traj])
-        ddr_why = [
-            w if w != "none" else "dispatch" if dispatched < plan.n else "drain"
-            for w in out.ddr_idle
-        ]
+        more = dispatched < plan.n  # experts still to be dispatched
+        ddr_why = [_ddr_cause(w, more) for w in out.ddr_idle]
         pe_why = [
-            None
-            if w is None
-            else "fill"
-            if not started[c]
-            else "drain"
-            if computed[c] >= expected[c]
-            else "starved"
-            if w == "none"
-            else w
-            for c, w in enumerate(out.pe_idle)
+            _pe_cause(w, started[c], computed[c] >= expected[c]) for c, w in enumerate(out.pe_idle)
         ]
         _count(ddr_idle, ddr_why, 1)
         _count(pe_idle, pe_why, 1)
@@ -232,6 +221,26 @@ def fsedp_layer(
         events=loads + transfers + computations,
         idle={"ddr": ddr_idle, "compute": pe_idle},
     )
+
+
+def _ddr_cause(probe: str | None, more: bool) -> str | None:
+    """A DDR channel's idle cause: the probe's, with "nothing loadable" split into waiting
+    for the scheduler's next dispatch and the layer's tail."""
+    if probe != "none":
+        return probe
+    return "dispatch" if more else "drain"
+
+
+def _pe_cause(probe: str | None, started: bool, finished: bool) -> str | None:
+    """A compute unit's idle cause: before its first computation ``fill``, after its last
+    ``drain``, in between what the probe saw (``starved`` when nothing was under way)."""
+    if probe is None:
+        return None
+    if not started:
+        return "fill"
+    if finished:
+        return "drain"
+    return "starved" if probe == "none" else probe
 
 
 def _count(acc: dict, reasons, weight: int):
