@@ -308,8 +308,7 @@ class DatapathParams:
     hot_window : int
         A *compute-heavy* running expert (one micro-slice takes longer to compute on some
         chiplet of its trajectory than a DDR interval) may have at most this many
-        micro-slices loaded and not yet retired; 0: no limit (golden model and simulator
-        only; [D12]).
+        micro-slices loaded and not yet retired; 0: no limit ([D12]).
     """
 
     rows: int = spec(int, 1, 16, default=2, doc="mesh rows")

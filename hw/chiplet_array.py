@@ -78,6 +78,11 @@ class ChipletArray(wiring.Component):
         m.d.comb += [
             self.tokens.ready.eq(1),
             ddr.ddr_stall.eq(self.ddr_stall),
+            *(
+                [ddr.tokens.valid.eq(self.tokens.valid), ddr.tokens.payload.eq(self.tokens.payload)]
+                if p.hot_window
+                else []
+            ),
             self.bad_dispatch.eq(ddr.bad_dispatch),
             self.orphan.eq(ddr.orphan),
         ]

@@ -26,12 +26,11 @@ def check_chiplet(owner, p, chiplet: int | None = None):
                 f"ddr_channels must be 1, not {p.ddr_channels}"
             )
         )
-    if p.preempt or p.hot_window:
+    if p.preempt:
         fail(
             ValueError(
-                "compute preemption and the hot-expert window are golden-model rules the "
-                f"RTL does not implement yet; preempt must be False and hot_window 0, not "
-                f"{p.preempt} and {p.hot_window}"
+                "compute preemption is a golden-model rule the RTL does not implement yet; "
+                "preempt must be False"
             )
         )
 

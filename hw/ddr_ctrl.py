@@ -11,7 +11,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from fsedp.hw.common import check_chiplet, lowest_bit, ring_next_hops, rr_pick
-from fsedp.hw.layouts import delivery_layout, dispatch_layout
+from fsedp.hw.layouts import delivery_layout, dispatch_layout, tokens_layout
 from fsedp.params import BeatKind, DatapathParams, bits_for
 
 __all__ = ["DDRController", "path_hops"]
@@ -72,8 +72,14 @@ class DDRController(wiring.Component):
         Sticky error flags (``orphan``: a retirement matched no job).
     busy : Out(1)
 
+    tokens : In(stream.Signature(tokens_layout)), always ready; only with ``hot_window``
+        The token-table writes of the array: which (chiplet, expert) pairs make an expert
+        compute-heavy there ([D12]: one micro-slice computes longer than a DDR interval).
+
     Throughput: one load per ``ddr_interval`` cycles; latency ``ddr_latency`` cycles from
-    issue to delivery (more while stalled).
+    issue to delivery (more while stalled).  With ``hot_window`` a compute-heavy running
+    expert loads only while fewer than ``hot_window`` of its micro-slices are loaded and not
+    retired.
     """
 
     def __init__(self, p: DatapathParams):
@@ -99,8 +105,29 @@ class DDRController(wiring.Component):
                 "bad_dispatch": Out(1),
                 "orphan": Out(1),
                 "busy": Out(1),
+                **({"tokens": In(stream.Signature(tokens_layout(p)))} if p.hot_window else {}),
             }
         )
+
+    def _hot_window(self, m, jexpert, jtraj, jloaded, jretired) -> list:
+        """[D12] Per job: may it load (always, unless compute-heavy at its window)."""
+        p, n = self.p, self.p.chiplets
+        if not p.hot_window:
+            return [Const(1)] * n
+        # heavy[e] bit c: max(1, tokens of e on c) * cycles_per_token > ddr_interval
+        heavy = Array(Signal(n, name=f"heavy{e}") for e in range(p.experts))
+        t = self.tokens.payload
+        m.d.comb += self.tokens.ready.eq(1)
+        with m.If(self.tokens.valid & (t.chiplet < n) & (t.expert < p.experts)):
+            cycles = Mux(t.count == 0, 1, t.count) * p.cycles_per_token
+            m.d.sync += heavy[t.expert].bit_select(t.chiplet, 1).eq(cycles > p.ddr_interval)
+        out = []
+        for j in range(n):
+            ok = Signal(name=f"job_window_ok{j}")
+            hot = (heavy[jexpert[j]] & jtraj[j]).any()
+            m.d.comb += ok.eq(~hot | (jloaded[j] - jretired[j] < p.hot_window))
+            out.append(ok)
+        return out
 
     def elaborate(self, platform):
         p = self.p
@@ -156,11 +183,12 @@ class DDRController(wiring.Component):
         can_issue = Signal()
         m.d.comb += can_issue.eq((gap == 0) & ~self.ddr_stall & q.w_rdy)
 
+        window_ok = self._hot_window(m, jexpert, jtraj, jloaded, jretired)
         job_ok, job_tgt, job_need = [], [], []
         for j in range(n):
             ok = Signal(name=f"job_ok{j}")
             tgt = Signal(p.chiplet_bits, name=f"job_tgt{j}")
-            room = jvalid[j] & (jloaded[j] < M)
+            room = jvalid[j] & (jloaded[j] < M) & window_ok[j]
             if not p.rule5:
                 m.d.comb += [
                     ok.eq(room & (Array(free2)[jnext[j]] > jneed[j][jnext[j]])),

@@ -91,8 +91,12 @@ SP4 = SchedulerParams(
             micro_slices=3,
             cycles_per_token=2,
         ),
+        # [D12] every expert with a token is compute-heavy: one micro-slice ahead at most
+        dict(hot_window=1, cycles_per_token=3, ddr_interval=2, ddr_latency=5, slots=6),
+        # heavy only from 3 tokens on a chiplet
+        dict(hot_window=2, cycles_per_token=2, ddr_interval=5, rule5=True, micro_slices=5),
     ],
-    ids=["default", "fast-min-slots", "slow-rule5-preload"],
+    ids=["default", "fast-min-slots", "slow-rule5-preload", "hot-window-1", "hot-window-2-rule5"],
 )
 def test_array_2x2_matches_golden(kw):
     p = DatapathParams.for_scheduler(SP4, 2, 2, **kw)
