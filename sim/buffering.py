@@ -136,14 +136,16 @@ class TokenBuffering:
         if held:
             self.next_carry.setdefault(lay.layer, []).extend(held)
         ran = {x[0] for x in live if x[0] not in deferred}
-        self.now += res.cycles + self.setup.dense_cycles(len(live) // max(1, self._top_k()))
+        self._advance(res, live)
         self.layers_done += 1
         for r in ran:
             self.done_at[r] = self.now
         return res
 
-    def _top_k(self) -> int:
-        return self.setup.cfg.model.top_k
+    def _advance(self, res: LayerResult, records):
+        """The clock moves by a layer: its MoE cycles and the dense part of its tokens."""
+        tokens = len(records) // self.setup.cfg.model.top_k
+        self.now += res.cycles + self.setup.dense_cycles(tokens)
 
     def flush(self) -> list[LayerResult]:
         """What is still deferred after the last iteration, run without buffering."""
@@ -159,7 +161,7 @@ class TokenBuffering:
             slots = {r: k % self.depth for k, r in enumerate(sorted({x[0] for x in recs}))}
             res = fsedp_layer(self.setup, [(slots[r], c, e) for r, c, e in recs], "A3")
             out.append(dataclasses.replace(res, strategy="FSE-DP A5 (flush)"))
-            self.now += res.cycles + self.setup.dense_cycles(len(recs) // max(1, self._top_k()))
+            self._advance(res, recs)
             for r in {x[0] for x in recs}:
                 self.done_at[r] = self.now
         self.carry, self.next_carry = {}, {}

@@ -70,7 +70,7 @@ def run_experiment(
             desc=f"{cfg.model.name} on {cfg.hardware.name}",
         )
     traced = [l.layer == 0 and l.iteration == n_iter - 1 for l in flat]
-    parallel = [s for s in strategies if s in ("A1", "A2", "A3", "A4", "A6")]
+    parallel = [s for s in strategies if s in VARIANTS and s != "A5"]
     pool = futures = None
     if workers > 1 and on_layer is None and parallel:
         from concurrent.futures import ProcessPoolExecutor
@@ -145,13 +145,14 @@ def run_experiment(
     }
 
 
-def _busiest_link(rs) -> float | None:
-    """GB over the busiest die-to-die link (FSE-DP's micro-slice traffic), or None."""
+def _busiest_link_bytes(rs) -> int:
+    """Bytes over the busiest die-to-die link over all layers (FSE-DP's micro-slice
+    traffic; 0 for a strategy that moves no micro-slices)."""
     links: dict = {}
     for r in rs:
         for k, b in r.link_bytes.items():
             links[k] = links.get(k, 0) + b
-    return round(max(links.values()) / 1e9, 3) if links else None
+    return max(links.values(), default=0)
 
 
 #: Causes of the gap to the lower bound, in display order (``docs/simulator.md``).
@@ -187,17 +188,12 @@ def _lost(rs, cycles: int) -> dict:
     }
 
 
-def _busiest_link_share(rs, setup: Setup, cycles: int) -> float | None:
+def _busiest_link_share(busiest: int, setup: Setup, cycles: int) -> float | None:
     """FSE-DP: the share of the MoE time the busiest die-to-die link is busy with
     micro-slices (near 1: the ring streaming is link-bound, whatever the DDR/compute bound)."""
-    links: dict = {}
-    for r in rs:
-        for k, b in r.link_bytes.items():
-            links[k] = links.get(k, 0) + b
-    if not links or not cycles:
+    if not busiest or not cycles:
         return None
-    busy = max(links.values()) / setup.microslice_bytes * setup.dp.link_cycles
-    return round(busy / cycles, 3)
+    return round(busiest / setup.microslice_bytes * setup.dp.link_cycles / cycles, 3)
 
 
 def _imbalance(xs) -> float:
@@ -229,6 +225,7 @@ def summarize(run: dict) -> dict:
         # one forward iteration of the whole model: the simulated layers' mean, times the
         # model's layers (MoE layer plus attention each)
         e2e_s = (cyc + att) / n_layers * cfg.model.layers * ns * 1e-9
+        busiest = _busiest_link_bytes(rs)
         out[s] = {
             "moe_layer_us": round(cyc / n_layers * ns / 1000, 2),
             "speedup_vs_ep": round(base / cyc, 3) if base else None,
@@ -243,8 +240,8 @@ def summarize(run: dict) -> dict:
             "throughput_tok_s": round(tokens / e2e_s, 1) if e2e_s else None,
             "ddr_gb": round(sum(r.ddr_bytes for r in rs) / 1e9, 3),
             "d2d_gb": round(sum(r.d2d_bytes for r in rs) / 1e9, 3),
-            "d2d_busiest_link_gb": _busiest_link(rs),
-            "busiest_link_share": _busiest_link_share(rs, setup, cyc),
+            "d2d_busiest_link_gb": round(busiest / 1e9, 3) if busiest else None,
+            "busiest_link_share": _busiest_link_share(busiest, setup, cyc),
             "lost": _lost(rs, cyc),
             "breakdown": {
                 "ddr_bound_share": round(sum(r.ddr_cycles for r in rs) / cyc, 3) if cyc else None,

@@ -266,3 +266,14 @@ def test_breakdown_is_exact_under_event_skipping(monkeypatch):
     slow = fsedp_layer(s, layer.records, "A3")
     assert slow.steps > fast.steps and slow.cycles == fast.cycles
     assert slow.idle == fast.idle and fast.idle["ddr"]
+
+
+def test_every_probed_cause_is_shown():
+    """Each reason the golden model's probes can give (but "none", which the simulator
+    splits into fill, dispatch, drain or starved) has a place in the breakdown's columns."""
+    from fsedp.sim.run import CAUSES
+    from fsedp.sw.streaming.probe import DDR_REASONS, PE_REASONS
+
+    shown = set(CAUSES)
+    assert set(DDR_REASONS + PE_REASONS) - {"none"} <= shown
+    assert {"fill", "dispatch", "drain", "starved"} <= shown

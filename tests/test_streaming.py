@@ -567,3 +567,28 @@ def test_hot_window_holds_back_the_loads_of_a_compute_heavy_expert():
     _, _, ahead, _ = _hot_and_cold(True, hot_window=2)
     _, _, unlimited, _ = _hot_and_cold(True, hot_window=0)
     assert max(ahead) == 2 and max(unlimited) == 4
+
+
+def test_probes_do_not_change_the_run():
+    """The idle-cause probes only read the state: with them a run takes the same decisions,
+    cycle for cycle (and A6's rules are probed too)."""
+    sp = sched(2, 2)
+    for kw in (dict(), dict(ddr_channels=4, cycles_per_token=11, ddr_interval=40, **A6_DP)):
+        p = DatapathParams.for_scheduler(sp, 2, 2, slots=7, **kw)
+        rng = random.Random(3)
+        rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(4))]
+        runs = []
+        for probes in (False, True):
+            arr = StreamingArray(p, probes=probes)
+            drv = LayerDriver(sp, p, random.Random(5))
+            log = []
+            for records, inits in rounds:
+                drv.start_layer(records, inits)
+                while not (drv.layer_done and arr.idle):
+                    cycle = arr.cycle
+                    out = arr.step(drv.inputs())
+                    drv.outputs(cycle, out.dispatch_ready, out.done, out.events, out.occupancy)
+                    log.append((out.events, out.transfers, out.ddr_issues, out.done))
+                    assert (out.ddr_idle is not None) == probes
+            runs.append((log, arr.cycle))
+        assert runs[0] == runs[1] and len(runs[0][0]) > 50
