@@ -17,10 +17,22 @@ from fsedp.params import DatapathParams
 __all__ = ["ComputeModel", "Chiplet"]
 
 
+def token_cycles(p: DatapathParams, count):
+    """Compute cycles of a micro-slice of an expert with ``count`` tokens here."""
+    return Mux(count == 0, 1, count) * p.cycles_per_token
+
+
 class ComputeModel(wiring.Component):
     """The PE array as a timer: a micro-slice takes ``max(1, tokens) * cycles_per_token``
     cycles, ``tokens`` being this chiplet's count for the expert (a ``lib.memory`` table of
     ``experts`` entries written through ``tokens``).
+
+    With ``p.preempt`` ([D11]) the ring buffer keeps every slot's duration and offers, while
+    a computation runs, the shortest waiting one; the compute unit starts it when it is
+    shorter than what is left (``remaining - 1``) and hands the remainder back with
+    ``preempted`` (the buffer stores it in the slot).  The table then also answers the
+    buffer's two arrival lookups (``look_expert`` -> ``look_cycles``, a write in the same
+    cycle bypassed) and announces each write in cycles (``write_cycles``).
 
     Members
     -------
@@ -36,12 +48,29 @@ class ComputeModel(wiring.Component):
     event : Out(event_layout)
         Completion event (valid in the last cycle of a compute) for the observation port.
     busy : Out(1)
+    cand_cycles : In, remaining : Out, preempted : Out(1)   (``p.preempt`` only)
+        The candidate's duration from the buffer; the countdown; a preemption this cycle.
+    look_expert : In x 2, look_cycles : Out x 2, write_cycles : Out   (``p.preempt`` only)
+
+    Latency: a micro-slice started in cycle ``t`` ends (``done``) in cycle ``t + cycles``.
+    Throughput: back to back, the next one starting in the last cycle of the current one.
     """
 
     def __init__(self, p: DatapathParams):
         self.p = p
+        extra = {}
+        if p.preempt:
+            extra = {
+                "cand_cycles": In(p.compute_bits),
+                "remaining": Out(p.compute_bits),
+                "preempted": Out(1),
+                "look_expert": In(p.expert_bits).array(2),
+                "look_cycles": Out(p.compute_bits).array(2),
+                "write_cycles": Out(p.compute_bits),
+            }
         super().__init__(
             {
+                **extra,
                 "tokens": In(stream.Signature(tokens_layout(p))),
                 "cand_valid": In(1),
                 "cand_slot": In(p.slot_bits),
@@ -62,6 +91,7 @@ class ComputeModel(wiring.Component):
         m.submodules.table = table = memory.Memory(shape=p.count_width, depth=p.experts, init=[])
         w = table.write_port()
         r = table.read_port(domain="comb")
+        wr = self.tokens.payload
         m.d.comb += [
             self.tokens.ready.eq(1),
             w.addr.eq(self.tokens.payload.expert),
@@ -76,9 +106,29 @@ class ComputeModel(wiring.Component):
         index = Signal(p.index_bits)
         final = Signal()
         cycles = Signal(p.compute_bits)
+        if p.preempt:
+            # the buffer's candidate is already the one to start: a waiting one when idle
+            # or ending, a shorter one than what is left while running
+            m.d.comb += [
+                cycles.eq(self.cand_cycles),
+                self.take.eq(self.cand_valid),
+                self.preempted.eq(self.cand_valid & (cnt > 1)),
+                self.remaining.eq(cnt),
+                self.write_cycles.eq(token_cycles(p, wr.count)),
+            ]
+            for k in range(2):
+                look = table.read_port(domain="comb")
+                hit = self.tokens.valid & (wr.expert == self.look_expert[k])
+                m.d.comb += [
+                    look.addr.eq(self.look_expert[k]),
+                    self.look_cycles[k].eq(token_cycles(p, Mux(hit, wr.count, look.data))),
+                ]
+        else:
+            m.d.comb += [
+                cycles.eq(token_cycles(p, r.data)),
+                self.take.eq(self.cand_valid & (cnt <= 1)),
+            ]
         m.d.comb += [
-            cycles.eq(Mux(r.data == 0, 1, r.data) * p.cycles_per_token),
-            self.take.eq(self.cand_valid & (cnt <= 1)),
             self.done.eq(cnt == 1),
             self.done_slot.eq(slot),
             self.event.valid.eq(cnt == 1),
@@ -179,4 +229,18 @@ class Chiplet(wiring.Component):
             self.occupancy.eq(buf.occupancy),
             self.busy.eq(cu.busy),
         ]
+        if p.preempt:
+            m.d.comb += [
+                cu.cand_cycles.eq(buf.cmp_cycles),
+                buf.remaining.eq(cu.remaining),
+                buf.preempted.eq(cu.preempted),
+                buf.write_valid.eq(self.tokens.valid),
+                buf.write_expert.eq(self.tokens.payload.expert),
+                buf.write_cycles.eq(cu.write_cycles),
+            ]
+            for k in range(2):
+                m.d.comb += [
+                    cu.look_expert[k].eq(buf.look_expert[k]),
+                    buf.look_cycles[k].eq(cu.look_cycles[k]),
+                ]
         return m

@@ -26,13 +26,6 @@ def check_chiplet(owner, p, chiplet: int | None = None):
                 f"ddr_channels must be 1, not {p.ddr_channels}"
             )
         )
-    if p.preempt:
-        fail(
-            ValueError(
-                "compute preemption is a golden-model rule the RTL does not implement yet; "
-                "preempt must be False"
-            )
-        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

@@ -84,6 +84,16 @@ class RingBuffer(wiring.Component):
         The pre-loaded micro-slices of ``unhold_expert`` held here may now stream.
     occupancy : Out
         Allocated slots (``K - free``).
+    cmp_cycles : Out, remaining : In, preempted : In(1)   (``p.preempt`` only, [D11])
+        Every slot keeps its duration (``max(1, tokens) * cycles_per_token``, or what is left
+        of a preempted computation).  While the compute unit has more than one cycle left
+        (``remaining > 1``) the candidate is the shortest present one (ties to the lower
+        slot), valid only when shorter than ``remaining - 1``; on ``preempted`` the slot
+        being computed takes back its remainder and waits again.
+    look_expert : Out x 2, look_cycles : In x 2   (``p.preempt`` only)
+        Durations of the micro-slices arriving this cycle (link, DDR) from the token table.
+    write_valid, write_expert, write_cycles : In   (``p.preempt`` only)
+        A token-table write: slots of that expert take the new duration.
 
     Latency: a slot is released one cycle after its last use (Rule 3).  Throughput: one
     link arrival and one DDR delivery per cycle, one transfer start per direction per cycle.
@@ -113,6 +123,20 @@ class RingBuffer(wiring.Component):
                 "unhold_valid": In(1),
                 "unhold_expert": In(p.expert_bits),
                 "occupancy": Out(p.free_bits),
+                **(
+                    {
+                        "cmp_cycles": Out(p.compute_bits),
+                        "remaining": In(p.compute_bits),
+                        "preempted": In(1),
+                        "look_expert": Out(p.expert_bits).array(2),
+                        "look_cycles": In(p.compute_bits).array(2),
+                        "write_valid": In(1),
+                        "write_expert": In(p.expert_bits),
+                        "write_cycles": In(p.compute_bits),
+                    }
+                    if p.preempt
+                    else {}
+                ),
             }
         )
 
@@ -200,16 +224,49 @@ class RingBuffer(wiring.Component):
                 link_c[i].eq(present[i] & comp[i] & ~ddr[i]),
                 local_c[i].eq(present[i] & comp[i] & ddr[i]),
             ]
+        rule_slot = Signal(p.slot_bits)
+        m.d.comb += rule_slot.eq(
+            Mux(
+                link_c.any(),
+                lowest_bit(link_c, K, p.slot_bits),
+                lowest_bit(local_c, K, p.slot_bits),
+            )
+        )
         cslot = Signal(p.slot_bits)
+        if p.preempt:
+            dur, pre = slot_signal("dur", p.compute_bits), slot_signal("pre")
+            # [D11] the shortest present computation, ties to the lower slot
+            best_v, best_d, best_i = Const(0), Const(0, p.compute_bits), Const(0, p.slot_bits)
+            for i in range(K):
+                cand = Signal(name=f"short_cand{i}")
+                take = Signal(name=f"short_take{i}")
+                nv, nd = Signal(name=f"short_v{i}"), Signal(p.compute_bits, name=f"short_d{i}")
+                ni = Signal(p.slot_bits, name=f"short_i{i}")
+                m.d.comb += [
+                    cand.eq(link_c[i] | local_c[i]),
+                    take.eq(cand if i == 0 else cand & (~best_v | (dur[i] < best_d))),
+                    nv.eq(best_v | cand),
+                    nd.eq(Mux(take, dur[i], best_d)),
+                    ni.eq(Mux(take, i, best_i)),
+                ]
+                best_v, best_d, best_i = nv, nd, ni
+            running = self.remaining > 1
+            m.d.comb += [
+                cslot.eq(Mux(running, best_i, rule_slot)),
+                self.cmp_valid.eq(
+                    Mux(
+                        running,
+                        best_v & (best_d < self.remaining - 1),
+                        link_c.any() | local_c.any(),
+                    )
+                ),
+                self.cmp_cycles.eq(dur[cslot]),
+                self.look_expert[0].eq(self.rx.payload.expert),
+                self.look_expert[1].eq(self.ddr.packet.expert),
+            ]
+        else:
+            m.d.comb += [cslot.eq(rule_slot), self.cmp_valid.eq(link_c.any() | local_c.any())]
         m.d.comb += [
-            cslot.eq(
-                Mux(
-                    link_c.any(),
-                    lowest_bit(link_c, K, p.slot_bits),
-                    lowest_bit(local_c, K, p.slot_bits),
-                )
-            ),
-            self.cmp_valid.eq(link_c.any() | local_c.any()),
             self.cmp_slot.eq(cslot),
             r_cmp.addr.eq(cslot),
             self.cmp_expert.eq(expert[cslot]),
@@ -234,7 +291,9 @@ class RingBuffer(wiring.Component):
                 port.data.legs.eq(f["legs"]),
             ]
 
-        def store(i, h, f, wait_value, from_ddr, held_value):
+        def store(i, h, f, wait_value, from_ddr, held_value, cycles):
+            if p.preempt:
+                m.d.sync += [dur[i].eq(cycles), pre[i].eq(0)]
             m.d.sync += [
                 busy[i].eq(1),
                 resv[i].eq(0),
@@ -251,7 +310,12 @@ class RingBuffer(wiring.Component):
                 expert[i].eq(h.expert),
             ]
 
+        look = self.look_cycles if p.preempt else (None, None)
         for i in range(K):
+            if p.preempt:
+                hit = self.write_valid & busy[i] & ~pre[i] & (expert[i] == self.write_expert)
+                with m.If(hit):
+                    m.d.sync += dur[i].eq(self.write_cycles)
             with m.If(releasable[i]):
                 m.d.sync += busy[i].eq(0)
             with m.If(wait[i] != 0):
@@ -264,13 +328,24 @@ class RingBuffer(wiring.Component):
                 with m.If(self.offer[d].valid & self.offer[d].ready & (tx_slot[d] == i)):
                     m.d.sync += [send[i].eq(0), tx[i].eq(L - 1)]
             with m.If(rx_fire & (rx_slot == i)):
-                store(i, self.rx.payload, f_rx, L - 1, 0, 0)
+                store(i, self.rx.payload, f_rx, L - 1, 0, 0, look[0])
             with m.If(self.ddr_valid & (self.ddr.slot == i)):
-                store(i, self.ddr.packet, f_ddr, 0, 1, self.ddr.held)
+                store(i, self.ddr.packet, f_ddr, 0, 1, self.ddr.held, look[1])
             with m.If(self.resv_valid & (high == i)):
                 m.d.sync += [busy[i].eq(1), resv[i].eq(1)]
             with m.If(self.cmp_done & (self.cmp_done_slot == i)):
                 m.d.sync += computing[i].eq(0)
+            if p.preempt:
+                with m.If(self.preempted & (self.cmp_done_slot == i)):
+                    # [D11] the computation being preempted waits again with its remainder
+                    m.d.sync += [
+                        computing[i].eq(0),
+                        comp[i].eq(1),
+                        pre[i].eq(1),
+                        dur[i].eq(self.remaining - 1),
+                    ]
             with m.If(self.cmp_take & (cslot == i)):
                 m.d.sync += [comp[i].eq(0), computing[i].eq(1)]
+                if p.preempt:
+                    m.d.sync += pre[i].eq(0)
         return m

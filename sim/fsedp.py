@@ -14,8 +14,8 @@ Ablations (Section VI-C):
   experts stream at once, one per entry chiplet (``dispatch="entry"``, scheduler decision 28),
   in the balanced order (decision 27); a shorter micro-slice preempts a long computation ([D11]); a
   compute-heavy expert keeps at most :data:`HOT_WINDOW` micro-slices loaded ahead ([D12]).
-  The RTL implements all but preemption (generics ``balance``, ``entry_dispatch`` and
-  ``hot_window``);
+  Every rule is an RTL generic (scheduler: ``balance``, ``entry_dispatch``; datapath:
+  ``preempt``, ``hot_window``);
 * ``A5`` A3 with token buffering (Algorithm 2, 20 % slack): a deferred request pauses at the
   layer and its tokens of that layer and the following ones move to the next iteration
   (``sim/run.py``); what is still deferred after the last iteration runs at the end.

@@ -1058,6 +1058,8 @@ CLI = {
             "--ddr-interval": POS_INT,
             "--ddr-latency": NONNEG_INT,
             "--preload": NONNEG_INT,
+            "--hot-window": NONNEG_INT,
+            "--cycles-per-token": POS_INT,
             "--build-opt": ["-O3", "bogus"],
             "--sim": CHOICE,
         },

@@ -49,11 +49,12 @@ def test_array_2x2(sim):
 
 
 def test_array_2x2_a6_rules_in_rtl():
-    """A6's rules that the RTL has: experts at once in the balanced order (scheduler
-    generics, driven by the golden scheduler here) and the hot-expert window of the DDR
-    controller, under stalls and resets, cycle for cycle against the golden model."""
+    """A6's rules in the RTL: experts at once in the balanced order (scheduler generics,
+    driven by the golden scheduler here), the hot-expert window of the DDR controller and
+    compute preemption in the ring buffers, under stalls and resets, cycle for cycle
+    against the golden model."""
     sp = dataclasses.replace(SP4, balance=3, entry_dispatch=True)
-    p = dataclasses.replace(ARRAY_2X2, hot_window=1, cycles_per_token=3)
+    p = dataclasses.replace(ARRAY_2X2, hot_window=1, preempt=True, cycles_per_token=3)
     res = run("chiplet_array", p, "verilator", knobs=knobs(sp, layers=30, reset_every=7))
     assert res["mismatches"] == 0 and not res["violations"] and res["deadlocks"] == 0
     assert res["computed"] > 0 and max(res["peak_rtl"]) <= p.slots

@@ -26,7 +26,7 @@ def run_array(
     dut = ChipletArray(p)
     model = StreamingArray(p)
     drv = LayerDriver(sp, p, rng, stall=stall, gap=0.2, done_stall=0.2)
-    result = {"diffs": [], "cycles": 0, "layers": 0}
+    result = {"diffs": [], "cycles": 0, "layers": 0, "preemptions": 0}
 
     async def bench(ctx):
         cycle = 0
@@ -49,7 +49,13 @@ def run_array(
                 done = ctx.get(dut.done.payload) if ctx.get(dut.done.valid) else 0
                 events = unpack_events(p, ctx.get(dut.events))
                 occ = unpack_occupancy(p, ctx.get(dut.occupancy))
+                waiting = [[s.rem for s in ch.slots] for ch in model.chips]
                 ref = model.step(inp)
+                result["preemptions"] += sum(
+                    s.rem > 0 and s.rem != before[i]
+                    for ch, before in zip(model.chips, waiting)
+                    for i, s in enumerate(ch.slots)
+                )
                 result["diffs"] += compare(cycle, ref, ready, done, events, occ)
                 if result["diffs"]:
                     return
@@ -95,8 +101,20 @@ SP4 = SchedulerParams(
         dict(hot_window=1, cycles_per_token=3, ddr_interval=2, ddr_latency=5, slots=6),
         # heavy only from 3 tokens on a chiplet
         dict(hot_window=2, cycles_per_token=2, ddr_interval=5, rule5=True, micro_slices=5),
+        # [D11] a shorter micro-slice preempts a long computation
+        dict(preempt=True, cycles_per_token=3, ddr_interval=2, ddr_latency=3),
+        # every A6 rule at once, slots at the minimum
+        dict(preempt=True, hot_window=2, cycles_per_token=2, link_cycles=1, slots=4),
     ],
-    ids=["default", "fast-min-slots", "slow-rule5-preload", "hot-window-1", "hot-window-2-rule5"],
+    ids=[
+        "default",
+        "fast-min-slots",
+        "slow-rule5-preload",
+        "hot-window-1",
+        "hot-window-2-rule5",
+        "preempt",
+        "a6-min-slots",
+    ],
 )
 def test_array_2x2_matches_golden(kw):
     p = DatapathParams.for_scheduler(SP4, 2, 2, **kw)
@@ -104,6 +122,7 @@ def test_array_2x2_matches_golden(kw):
     assert not res["diffs"], "\n".join(res["diffs"][:5])
     assert res["layers"] == 4 and res["computed"] > 0
     assert res["flags"] == (0, 0)
+    assert (res["preemptions"] > 0) == p.preempt
 
 
 def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:

@@ -339,9 +339,15 @@ def cmd_datapath(args):
     doc, runs = {}, []
     if args.ring:
         doc["ring"] = ring_table()
+    # A6's datapath rules (--hot-window, --preempt) apply to the cells and to every mesh
+    rules = dict(
+        hot_window=args.hot_window,
+        preempt=args.preempt or None,
+        cycles_per_token=args.cycles_per_token,
+    )
     cells_params = None
     if args.cells:
-        _, cells_params = run_params(2, 2)
+        _, cells_params = run_params(2, 2, **rules)
         doc["cells"] = cells_table(cells_params)
     for (r, c, layers), mesh in meshes:
         try:
@@ -355,6 +361,7 @@ def cmd_datapath(args):
                 ddr_latency=args.ddr_latency,
                 preload_entries=args.preload,
                 rule5=args.rule5 or None,
+                **rules,
             )
         except InputError as e:
             if e.field in ("rows", "cols", "chiplets"):
@@ -378,7 +385,13 @@ def cmd_datapath(args):
             sim=args.sim,
             command=f"fsedp rtl datapath --mesh {r}x{c}:{layers} "
             f"--sim {args.sim} --seed {args.seed} --stall {args.stall}"
-            + (f" --reset-every {args.reset_every}" if args.reset_every else ""),
+            + (f" --reset-every {args.reset_every}" if args.reset_every else "")
+            + "".join(
+                f" --{k.replace('_', '-')} {v}"
+                for k, v in rules.items()
+                if v is not None and k != "preempt"
+            )
+            + (" --preempt" if args.preempt else ""),
         )
         runs.append(res)
     doc["runs"] = runs
@@ -527,9 +540,21 @@ def add_parsers(sub):
         help="probability of a stall per link, DDR, dispatch and done each cycle",
     )
     d.add_argument("--reset-every", type=int_at_least("--reset-every", 0), default=0)
-    for name in ("slots", "micro-slices", "link-cycles", "ddr-interval", "ddr-latency", "preload"):
+    for name in (
+        "slots",
+        "micro-slices",
+        "link-cycles",
+        "ddr-interval",
+        "ddr-latency",
+        "preload",
+        "hot-window",
+        "cycles-per-token",
+    ):
         d.add_argument(f"--{name}", type=int_at_least(f"--{name}", 0, 2**20))
     d.add_argument("--rule5", action="store_true")
+    d.add_argument(
+        "--preempt", action="store_true", help="compute preemption ([D11], A6) in the ring buffers"
+    )
     d.add_argument("--build-opt", default="-O0", choices=opts)
     d.add_argument("--out", help="also write the report (Markdown) to this file")
     d.set_defaults(func=cmd_datapath, out_kind="file")

@@ -218,7 +218,9 @@ def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
             "|---|---:|---:|",
         ]
         for c in cells:
-            out.append(f"| {c['block']} | {c.get('cells')} | {c.get('sram_macros', '')} |")
+            n = c.get("cells")
+            shown = n if n is not None else f"not measured: {c.get('note')}"
+            out.append(f"| {c['block']} | {shown} | {c.get('sram_macros', '')} |")
         out.append("")
     for run in runs:
         p = run["params"]

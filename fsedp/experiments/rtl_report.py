@@ -37,7 +37,11 @@ def yosys_cells(block: str, p: SchedulerParams, blackbox: tuple[str, ...] = ()) 
     t0 = time.time()
     proc = subprocess.run([yosys, "-p", script], capture_output=True, text=True)
     if proc.returncode != 0:
-        return {"cells": None, "memory_bits": None, "note": proc.stderr.strip().splitlines()[-1:]}
+        return {
+            "cells": None,
+            "memory_bits": None,
+            "note": " ".join(proc.stderr.strip().splitlines()[-1:]),
+        }
     stat = proc.stdout[proc.stdout.rfind("Printing statistics") :]
     cells = int(re.search(r"Number of cells:\s+(\d+)", stat).group(1))
     macros = sum(int(n) for n in re.findall(r"\$mem_v2\s+(\d+)", stat))
