@@ -8,7 +8,9 @@ default run's), capped at 256; the paper leaves the size open, and the three lar
 of Table I do not fit 8 micro-slices in 4 MiB.
 """
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from fsedp.config import (
     CONFIG_DIR,
@@ -24,6 +26,7 @@ from fsedp.config import (
 from fsedp.errors import InputError
 from fsedp.fields import Spec, build, check, spec, specs
 from fsedp.files import read_yaml
+from fsedp.sim.executor import run_points
 from fsedp.sim.run import STRATEGIES, run_experiment, summarize
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "FORMATS",
     "load_grid",
     "run_grid",
+    "sweep_point",
 ]
 
 TABLE1 = ("phi-3.5-moe", "yuan2.0-m32", "deepseek-moe-16b", "qwen3-30b-a3b")
@@ -50,27 +54,62 @@ def microslices_for(model: str, hardware: dict) -> int:
     )
 
 
+def sweep_dict(hardware: dict, model: str, tokens: int, seed: int, scheduler="default") -> dict:
+    """The run config (as a mapping) of one sweep point: a hardware mapping, a named model or
+    a model file, the synthetic long-tailed trace (skew 1.1) at ``tokens`` per iteration."""
+    return {
+        "hardware": hardware,
+        "model": model,
+        "scheduler": scheduler,
+        "scenario": {
+            "tokens_per_iteration": tokens,
+            "rounds": 1,
+            "seed": seed,
+            "trace": "synthetic",
+            "skew": 1.1,
+            "prefill_fraction": 0.5,
+        },
+    }
+
+
 def sweep_config(
     hardware: dict, model: str, tokens: int, seed: int, source: str, scheduler="default"
 ):
-    """The run config of one sweep point: a hardware mapping, a named model, the synthetic
-    long-tailed trace (skew 1.1) at ``tokens`` per iteration."""
-    return run_from_dict(
-        {
-            "hardware": hardware,
-            "model": model,
-            "scheduler": scheduler,
-            "scenario": {
-                "tokens_per_iteration": tokens,
-                "rounds": 1,
-                "seed": seed,
-                "trace": "synthetic",
-                "skew": 1.1,
-                "prefill_fraction": 0.5,
-            },
-        },
-        source,
-    )
+    """:func:`sweep_dict`, validated."""
+    return run_from_dict(sweep_dict(hardware, model, tokens, seed, scheduler), source)
+
+
+def make_point(raw: dict, source: str, strategies, iterations: int, layers: int) -> dict:
+    """A sweep point (:mod:`fsedp.sim.executor`): the run config, what to simulate, and the
+    digest of a model given as a file (named configs are part of the code version)."""
+    point = {
+        "config": raw,
+        "source": source,
+        "strategies": list(strategies),
+        "iterations": iterations,
+        "layers": layers,
+    }
+    model = raw["model"]
+    if isinstance(model, str) and Path(model).suffix in (".yaml", ".yml") and Path(model).is_file():
+        point["model_sha256"] = hashlib.sha256(Path(model).read_bytes()).hexdigest()
+    return point
+
+
+def sweep_point(point: dict, workers: int = 1) -> dict:
+    """One sweep point, simulated here: the chiplet's slots and :func:`summarize`'s summary."""
+    try:
+        cfg = run_from_dict(point["config"], point["source"])
+        run = run_experiment(
+            cfg,
+            point["strategies"],
+            n_iter=point["iterations"],
+            layers=point["layers"],
+            progress=False,
+            workers=workers,
+        )
+    except InputError as e:  # a point the simulation itself refuses is listed, not fatal
+        return {"infeasible": [e.file, e.field, e.reason]}
+    return {"slots": run["setup"].dp.slots, "summary": summarize(run)}
 
 
 def figure9(
@@ -82,32 +121,33 @@ def figure9(
     seed: int = 1,
     hardware: str = "chip2x2",
     iterations: int = 1,
+    **executor,
 ) -> list[dict]:
+    """Every model at every token count; ``executor``: ``engine``, ``workers``, ``address``,
+    ``cache`` of :func:`fsedp.sim.executor.run_points`."""
     hw = read_yaml(config_path("hardware", hardware))
-    rows = []
+    rows, points, feasible = [], [], []
     for name in models:
         m = microslices_for(name, hw)
         for t in tokens:
+            raw = sweep_dict({**hw, "microslices_per_expert": m}, name, t, seed)
+            source = f"<figure9 {name} {t}>"
+            row = {"model": name, "tokens": t, "micro_slices": m}
             try:
-                cfg = sweep_config(
-                    {**hw, "microslices_per_expert": m}, name, t, seed, f"<figure9 {name} {t}>"
-                )
+                run_from_dict(raw, source)
             except InputError as e:  # e.g. the buffer cannot hold deadlock freedom's slots
-                rows.append({"model": name, "tokens": t, "micro_slices": m, "infeasible": e})
+                rows.append({**row, "infeasible": e})
                 continue
-            run = run_experiment(
-                cfg, strategies, n_iter=iterations, layers=layers, progress=progress
-            )
-            s = summarize(run)
-            rows.append(
-                {
-                    "model": name,
-                    "tokens": t,
-                    "micro_slices": m,
-                    "slots": run["setup"].dp.slots,
-                    **{k: s[k] for k in strategies},
-                }
-            )
+            rows.append(row)
+            feasible.append(row)
+            points.append(make_point(raw, source, strategies, iterations, layers))
+    results = run_points(sweep_point, points, progress=progress, label="figure", **executor)
+    for row, res in zip(feasible, results):
+        if "infeasible" in res:
+            row["infeasible"] = InputError(*res["infeasible"])
+            continue
+        row["slots"] = res["slots"]
+        row.update({k: res["summary"][k] for k in strategies})
     return rows
 
 
@@ -301,7 +341,7 @@ def load_experiment(path) -> dict:
     return d
 
 
-def run_experiment_file(d: dict, progress: bool = True) -> tuple[list[dict], str]:
+def run_experiment_file(d: dict, progress: bool = True, **executor) -> tuple[list[dict], str]:
     rows = figure9(
         d["models"],
         d["tokens"],
@@ -311,6 +351,7 @@ def run_experiment_file(d: dict, progress: bool = True) -> tuple[list[dict], str
         seed=d["seed"],
         hardware=d["hardware"],
         iterations=d["iterations"],
+        **executor,
     )
     ok = [r for r in rows if "infeasible" not in r]
     notes = [
@@ -352,13 +393,11 @@ def load_grid(path) -> dict:
     return d
 
 
-def run_grid(d: dict, progress: bool = True) -> tuple[list[dict], str]:
+def run_grid(d: dict, progress: bool = True, **executor) -> tuple[list[dict], str]:
     import itertools
 
-    from fsedp.errors import InputError
-
     keys = list(d["vary"])
-    rows = []
+    rows, points, feasible = [], [], []
     for values in itertools.product(*(d["vary"][k] for k in keys)):
         point = dict(zip(keys, values))
         hw = read_yaml(config_path("hardware", point.get("hardware", d["hardware"])))
@@ -367,18 +406,22 @@ def run_grid(d: dict, progress: bool = True) -> tuple[list[dict], str]:
             # its own buffer, and keeps it while the grid varies other fields
             hw["microslices_per_expert"] = microslices_for(d["model"], hw)
         hw.update({k: v for k, v in point.items() if k != "hardware"})
+        raw = sweep_dict(hw, d["model"], d["tokens"], d["seed"])
+        source = f"<figure {d['figure']} {point}>"
         try:
-            cfg = sweep_config(
-                hw, d["model"], d["tokens"], d["seed"], f"<figure {d['figure']} {point}>"
-            )
-            run = run_experiment(
-                cfg, d["strategies"], n_iter=1, layers=d["layers"], progress=progress
-            )
-            rows.append({"point": point, **summarize(run)})
+            run_from_dict(raw, source)
         except InputError as e:
-            rows.append(
-                {"point": point, "infeasible": e.reason if hasattr(e, "reason") else str(e)}
-            )
+            rows.append({"point": point, "infeasible": e.reason})
+            continue
+        rows.append({"point": point})
+        feasible.append(rows[-1])
+        points.append(make_point(raw, source, d["strategies"], 1, d["layers"]))
+    results = run_points(sweep_point, points, progress=progress, label="grid", **executor)
+    for row, res in zip(feasible, results):
+        if "infeasible" in res:
+            row["infeasible"] = res["infeasible"][2]
+        else:
+            row.update(res["summary"])
     head = (
         "| "
         + " | ".join(keys)

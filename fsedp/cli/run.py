@@ -17,7 +17,7 @@ from fsedp.cli.common import (
 )
 from fsedp.config import config_path, config_to_dict
 from fsedp.errors import COMMAND_LINE
-from fsedp.files import build_dir, check_output_file, check_output_folder
+from fsedp.files import build_dir, check_output_file, check_output_folder, output_folder
 
 
 def cmd_run(args):
@@ -36,6 +36,12 @@ def cmd_run(args):
 
         if "experiment" in read_yaml(args.config):
             return _run_experiment_file(args)
+    for option, given in (
+        ("--engine", args.engine != "local"),
+        ("--address", args.address is not None),
+    ):
+        if given:
+            raise usage(option, "applies to experiment files (experiment: sweep or grid)")
     cfg = load_config(args)
     strategies = (
         [x.strip() for x in args.strategies.split(",") if x.strip()]
@@ -93,6 +99,29 @@ def cmd_run(args):
     return 0 if check is None or doc["rtl_check"]["mismatches"] == 0 else 1
 
 
+def _executor(args) -> dict:
+    """The sweep executor's options (``--engine``, ``--address``, ``--workers``, ``--cache``,
+    ``--no-cache``) for :func:`fsedp.sim.executor.run_points`."""
+    from fsedp.sim.executor import PointCache, default_cache_dir
+
+    for option, value in (("--address", args.address), ("--cache", args.cache)):
+        if value is not None and not value.strip():
+            raise usage(option, "must not be empty")
+    if args.address and args.engine != "ray":
+        raise usage("--address", "needs --engine ray")
+    if args.cache and args.no_cache:
+        raise usage("--cache", "--cache and --no-cache exclude each other")
+    root = None
+    if not args.no_cache:
+        root = output_folder(args.cache or default_cache_dir())
+    return dict(
+        engine=args.engine,
+        address=args.address,
+        workers=args.workers,
+        cache=PointCache(root),
+    )
+
+
 def _run_experiment_file(args):
     """``fsedp run --config configs/experiments/figN.yaml``: a paper figure as a sweep."""
     from fsedp.files import read_yaml
@@ -104,11 +133,11 @@ def _run_experiment_file(args):
     t0 = time.time()
     if kind == "grid":
         exp = load_grid(args.config)
-        rows, table = run_grid(exp, progress=not args.json)
+        rows, table = run_grid(exp, progress=not args.json, **_executor(args))
         what = "grid over " + ", ".join(exp["vary"])
     else:
         exp = load_experiment(args.config)
-        rows, table = run_experiment_file(exp, progress=not args.json)
+        rows, table = run_experiment_file(exp, progress=not args.json, **_executor(args))
         what = exp["table"]
     text = (
         f"Figure {exp['figure']} ({what}), `fsedp run --config {args.config}`, "
@@ -133,7 +162,9 @@ def cmd_sweep(args):
     t0 = time.time()
     rows = [
         r
-        for r in figure9(models, tokens, layers=args.layers, progress=not args.json)
+        for r in figure9(
+            models, tokens, layers=args.layers, progress=not args.json, **_executor(args)
+        )
         if "infeasible" not in r
     ]
     command = f"fsedp sweep figure9 --layers {args.layers} --tokens {args.tokens}" + (
@@ -157,6 +188,25 @@ def cmd_bench(args):
     )
     emit(args, {"rows": rows}, text)
     return 0
+
+
+def _executor_arguments(p):
+    """Options of the sweep executor (experiment files and ``fsedp sweep``)."""
+    g = p.add_argument_group("sweeps (experiment files, fsedp sweep)")
+    g.add_argument(
+        "--engine",
+        default="local",
+        choices=["local", "ray"],
+        help="run the points in a local process pool (default) or on Ray (pip install "
+        "'fsedp[ray]')",
+    )
+    g.add_argument("--address", help="an existing Ray cluster (ray://HOST:10001 or auto)")
+    g.add_argument(
+        "--cache",
+        help="folder of finished points (default $FSEDP_CACHE or ~/.cache/fsedp/points); "
+        "a restarted or extended sweep computes only what is new",
+    )
+    g.add_argument("--no-cache", action="store_true", help="compute every point")
 
 
 def add_parsers(sub):
@@ -190,9 +240,11 @@ def add_parsers(sub):
     run.add_argument(
         "--workers",
         type=positive("--workers", 256),
-        help="processes for the FSE-DP layers (default: up to 2 CPUs)",
+        help="processes: the FSE-DP layers of a run, the points of an experiment file (or "
+        "Ray CPUs of a local instance; default: up to 2)",
     )
     run.add_argument("--out", help="report folder (default ./build/run/<config name>)")
+    _executor_arguments(run)
     run.set_defaults(func=cmd_run)
 
     sw = sub.add_parser(
@@ -211,6 +263,12 @@ def add_parsers(sub):
         help="MoE layers simulated per point",
     )
     sw.add_argument("--out", help="also write the table (Markdown) to this file")
+    sw.add_argument(
+        "--workers",
+        type=positive("--workers", 256),
+        help="processes (or Ray CPUs of a local instance; default: up to 2)",
+    )
+    _executor_arguments(sw)
     sw.set_defaults(func=cmd_sweep, out_kind="file")
 
     bn = sub.add_parser(
