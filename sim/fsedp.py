@@ -27,6 +27,7 @@ from collections import deque
 import numpy as np
 
 from fsedp.sim.baselines import bounds
+from fsedp.sim.fast import python_events, run_layer, streaming_engine
 from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
 from fsedp.sw.scheduler import DISPATCH, Scheduler, layer_tokens
@@ -86,16 +87,24 @@ def a5_params(setup: Setup, slack: float = 0.2):
 
 
 def fsedp_layer(
-    setup: Setup, records, variant: str = "A3", sched: Scheduler | None = None, trace: bool = False
+    setup: Setup,
+    records,
+    variant: str = "A3",
+    sched: Scheduler | None = None,
+    trace: bool = False,
+    streaming: str | None = None,
+    log: bool = False,
 ) -> LayerResult:
     """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
     table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
-    requests Algorithm 2 deferred."""
+    requests Algorithm 2 deferred.  ``streaming``: ``"compiled"`` or ``"python"`` (default:
+    :func:`fsedp.sim.fast.streaming_engine`; a traced layer runs on the Python model);
+    ``log`` keeps every micro-slice event in ``result.log``
+    (:func:`fsedp.sim.fast.python_events`)."""
     sp = sched.p if sched is not None else setup.sp
     dp = variant_params(setup, "A3" if variant == "A5" else variant)
     if sched is None:
         sched = make_scheduler(sp, dp, variant)
-    arr = StreamingArray(dp, probes=True)
     plan = sched.start_round(records)
     if plan.n == 0:  # everything deferred (or no records): nothing to run
         return LayerResult(
@@ -112,8 +121,54 @@ def fsedp_layer(
             defer=plan.defer,
         )
     tokens = layer_tokens(sp, records, plan.defer)
-    for (c, e), n in tokens.items():
-        arr.tokens[c][e] = n  # the gate fills the tables with the records
+    if streaming is None:
+        streaming = streaming_engine()
+    if streaming == "compiled" and not trace:
+        loop = run_layer(dp, sched, plan, tokens, log=log)
+    else:
+        loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log)
+    n = dp.chiplets
+    slot_bytes = setup.expert_bytes // dp.micro_slices
+    counts = np.zeros(sp.experts, dtype=np.int64)
+    per_chiplet_tokens = [0] * n
+    for (c, e), t in tokens.items():
+        counts[e] += t
+        per_chiplet_tokens[c] += t
+    ddr_cycles, compute_cycles = bounds(setup, counts)
+    result = LayerResult(
+        strategy=f"FSE-DP {variant}",
+        cycles=loop["cycles"],
+        bound=max(ddr_cycles, compute_cycles),
+        busy=loop["busy"],
+        ddr_bytes=loop["loads"] * slot_bytes,
+        d2d_bytes=loop["transfers"] * slot_bytes,
+        peak_weight_bytes=max(loop["peak"]) * slot_bytes,
+        peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
+        ddr_cycles=ddr_cycles,
+        compute_cycles=compute_cycles,
+        timeline=loop["timeline"],
+        decisions=loop["decisions"],
+        link_bytes={k: v * slot_bytes for k, v in loop["link_transfers"].items()},
+        ddr_per_chiplet=[x * slot_bytes for x in loop["ddr_per_loads"]],
+        script=loop["script"],
+        beats=loop["beats"],
+        steps=loop["steps"],
+        defer=plan.defer,
+        activity=loop.get("activity", []),
+        events=loop["loads"] + loop["transfers"] + loop["computations"],
+        idle=loop["idle"],
+        log=loop.get("events", []),
+    )
+    return result
+
+
+def python_loop(dp, sched, plan, tokens: dict, trace: bool = False, log: bool = False) -> dict:
+    """The cycle loop of one layer on the Python golden model (:class:`StreamingArray`, the
+    specification): the scheduler's beats in, the bookkeeping of every cycle out; the
+    compiled engine (:func:`fsedp.sim.fast.run_layer`) returns the same."""
+    arr = StreamingArray(dp, probes=True)
+    for (c, e), t in tokens.items():
+        arr.tokens[c][e] = t  # the gate fills the tables with the records
     beats = deque(sched.decide())
     n = dp.chiplets
     busy = [0] * n
@@ -123,8 +178,8 @@ def fsedp_layer(
     ddr_per = [0] * n
     script, made = [], []
     activity = []
-    link_bytes: dict = {}
-    slot_bytes = setup.expert_bytes // dp.micro_slices
+    link_count: dict = {}
+    events = []
     steps = 0
     # the breakdown: why each DDR channel and compute unit idles, cycle by cycle
     expected = [
@@ -175,10 +230,12 @@ def fsedp_layer(
                 peak[c] = o
         loads += len(out.ddr_issues)
         for target, *_ in out.ddr_issues:
-            ddr_per[target] += slot_bytes
+            ddr_per[target] += 1
         for src, d, _ in out.transfers:
             transfers += 1
-            link_bytes[(src, d)] = link_bytes.get((src, d), 0) + slot_bytes
+            link_count[(src, d)] = link_count.get((src, d), 0) + 1
+        if log:
+            events += python_events(cycle, out)
         computing = sum(ch.cnt > 0 for ch in arr.chips)
         if computing != timeline[-1][1]:
             timeline.append((cycle + 1, computing))
@@ -191,36 +248,27 @@ def fsedp_layer(
             if skipped:
                 _count(ddr_idle, ddr_why, skipped)
                 _count(pe_idle, pe_why, skipped)
-    cycles = arr.cycle
-    counts = np.zeros(sp.experts, dtype=np.int64)
-    per_chiplet_tokens = [0] * n
-    for (c, e), t in tokens.items():
-        counts[e] += t
-        per_chiplet_tokens[c] += t
-    ddr_cycles, compute_cycles = bounds(setup, counts)
-    return LayerResult(
-        strategy=f"FSE-DP {variant}",
-        cycles=cycles,
-        bound=max(ddr_cycles, compute_cycles),
-        busy=busy,
-        ddr_bytes=loads * slot_bytes,
-        d2d_bytes=transfers * slot_bytes,
-        peak_weight_bytes=max(peak) * slot_bytes,
-        peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
-        ddr_cycles=ddr_cycles,
-        compute_cycles=compute_cycles,
-        timeline=timeline,
-        decisions=decisions,
-        link_bytes=link_bytes,
-        ddr_per_chiplet=ddr_per,
-        script=script,
-        beats=made,
-        steps=steps,
-        defer=plan.defer,
-        activity=activity,
-        events=loads + transfers + computations,
-        idle={"ddr": ddr_idle, "compute": pe_idle},
-    )
+    out = {
+        "cycles": arr.cycle,
+        "busy": busy,
+        "peak": peak,
+        "timeline": timeline,
+        "loads": loads,
+        "transfers": transfers,
+        "computations": computations,
+        "decisions": decisions,
+        "ddr_per_loads": ddr_per,
+        "link_transfers": link_count,
+        "script": script,
+        "beats": made,
+        "steps": steps,
+        "idle": {"ddr": ddr_idle, "compute": pe_idle},
+        "flags": (arr.bad_dispatch, arr.orphan),
+        "activity": activity,
+    }
+    if log:
+        out["events"] = events
+    return out
 
 
 def _ddr_cause(probe: str | None, more: bool) -> str | None:

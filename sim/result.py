@@ -38,6 +38,8 @@ class LayerResult:
     #: idle unit-cycles by cause, ``{"ddr": {cause: cycles}, "compute": {cause: cycles}}``,
     #: summed over the DDR channels and over the compute units (see :meth:`lost`)
     idle: dict = field(default_factory=dict)
+    #: every micro-slice event when asked for (``fsedp_layer(log=True)``)
+    log: list = field(default_factory=list)
 
     @property
     def utilization(self) -> float:

@@ -1,6 +1,7 @@
 """``fsedp run``, ``fsedp sweep``, ``fsedp bench``: the simulator's commands (the main job,
 paper figures as sweeps, the simulator's speed)."""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from fsedp.files import build_dir, check_output_file, check_output_folder, outpu
 
 def cmd_run(args):
     """The main job: EP, Hydra and FSE-DP side by side on the run config's workload."""
+    set_streaming(args)
     from fsedp.sim.run import (
         DEFAULT_STRATEGIES,
         STRATEGIES,
@@ -152,6 +154,7 @@ def _run_experiment_file(args):
 def cmd_sweep(args):
     from fsedp.sim.sweep import TABLE1, figure9, format_figure9
 
+    set_streaming(args)
     conv = positive("--tokens", 65_536)
     tokens = [conv(x) for x in args.tokens.split(",")]
     models = (
@@ -178,16 +181,40 @@ def cmd_sweep(args):
 
 
 def cmd_bench(args):
-    from fsedp.sim.bench import bench, format_bench
+    from fsedp.sim.bench import bench, end_to_end, format_bench
 
     t0 = time.time()
     rows = bench(layers=args.layers)
+    command = f"fsedp bench --layers {args.layers}" + (f" --e2e {args.e2e}" if args.e2e else "")
     text = (
-        f"Simulator speed (`fsedp bench --layers {args.layers}`, {time.time() - t0:.0f} s, "
+        f"Simulator speed (`{command}`, {time.time() - t0:.0f} s, "
         f"{time.strftime('%Y-%m-%d')}):\n\n" + format_bench(rows)
     )
-    emit(args, {"rows": rows}, text)
+    doc = {"rows": rows}
+    if args.e2e:
+        e2e = doc["end_to_end"] = end_to_end(args.e2e, args.workers or 2)
+        text += (
+            f"\n\nQwen3-30B-A3B, 256 tokens, 2x2 chip, EP + Hydra + A3, {e2e['iterations']} "
+            f"iterations x 48 layers ({e2e['layers']} layers) on {e2e['workers']} processes: "
+            f"{e2e['wall_s']} s"
+        )
+    emit(args, doc, text)
     return 0
+
+
+def set_streaming(args):
+    """``--streaming``: the engine of the FSE-DP layers, for this process and its workers."""
+    if getattr(args, "streaming", None):
+        os.environ["FSEDP_STREAMING"] = args.streaming
+
+
+def _streaming_argument(p):
+    p.add_argument(
+        "--streaming",
+        choices=["compiled", "python"],
+        help="FSE-DP layers on the compiled engine (default where numba is installed) or on "
+        "the Python golden model; the results are the same",
+    )
 
 
 def _executor_arguments(p):
@@ -245,6 +272,7 @@ def add_parsers(sub):
     )
     run.add_argument("--out", help="report folder (default ./build/run/<config name>)")
     _executor_arguments(run)
+    _streaming_argument(run)
     run.set_defaults(func=cmd_run)
 
     sw = sub.add_parser(
@@ -269,6 +297,7 @@ def add_parsers(sub):
         help="processes (or Ray CPUs of a local instance; default: up to 2)",
     )
     _executor_arguments(sw)
+    _streaming_argument(sw)
     sw.set_defaults(func=cmd_sweep, out_kind="file")
 
     bn = sub.add_parser(
@@ -277,4 +306,11 @@ def add_parsers(sub):
     bn.add_argument(
         "--layers", type=positive("--layers", 1024), default=3, help="MoE layers measured per point"
     )
+    bn.add_argument(
+        "--e2e",
+        type=positive("--e2e", 1000),
+        help="also time this many iterations of the end-to-end target (Qwen3-30B-A3B, 256 "
+        "tokens, 2x2, all 48 layers, EP + Hydra + A3)",
+    )
+    bn.add_argument("--workers", type=positive("--workers", 256), help="processes of --e2e")
     bn.set_defaults(func=cmd_bench)

@@ -1,0 +1,242 @@
+"""The compiled streaming engine: one FSE-DP layer's cycles in :mod:`fsedp.sim.fast_kernel`
+(numba), the scheduler golden model called from here whenever a job finishes.
+
+The Python cycle model (:class:`fsedp.sw.streaming.StreamingArray`) stays the executable
+specification and the RTL's reference; this engine must produce the same events at the same
+cycles (every micro-slice load, transfer and computation, every layer's end cycle) and the
+same bookkeeping (``tests/test_fast.py``).  Which one the simulator uses: ``compiled`` (the
+default) when numba imports, else ``python``, said once on standard error; the environment
+variable ``FSEDP_STREAMING=python|compiled`` or ``fsedp run --streaming`` chooses.
+"""
+
+import os
+import sys
+from collections import deque
+
+import numpy as np
+
+from fsedp.params import DatapathParams, bits_for
+
+__all__ = [
+    "STREAMING",
+    "available",
+    "streaming_engine",
+    "run_layer",
+    "python_events",
+    "DDR_CAUSES",
+    "PE_CAUSES",
+]
+
+STREAMING = ("compiled", "python")
+#: cause names of the kernel's idle-cause indices (``fast_kernel.D_*`` and ``E_*``)
+DDR_CAUSES = ("stall", "full", "admission", "preload", "window", "none", "dispatch", "drain")
+PE_CAUSES = ("ddr", "link", "held", "none", "fill", "drain", "starved")
+
+_kernel = None
+_said = False
+
+
+def available() -> bool:
+    """Whether the compiled engine can run here (numba imports)."""
+    global _kernel
+    if _kernel is None:
+        try:
+            from fsedp.sim import fast_kernel
+
+            _kernel = fast_kernel
+        except ImportError:
+            _kernel = False
+    return _kernel is not False
+
+
+def streaming_engine() -> str:
+    """The engine the simulator uses now: ``FSEDP_STREAMING`` if set, else ``compiled`` where
+    numba is installed; a fallback to ``python`` is said once per process."""
+    global _said
+    want = os.environ.get("FSEDP_STREAMING", "compiled")
+    if want == "python":
+        return "python"
+    if available():
+        return "compiled"
+    if not _said:
+        _said = True
+        print(
+            "fsedp: numba is not available; the simulator runs the Python streaming model "
+            "(same results, about 30x slower)",
+            file=sys.stderr,
+        )
+    return "python"
+
+
+class _Arrays:
+    """The kernel's state of a fresh :class:`StreamingArray` of ``p``."""
+
+    def __init__(self, p: DatapathParams, log_capacity: int = 0):
+        k = _kernel
+        n, K = p.chiplets, p.slots
+        self.p = p
+        P = np.zeros(k.NP, np.int64)
+        P[k.P_N], P[k.P_K], P[k.P_E], P[k.P_M] = n, K, p.experts, p.micro_slices
+        P[k.P_CPT], P[k.P_LINK] = p.cycles_per_token, p.link_cycles
+        P[k.P_DINT], P[k.P_DLAT] = p.ddr_interval, p.ddr_latency
+        P[k.P_NPRE], P[k.P_RULE5], P[k.P_CHAN] = p.preload_entries, p.rule5, p.ddr_channels
+        P[k.P_PREEMPT], P[k.P_HOT], P[k.P_ADMIT] = p.preempt, p.hot_window, 1
+        P[k.P_AGE] = bits_for(p.ddr_latency + 1) + 8
+        P[k.P_FDEPTH] = -(-p.ddr_latency // p.ddr_interval) + 2
+        P[k.P_H], P[k.P_CMASK], P[k.P_LOG] = p.max_hops, 2**p.count_width - 1, log_capacity > 0
+        self.P = P
+        self.NB = np.array(
+            [
+                [-1 if p.neighbour(c, d) is None else p.neighbour(c, d) for d in range(4)]
+                for c in range(n)
+            ],
+            np.int64,
+        )
+        self.DIRT = np.array([[p.direction(a, b) for b in range(n)] for a in range(n)], np.int64)
+        self.DIST = np.array([[p.distance(a, b) for b in range(n)] for a in range(n)], np.int64)
+        npre = max(1, p.preload_entries)
+        chans = p.ddr_channels
+        self.SL = np.zeros((n, K, k.NS), np.int64)
+        self.CH = np.zeros((n, k.NC), np.int64)
+        self.JB = np.zeros((n, k.NJ), np.int64)
+        self.JH = np.zeros((n, n), np.int64)
+        self.JRD = np.zeros((n, n), np.int64)
+        self.JRR = np.zeros((n, n), np.int64)
+        self.PR = np.zeros((npre, k.NQ), np.int64)
+        self.QH = np.zeros((npre, n), np.int64)
+        self.QRD = np.zeros((npre, n), np.int64)
+        self.FF = np.zeros((chans, int(P[k.P_FDEPTH]), k.NF), np.int64)
+        self.FQ = np.zeros((chans, 2), np.int64)
+        self.GP = np.zeros(chans, np.int64)
+        self.TK = np.zeros((n, p.experts), np.int64)
+        self.SC = np.zeros(k.NX, np.int64)
+        self.SC[k.X_NTL] = 1
+        self.DI = np.zeros(len(DDR_CAUSES), np.int64)
+        self.PI = np.zeros(len(PE_CAUSES), np.int64)
+        self.DW = np.full(chans, -1, np.int64)
+        self.PW = np.full(n, -1, np.int64)
+        self.started = np.zeros(n, np.int64)
+        self.computed = np.zeros(n, np.int64)
+        self.peak = np.zeros(n, np.int64)
+        self.links = np.zeros((n, 4), np.int64)
+        self.ddr_per = np.zeros(n, np.int64)
+        self.busy = np.zeros(n, np.int64)
+        self.EVL = np.zeros((max(1, log_capacity), 6), np.int64)
+
+    def timeline_capacity(self, expected_total: int):
+        # the count of computing chiplets changes at most twice per computation
+        self.TL = np.zeros((2 * expected_total + 2, 2), np.int64)
+
+
+def run_layer(dp: DatapathParams, sched, plan, tokens: dict, log: bool = False) -> dict:
+    """The cycle loop of :func:`fsedp.sim.fsedp.fsedp_layer` on the compiled engine: the
+    same bookkeeping (``busy``, ``peak``, ``timeline``, counts, idle causes, completion
+    script, decisions) as the Python loop; with ``log`` the event list too."""
+    if not available():
+        raise RuntimeError("the compiled streaming engine needs numba")
+    k = _kernel
+    n = dp.chiplets
+    expected = np.array(
+        [
+            dp.micro_slices * sum(1 for (c2, _), t in tokens.items() if c2 == c and t)
+            for c in range(n)
+        ],
+        np.int64,
+    )
+    total = int(expected.sum())
+    # each micro-slice is loaded once and crosses at most H links
+    cap = (total + dp.micro_slices * dp.experts) * (dp.max_hops + 2) if log else 0
+    a = _Arrays(dp, cap)
+    a.timeline_capacity(total + dp.micro_slices * dp.experts)
+    for (c, e), t in tokens.items():
+        a.TK[c, e] = t  # the gate fills the tables with the records
+    beats = deque(sched.decide())
+    made, script = [], []
+    BT = np.zeros((0, 4), np.int64)
+    pos = 0  # beats of ``made`` already in BT
+    while True:
+        if beats:
+            new = list(beats)
+            beats.clear()
+            made += [[b.kind, b.expert, b.entry, b.traj] for b in new]
+            BT = np.array([row for row in made], np.int64).reshape(-1, 4)
+        done = k.run(
+            a.P,
+            a.NB,
+            a.DIRT,
+            a.DIST,
+            a.SL,
+            a.CH,
+            a.JB,
+            a.JH,
+            a.JRD,
+            a.JRR,
+            a.PR,
+            a.QH,
+            a.QRD,
+            a.FF,
+            a.FQ,
+            a.GP,
+            a.TK,
+            a.SC,
+            BT,
+            len(made),
+            sched.in_round,
+            plan.n,
+            a.DI,
+            a.PI,
+            a.DW,
+            a.PW,
+            a.started,
+            a.computed,
+            expected,
+            a.peak,
+            a.links,
+            a.ddr_per,
+            a.busy,
+            a.TL,
+            a.EVL,
+        )
+        pos = int(a.SC[k.X_BPOS])
+        if not done:
+            break
+        script.append(int(done))
+        sched.complete(int(done))
+        beats.extend(sched.decide())
+    assert pos == len(made)
+    sc = a.SC
+    out = {
+        "cycles": int(sc[k.X_CYCLE]),
+        "busy": [int(x) for x in a.busy],
+        "peak": [int(x) for x in a.peak],
+        "timeline": [tuple(x) for x in a.TL[: sc[k.X_NTL]].tolist()],
+        "loads": int(sc[k.X_LOADS]),
+        "transfers": int(sc[k.X_TRANSFERS]),
+        "computations": int(sc[k.X_COMPUTATIONS]),
+        "decisions": len(made),
+        "ddr_per_loads": [int(x) for x in a.ddr_per],
+        "link_transfers": {
+            (c, d): int(a.links[c, d]) for c in range(n) for d in range(4) if a.links[c, d]
+        },
+        "script": script,
+        "beats": made,
+        "steps": int(sc[k.X_STEPS]),
+        "idle": {
+            "ddr": {DDR_CAUSES[i]: int(v) for i, v in enumerate(a.DI) if v},
+            "compute": {PE_CAUSES[i]: int(v) for i, v in enumerate(a.PI) if v},
+        },
+        "flags": (bool(sc[k.X_BAD]), bool(sc[k.X_ORPHAN])),
+    }
+    if log:
+        out["events"] = [tuple(int(x) for x in row) for row in a.EVL[: sc[k.X_NEV]]]
+    return out
+
+
+def python_events(cycle: int, out) -> list:
+    """The event list of one :meth:`StreamingArray.step` in the kernel's order and form:
+    transfers ``(1, cycle, src, dir, expert, index)``, loads ``(0, cycle, target, slot,
+    expert, index)``, computations ``(2, cycle, chiplet, final, expert, index)``."""
+    ev = [(1, cycle, src, d, h.expert, h.index) for src, d, h in out.transfers]
+    ev += [(0, cycle, t, slot, h.expert, h.index) for t, slot, h, _ in out.ddr_issues]
+    ev += [(2, cycle, c, int(e[2]), e[0], e[1]) for c, e in enumerate(out.events) if e is not None]
+    return ev
