@@ -84,6 +84,60 @@ def _flow_shop(
     return (comp_end[-1] if comp_end else start), intervals, loads
 
 
+def flow_shop_arrays(load, comp, slots: int, latency: int, start: int):
+    """:func:`_flow_shop` on integer arrays (compiled where numba is, the same loop in Python
+    otherwise): ``(makespan, begin, end, issue, issue_end)``."""
+    from fsedp.sim import fast
+
+    k = len(load)
+    begin, end = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    issue, issue_end = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    if fast.available():
+        finish = fast._kernel.flow_shop(
+            load, comp, slots, latency, start, begin, end, issue, issue_end
+        )
+    else:
+        finish, iv, lv = _flow_shop(
+            list(zip(load.tolist(), comp.tolist())), slots, 0, latency, start
+        )
+        if k:
+            begin[:], end[:] = zip(*iv)
+            issue[:], issue_end[:] = zip(*lv)
+    return (int(finish) if k else start), begin, end, issue, issue_end
+
+
+def _idle_arrays(starts, ends, begin: int, end: int, cycles: int, unit: str, acc: dict):
+    """:func:`_idle` of intervals given as two arrays."""
+
+    def add(k, v):
+        if v > 0:
+            acc[k] = acc.get(k, 0) + int(v)
+
+    add("all-to-all", begin + cycles - end)
+    if not len(starts):
+        add("drain", end - begin)
+        return
+    add("fill", starts[0] - begin)
+    gaps = starts[1:] - ends[:-1]
+    add("starved" if unit == "compute" else "full", gaps[gaps > 0].sum())
+    add("drain", end - ends[-1])
+
+
+def _timeline_arrays(begins: list, ends: list) -> list[tuple[int, int]]:
+    """:func:`_timeline` of per-chiplet interval arrays."""
+    t = np.concatenate([*begins, *ends]) if begins else np.zeros(0, np.int64)
+    if not len(t):
+        return [(0, 0)]
+    nb = sum(len(b) for b in begins)
+    d = np.concatenate([np.ones(nb, np.int64), -np.ones(len(t) - nb, np.int64)])
+    order = np.lexsort((d, t))
+    t, level = t[order], np.cumsum(d[order])
+    keep = np.ones(len(t), bool)
+    keep[:-1] = t[:-1] != t[1:]
+    out = list(zip(t[keep].tolist(), level[keep].tolist()))
+    return out if out[0][0] == 0 else [(0, 0), *out]
+
+
 def _idle(
     intervals: list[tuple[int, int]], begin: int, end: int, cycles: int, unit: str, acc: dict
 ):
@@ -114,13 +168,16 @@ def _all_to_all(setup: Setup, records, home: list[int]) -> tuple[int, int]:
     out_bytes = [0] * n
     in_bytes = [0] * n
     total = hops = 0
+    act = setup.act_bytes
+    dist = [[setup.dp.distance(a, b) for b in range(n)] for a in range(n)]
     for _, c, e in records:
         h = home[e]
         if h != c:
-            out_bytes[c] += setup.act_bytes
-            in_bytes[h] += setup.act_bytes
-            total += setup.act_bytes
-            hops = max(hops, setup.dp.distance(c, h))
+            out_bytes[c] += act
+            in_bytes[h] += act
+            total += act
+            if dist[c][h] > hops:
+                hops = dist[c][h]
     degree = [sum(setup.dp.neighbour(c, d) is not None for d in range(4)) for c in range(n)]
     busiest = max(max(out_bytes[c], in_bytes[c]) / degree[c] for c in range(n))
     cycles = math.ceil(busiest / setup.link_bytes_per_cycle) + hops * setup.link_latency_cycles
@@ -150,28 +207,26 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
         ]
         first = sorted((j for j in jobs if j[0] < j[1]), key=lambda j: j[0])
         last = sorted((j for j in jobs if j[0] >= j[1]), key=lambda j: -j[1])
-        chunks = [
-            (dp.ddr_interval, int(counts[e]) * dp.cycles_per_token)
-            for _, _, e in first + last
-            for _ in range(dp.micro_slices)
-        ]
-        finish[c], iv, lv = _flow_shop(
-            chunks, slots, dp.ddr_interval, setup.ddr_access_cycles, dispatch
+        order = np.array([e for _, _, e in first + last], np.int64)
+        comp = np.repeat(counts[order] * dp.cycles_per_token, dp.micro_slices).astype(np.int64)
+        load = np.full(len(comp), dp.ddr_interval, np.int64)
+        finish[c], b, e, i, ie = flow_shop_arrays(
+            load, comp, slots, setup.ddr_access_cycles, dispatch
         )
-        loads_all.append(lv)
-        busy[c] = sum(b - a for a, b in iv)
-        intervals_all.append(iv)
+        loads_all.append((i, ie))
+        busy[c] = int((e - b).sum())
+        intervals_all.append((b, e))
         peak_tokens[c] = int(sum(counts[e] for e in mine))
-        chunks_per_chiplet[c] = len(chunks)
+        chunks_per_chiplet[c] = len(comp)
         ddr_per_chiplet[c] = len(mine) * setup.expert_bytes
     cycles = max(finish) + dispatch  # results travel back like the tokens came
     idle: dict = {"ddr": {}, "compute": {}}
     for c in range(n):
         # loads start at 0 (weights do not wait for tokens); compute after the all-to-all
-        _idle(loads_all[c], 0, max(finish), cycles, "ddr", idle["ddr"])
-        _idle(intervals_all[c], dispatch, max(finish), cycles, "compute", idle["compute"])
+        _idle_arrays(*loads_all[c], 0, max(finish), cycles, "ddr", idle["ddr"])
+        _idle_arrays(*intervals_all[c], dispatch, max(finish), cycles, "compute", idle["compute"])
     ddr_b, comp_b = bounds(setup, counts)
-    timeline = _timeline(intervals_all)
+    timeline = _timeline_arrays([b for b, _ in intervals_all], [e for _, e in intervals_all])
     active = int(np.count_nonzero(counts))
     return LayerResult(
         strategy=name,

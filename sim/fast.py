@@ -23,6 +23,7 @@ __all__ = [
     "streaming_engine",
     "run_layer",
     "python_events",
+    "activity",
     "DDR_CAUSES",
     "PE_CAUSES",
 ]
@@ -68,6 +69,26 @@ def streaming_engine() -> str:
     return "python"
 
 
+_GEOMETRY: dict = {}
+
+
+def _geometry(p: DatapathParams):
+    """Neighbour, XY-direction and distance tables of the mesh (made once per shape)."""
+    key = (p.rows, p.cols)
+    if key not in _GEOMETRY:
+        n = p.chiplets
+        nb = [
+            [-1 if p.neighbour(c, d) is None else p.neighbour(c, d) for d in range(4)]
+            for c in range(n)
+        ]
+        _GEOMETRY[key] = (
+            np.array(nb, np.int64),
+            np.array([[p.direction(a, b) for b in range(n)] for a in range(n)], np.int64),
+            np.array([[p.distance(a, b) for b in range(n)] for a in range(n)], np.int64),
+        )
+    return _GEOMETRY[key]
+
+
 class _Arrays:
     """The kernel's state of a fresh :class:`StreamingArray` of ``p``."""
 
@@ -85,15 +106,7 @@ class _Arrays:
         P[k.P_FDEPTH] = -(-p.ddr_latency // p.ddr_interval) + 2
         P[k.P_H], P[k.P_CMASK], P[k.P_LOG] = p.max_hops, 2**p.count_width - 1, log_capacity > 0
         self.P = P
-        self.NB = np.array(
-            [
-                [-1 if p.neighbour(c, d) is None else p.neighbour(c, d) for d in range(4)]
-                for c in range(n)
-            ],
-            np.int64,
-        )
-        self.DIRT = np.array([[p.direction(a, b) for b in range(n)] for a in range(n)], np.int64)
-        self.DIST = np.array([[p.distance(a, b) for b in range(n)] for a in range(n)], np.int64)
+        self.NB, self.DIRT, self.DIST = _geometry(p)
         npre = max(1, p.preload_entries)
         chans = p.ddr_channels
         self.SL = np.zeros((n, K, k.NS), np.int64)
@@ -128,7 +141,9 @@ class _Arrays:
         self.TL = np.zeros((2 * expected_total + 2, 2), np.int64)
 
 
-def run_layer(dp: DatapathParams, sched, plan, tokens: dict, log: bool = False) -> dict:
+def run_layer(
+    dp: DatapathParams, sched, plan, tokens: dict, log: bool = False, trace: bool = False
+) -> dict:
     """The cycle loop of :func:`fsedp.sim.fsedp.fsedp_layer` on the compiled engine: the
     same bookkeeping (``busy``, ``peak``, ``timeline``, counts, idle causes, completion
     script, decisions) as the Python loop; with ``log`` the event list too."""
@@ -136,15 +151,13 @@ def run_layer(dp: DatapathParams, sched, plan, tokens: dict, log: bool = False) 
         raise RuntimeError("the compiled streaming engine needs numba")
     k = _kernel
     n = dp.chiplets
-    expected = np.array(
-        [
-            dp.micro_slices * sum(1 for (c2, _), t in tokens.items() if c2 == c and t)
-            for c in range(n)
-        ],
-        np.int64,
-    )
+    expected = np.zeros(n, np.int64)
+    for (c, _), t in tokens.items():
+        if t:
+            expected[c] += dp.micro_slices
     total = int(expected.sum())
     # each micro-slice is loaded once and crosses at most H links
+    log = log or trace
     cap = (total + dp.micro_slices * dp.experts) * (dp.max_hops + 2) if log else 0
     a = _Arrays(dp, cap)
     a.timeline_capacity(total + dp.micro_slices * dp.experts)
@@ -152,14 +165,15 @@ def run_layer(dp: DatapathParams, sched, plan, tokens: dict, log: bool = False) 
         a.TK[c, e] = t  # the gate fills the tables with the records
     beats = deque(sched.decide())
     made, script = [], []
-    BT = np.zeros((0, 4), np.int64)
-    pos = 0  # beats of ``made`` already in BT
+    # every expert is dispatched once and pre-loaded at most once per layer
+    BT = np.zeros((2 * dp.experts + 2, 4), np.int64)
     while True:
-        if beats:
-            new = list(beats)
-            beats.clear()
-            made += [[b.kind, b.expert, b.entry, b.traj] for b in new]
-            BT = np.array([row for row in made], np.int64).reshape(-1, 4)
+        for b in beats:
+            if len(made) == len(BT):
+                BT = np.concatenate([BT, np.zeros_like(BT)])
+            BT[len(made)] = (b.kind, b.expert, b.entry, b.traj)
+            made.append([b.kind, b.expert, b.entry, b.traj])
+        beats.clear()
         done = k.run(
             a.P,
             a.NB,
@@ -209,7 +223,7 @@ def run_layer(dp: DatapathParams, sched, plan, tokens: dict, log: bool = False) 
         "cycles": int(sc[k.X_CYCLE]),
         "busy": [int(x) for x in a.busy],
         "peak": [int(x) for x in a.peak],
-        "timeline": [tuple(x) for x in a.TL[: sc[k.X_NTL]].tolist()],
+        "timeline": list(zip(a.TL[: sc[k.X_NTL], 0].tolist(), a.TL[: sc[k.X_NTL], 1].tolist())),
         "loads": int(sc[k.X_LOADS]),
         "transfers": int(sc[k.X_TRANSFERS]),
         "computations": int(sc[k.X_COMPUTATIONS]),
@@ -228,7 +242,35 @@ def run_layer(dp: DatapathParams, sched, plan, tokens: dict, log: bool = False) 
         "flags": (bool(sc[k.X_BAD]), bool(sc[k.X_ORPHAN])),
     }
     if log:
-        out["events"] = [tuple(int(x) for x in row) for row in a.EVL[: sc[k.X_NEV]]]
+        out["events"] = [tuple(row) for row in a.EVL[: sc[k.X_NEV]].tolist()]
+    if trace:
+        out["activity"] = activity(out["events"], dp, tokens)
+    return out
+
+
+def activity(events: list, dp: DatapathParams, tokens: dict) -> list:
+    """The per-chiplet activity spans of a layer (Figure 13, ``trace=True``) from its event
+    list, in the Python loop's order: per cycle computations, loads, then transfers."""
+    out = []
+    i = 0
+    while i < len(events):
+        cycle = events[i][1]
+        j = i
+        while j < len(events) and events[j][1] == cycle:
+            j += 1
+        group = events[i:j]
+        for kind, _, c, _, e, _ in group:
+            if kind == 2:
+                dur = max(1, tokens.get((c, e), 0)) * dp.cycles_per_token
+                out.append((c, "compute", cycle - dur + 1, cycle + 1))
+        for kind, _, t, *_ in group:
+            if kind == 0:
+                out.append((t, "DDR load", cycle, cycle + dp.ddr_interval))
+        for kind, _, src, d, *_ in group:
+            if kind == 1:
+                out.append((src, "D2D send", cycle, cycle + dp.link_cycles))
+                out.append((dp.neighbour(src, d), "D2D receive", cycle, cycle + dp.link_cycles))
+        i = j
     return out
 
 

@@ -56,7 +56,9 @@ DISPATCH = 0
 def ring_after(traj, c, n):
     """``fsedp.params._ring_after``."""
     for s in range(1, n + 1):
-        m = (c + s) % n
+        m = c + s
+        if m >= n:
+            m -= n
         if (traj >> m) & 1:
             return m
     return -1
@@ -242,11 +244,11 @@ def step(
     acc_src, acc_s, acc_slot = W[3, :n], W[4, :n], W[5, :n]
     for c in range(n):
         for k in range(4):
-            d = (CH[c, C_RR] + k) % 4
+            d = (CH[c, C_RR] + k) & 3
             src = NB[c, d]
             if src < 0:
                 continue
-            s = offer[src, (d + 2) % 4]
+            s = offer[src, (d + 2) & 3]
             if s < 0:
                 continue
             r = SL[src, s, S_R] - 1
@@ -282,7 +284,9 @@ def step(
                 continue
             found = False
             for k in range(n):
-                j = (SC[X_DDR_RR] + k) % n
+                j = SC[X_DDR_RR] + k
+                if j >= n:
+                    j -= n
                 if (
                     JB[j, J_VALID]
                     and (JB[j, J_TRAJ] >> c) & 1
@@ -304,7 +308,9 @@ def step(
                 nidle += 1
     else:
         for k in range(n):
-            j = (SC[X_DDR_RR] + k) % n
+            j = SC[X_DDR_RR] + k
+            if j >= n:
+                j -= n
             if not JB[j, J_VALID] or JB[j, J_LOADED] >= M or not within_window(P, JB, TK, j, 0):
                 continue
             # ddr_target: Rule 4 striping, or Rule 5's emptiest chiplet
@@ -355,7 +361,9 @@ def step(
                     continue
                 found = False
                 for k in range(n):
-                    j = (SC[X_DDR_RR] + k) % n
+                    j = SC[X_DDR_RR] + k
+                    if j >= n:
+                        j -= n
                     if not JB[j, J_VALID] or JB[j, J_LOADED] + extra[j] >= M:
                         continue
                     if not within_window(P, JB, TK, j, extra[j]):
@@ -424,7 +432,7 @@ def step(
     for ch in range(chans):
         if FQ[ch, 1] and not ddr_stall:
             h = FQ[ch, 0]
-            if (SC[X_NOW] - FF[ch, h, F_TS]) % age_mod >= P[P_DLAT]:
+            if (SC[X_NOW] - FF[ch, h, F_TS]) & (age_mod - 1) >= P[P_DLAT]:
                 held = FF[ch, h, F_HELD]
                 if held:
                     e = FF[ch, h, F_EXPERT]
@@ -633,11 +641,11 @@ def step(
         if acc_d[c] >= 0:
             src, s = acc_src[c], acc_s[c]
             SC[X_TRANSFERS] += 1
-            st[4][src, (acc_d[c] + 2) % 4] += 1
+            st[4][src, (acc_d[c] + 2) & 3] += 1
             if log:
                 m = SC[X_NEV]
                 EVL[m, 0], EVL[m, 1], EVL[m, 2] = EV_TRANSFER, cycle, src
-                EVL[m, 3] = (acc_d[c] + 2) % 4
+                EVL[m, 3] = (acc_d[c] + 2) & 3
                 EVL[m, 4], EVL[m, 5] = SL[src, s, S_EXPERT], SL[src, s, S_INDEX]
                 SC[X_NEV] = m + 1
     for x in range(ni):
@@ -684,8 +692,8 @@ def step(
         d, src, s, slot = acc_d[c], acc_src[c], acc_s[c], acc_slot[c]
         SL[src, s, S_SEND] = 0
         SL[src, s, S_TX] = L - 1
-        CH[src, C_LB + (d + 2) % 4] = L - 1
-        CH[c, C_RR] = (d + 1) % 4
+        CH[src, C_LB + ((d + 2) & 3)] = L - 1
+        CH[c, C_RR] = (d + 1) & 3
         store(
             SL,
             P,
@@ -723,7 +731,7 @@ def step(
                 1,
                 dlv_held[ch],
             )
-            FQ[ch, 0] = (h + 1) % fdepth
+            FQ[ch, 0] = h + 1 if h + 1 < fdepth else 0
             FQ[ch, 1] -= 1
     for x in range(ni):
         t = iss[x, 2]
@@ -731,7 +739,9 @@ def step(
         slot = iss_slot[x]
         SL[t, slot, S_BUSY] = 1
         SL[t, slot, S_RESV] = 1
-        q = (FQ[ch, 0] + FQ[ch, 1]) % fdepth
+        q = FQ[ch, 0] + FQ[ch, 1]
+        if q >= fdepth:
+            q -= fdepth
         FF[ch, q, F_TARGET], FF[ch, q, F_SLOT] = t, slot
         FF[ch, q, F_EXPERT], FF[ch, q, F_INDEX], FF[ch, q, F_TRAJ] = iss[x, 3], iss[x, 5], iss[x, 4]
         FF[ch, q, F_DEST], FF[ch, q, F_LEGS], FF[ch, q, F_R] = iss[x, 6], iss_legs[x], iss_r[x]
@@ -742,7 +752,7 @@ def step(
             j = iss[x, 1]
             JB[j, J_LOADED] += 1
             JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n)
-            SC[X_DDR_RR] = (j + 1) % n
+            SC[X_DDR_RR] = j + 1 if j + 1 < n else 0
         else:
             PR[iss[x, 1], Q_LOADED] += 1
     for ch in range(chans):
@@ -797,7 +807,7 @@ def step(
                 JB[j, J_VALID] = 0
                 done_new |= 1 << j
     SC[X_DONE] = (0 if done_out != 0 else SC[X_DONE]) | done_new
-    SC[X_NOW] = (SC[X_NOW] + 1) % age_mod
+    SC[X_NOW] = (SC[X_NOW] + 1) & (age_mod - 1)
     SC[X_CYCLE] += 1
     # busy cycles of the computations that ended (tokens as after the clock edge)
     busy = st[7]
@@ -877,7 +887,7 @@ def horizon(P, SL, CH, FF, FQ, GP, SC):
         if g and (h < 0 or g < h):
             h = g
         if FQ[ch, 1]:
-            age = (SC[X_NOW] - FF[ch, FQ[ch, 0], F_TS]) % (np.int64(1) << P[P_AGE])
+            age = (SC[X_NOW] - FF[ch, FQ[ch, 0], F_TS]) & ((np.int64(1) << P[P_AGE]) - 1)
             if age < P[P_DLAT]:
                 v = P[P_DLAT] - age
                 if h < 0 or v < h:
@@ -903,7 +913,7 @@ def fast_forward(P, SL, CH, GP, SC, k):
     for ch in range(P[P_CHAN]):
         if GP[ch]:
             GP[ch] -= k
-    SC[X_NOW] = (SC[X_NOW] + k) % (np.int64(1) << P[P_AGE])
+    SC[X_NOW] = (SC[X_NOW] + k) & ((np.int64(1) << P[P_AGE]) - 1)
     SC[X_CYCLE] += k
 
 
@@ -1085,3 +1095,22 @@ def run(
             fast_forward(P, SL, CH, GP, SC, h - 1)
             recount(P, DI, PI, DW, PW, h - 1)
     return 0
+
+
+@njit(cache=True)
+def flow_shop(load, comp, slots, latency, start, begin, end, issue, issue_end):
+    """``fsedp.sim.baselines._flow_shop`` on arrays: returns the makespan and fills the
+    compute (``begin``, ``end``) and load (``issue``, ``issue_end``) intervals."""
+    issue_free = 0
+    prev = start
+    for k in range(len(load)):
+        slot_free = end[k - slots] if k >= slots else 0
+        iss = max(issue_free, slot_free)
+        issue_free = iss + load[k]
+        issue[k] = iss
+        issue_end[k] = issue_free
+        b = max(iss + load[k] + latency, prev)
+        prev = b + comp[k]
+        begin[k] = b
+        end[k] = prev
+    return prev

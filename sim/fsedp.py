@@ -98,7 +98,7 @@ def fsedp_layer(
     """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
     table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
     requests Algorithm 2 deferred.  ``streaming``: ``"compiled"`` or ``"python"`` (default:
-    :func:`fsedp.sim.fast.streaming_engine`; a traced layer runs on the Python model);
+    :func:`fsedp.sim.fast.streaming_engine`);
     ``log`` keeps every micro-slice event in ``result.log``
     (:func:`fsedp.sim.fast.python_events`)."""
     sp = sched.p if sched is not None else setup.sp
@@ -123,8 +123,8 @@ def fsedp_layer(
     tokens = layer_tokens(sp, records, plan.defer)
     if streaming is None:
         streaming = streaming_engine()
-    if streaming == "compiled" and not trace:
-        loop = run_layer(dp, sched, plan, tokens, log=log)
+    if streaming == "compiled":
+        loop = run_layer(dp, sched, plan, tokens, log=log, trace=trace)
     else:
         loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log)
     n = dp.chiplets
@@ -157,7 +157,7 @@ def fsedp_layer(
         activity=loop.get("activity", []),
         events=loop["loads"] + loop["transfers"] + loop["computations"],
         idle=loop["idle"],
-        log=loop.get("events", []),
+        log=loop.get("events", []) if log else [],
     )
     return result
 

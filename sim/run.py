@@ -23,10 +23,28 @@ STRATEGIES = ("EP", "Hydra", *VARIANTS)
 DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3", "A6")
 
 
-def _fsedp_task(setup: Setup, strategy: str, records, trace: bool):
-    t0 = time.perf_counter()
-    r = fsedp_layer(setup, records, strategy, trace=trace)
-    return r, time.perf_counter() - t0
+def _layer(setup: Setup, records, strategy: str, home, trace: bool):
+    """One layer under a strategy whose layers are independent (EP and Hydra with their
+    placement ``home``, A1-A4, A6).  Only the traced layer keeps its utilization timeline
+    (the report plots that one; the others would only cost time to move between
+    processes)."""
+    if strategy in ("EP", "Hydra"):
+        r = ep_layer(setup, records, home, strategy)
+    else:
+        r = fsedp_layer(setup, records, strategy, trace=trace)
+    if not trace:
+        r.timeline = []
+    return r
+
+
+def _layer_task(setup: Setup, records, jobs, trace: bool):
+    """A worker's share: one layer under every independent strategy, timed."""
+    out = []
+    for s, home in jobs:
+        t0 = time.perf_counter()
+        r = _layer(setup, records, s, home, trace)
+        out.append((s, r, time.perf_counter() - t0))
+    return out
 
 
 def run_experiment(
@@ -45,9 +63,10 @@ def run_experiment(
     "attention": [cycles per layer outside the routed experts: attention and shared experts],
     "wall_s": {strategy: s}}``.  ``on_layer(strategy,
     layer, result)`` is called after each simulated layer (the RTL check hooks in here).
-    The layers of A1-A4 and A6 are independent and run on ``workers`` processes (default: up to 2
-    CPUs; 1 runs everything in this process); EP, Hydra (placement history) and A5 (carried
-    tokens) run in order here.  Results do not depend on ``workers``.
+    The layers of EP, Hydra (whose placements are computed here first), A1-A4 and A6 are
+    independent and run on ``workers`` processes, one task per layer (default: up to 2 CPUs;
+    1 runs everything in this process); A5 (carried tokens) runs in order here.  Results do
+    not depend on ``workers``.
     """
     for s in strategies:
         if s not in STRATEGIES:
@@ -70,51 +89,58 @@ def run_experiment(
             desc=f"{cfg.model.name} on {cfg.hardware.name}",
         )
     traced = [l.layer == 0 and l.iteration == n_iter - 1 for l in flat]
-    parallel = [s for s in strategies if s in VARIANTS and s != "A5"]
+    experts = setup.sp.experts
+    # the baselines' placements: EP's is fixed; Hydra's follows the expert counts of the
+    # previous iteration (known from the workload, not from any result)
+    homes: dict = {}
+    history: dict = {}  # layer -> counts seen in the last iteration
+    for i, lay in enumerate(flat):
+        counts = lay.expert_counts(experts)
+        if "EP" in strategies:
+            homes["EP", i] = ep_home(experts, setup.chiplets)
+        if "Hydra" in strategies:
+            pred = history.get(lay.layer)
+            if pred is None:
+                pred = history.get(("prev",), None)
+            homes["Hydra", i] = (
+                hydra_home(setup, pred) if pred is not None else ep_home(experts, setup.chiplets)
+            )
+        history[lay.layer] = counts
+        history[("prev",)] = counts
+    # every strategy but A5 (whose layers carry tokens) has independent layers
+    parallel = [s for s in strategies if s != "A5"]
     pool = futures = None
-    if workers > 1 and on_layer is None and parallel:
+    if workers > 1 and on_layer is None and parallel and len(flat) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         pool = ProcessPoolExecutor(max_workers=workers)
         futures = {
-            pool.submit(_fsedp_task, setup, s, lay.records, traced[i]): (s, i)
-            for s in parallel
+            pool.submit(
+                _layer_task,
+                setup,
+                lay.records,
+                [(s, homes.get((s, i))) for s in parallel],
+                traced[i],
+            ): i
             for i, lay in enumerate(flat)
         }
     try:
-        history: dict = {}  # layer -> counts seen in the last iteration
-        experts = setup.sp.experts
         a5 = TokenBuffering(setup, flat) if "A5" in strategies else None
         for i, lay in enumerate(flat):
-            counts = lay.expert_counts(experts)
             for s in strategies:
                 if futures is not None and s in parallel:
                     continue
                 t0 = time.perf_counter()
-                if s == "EP":
-                    r = ep_layer(setup, lay.records, ep_home(experts, setup.chiplets), "EP")
-                elif s == "Hydra":
-                    pred = history.get(lay.layer)
-                    if pred is None:
-                        pred = history.get(("prev",), None)
-                    home = (
-                        hydra_home(setup, pred)
-                        if pred is not None
-                        else ep_home(experts, setup.chiplets)
-                    )
-                    r = ep_layer(setup, lay.records, home, "Hydra")
-                elif s == "A5":
+                if s == "A5":
                     r = a5.layer(lay)
                 else:
-                    r = fsedp_layer(setup, lay.records, s, trace=traced[i])
+                    r = _layer(setup, lay.records, s, homes.get((s, i)), traced[i])
                 wall[s] += time.perf_counter() - t0
                 results[s][i] = r
                 if on_layer is not None:
                     on_layer(s, lay, r)
                 if bar is not None:
                     bar.update(1)
-            history[lay.layer] = counts
-            history[("prev",)] = counts
         if a5 is not None:
             t0 = time.perf_counter()
             results["A5"] += a5.flush()
@@ -124,11 +150,12 @@ def run_experiment(
             from concurrent.futures import as_completed
 
             for f in as_completed(futures):
-                s, i = futures[f]
-                results[s][i], dt = f.result()
-                wall[s] += dt
-                if bar is not None:
-                    bar.update(1)
+                i = futures[f]
+                for s, r, dt in f.result():
+                    results[s][i] = r
+                    wall[s] += dt
+                    if bar is not None:
+                        bar.update(1)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

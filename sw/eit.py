@@ -68,6 +68,25 @@ class EIT:
         else:
             self.count[r][e] += 1
 
+    def write_many(self, records):
+        """:meth:`write` of every record in order (the same result, fewer lookups)."""
+        p = self.p
+        nr, nc, ne, cmax = p.requests, p.chiplets, p.experts, p.count_max
+        mask, count = self.mask, self.count
+        for rec in records:
+            if isinstance(rec, GateRecord):
+                r, c, e = rec.request, rec.chiplet, rec.expert
+            else:
+                r, c, e = rec
+            if not (0 <= r < nr and 0 <= c < nc and 0 <= e < ne):
+                self.bad_record = True
+                continue
+            mask[r][e] |= 1 << c
+            if count[r][e] == cmax:
+                self.overflow = True
+            else:
+                count[r][e] += 1
+
     def scan(self, expert: int, include: int, clear: bool = False) -> ScanResult:
         """Merged view of ``expert`` over the requests in bit-mask ``include``.
 

@@ -24,10 +24,11 @@ completion masks alone: the cosimulation replays the RTL's accepted completions 
 model and compares every dispatch.
 """
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from fsedp.params import BeatKind, SchedulerParams
-from fsedp.sw.eit import EIT, GateRecord
+from fsedp.sw.eit import EIT
 from fsedp.sw.icv import ICV
 from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
 from fsedp.sw.pairing import balanced_order, paired_index, partner
@@ -129,8 +130,7 @@ class Scheduler:
             raise RuntimeError("start_round while a round is in progress")
         p = self.p
         self.eit.overflow = self.eit.bad_record = self.spurious_done = False
-        for rec in records:
-            self.eit.write(rec if isinstance(rec, GateRecord) else GateRecord(*rec))
+        self.eit.write_many(records)
         everyone = (1 << p.requests) - 1
         present = cold_hit = 0
         for e in range(p.experts):
@@ -156,6 +156,7 @@ class Scheduler:
         self.plan = plan
         self.scheduled = [False] * n
         self.preloaded = [False] * n
+        self._first = 0
         if n == 0:
             self.plan = None
         return plan
@@ -172,14 +173,15 @@ class Scheduler:
         if self.plan is None:
             return out
         n = self.plan.n
+        order, trajs, scheduled = self.plan.order, self.plan.trajs, self.scheduled
         while True:
             icv = self.icv.value
+            # the first position not scheduled whose trajectory is free (the ones before
+            # ``_first`` are all scheduled)
+            while self._first < n and scheduled[self._first]:
+                self._first += 1
             k = next(
-                (
-                    k
-                    for k in range(n)
-                    if not self.scheduled[k] and self.plan.trajs[self.plan.order[k]] & icv
-                ),
+                (k for k in range(self._first, n) if not scheduled[k] and trajs[order[k]] & icv),
                 None,
             )
             if k is None:
@@ -241,13 +243,11 @@ def run_round(sched: Scheduler, records, pick_done=None) -> tuple[RoundPlan, lis
 
 def layer_tokens(sp: SchedulerParams, records, defer: int) -> dict[tuple[int, int], int]:
     """Token count per (chiplet, expert) of the requests not deferred this round."""
-    out: dict[tuple[int, int], int] = {}
-    for r, c, e in records:
-        if (
-            0 <= r < sp.requests
-            and not defer >> r & 1
-            and 0 <= c < sp.chiplets
-            and 0 <= e < sp.experts
-        ):
-            out[c, e] = min(out.get((c, e), 0) + 1, sp.count_max)
-    return out
+    nr, nc, ne, cmax = sp.requests, sp.chiplets, sp.experts, sp.count_max
+    counts = Counter(
+        (c, e)
+        for r, c, e in records
+        if 0 <= r < nr and not defer >> r & 1 and 0 <= c < nc and 0 <= e < ne
+    )
+    # in the order of first appearance, like the records (the dict's order is used)
+    return {k: min(v, cmax) for k, v in counts.items()}
