@@ -291,9 +291,11 @@ class SweepFile:
     models: list = spec(list, items=str, doc="named model configs")
     tokens: list = spec(list, 1, 4096, items=int, doc="tokens per iteration")
     iterations: int = spec(int, 1, 1000, doc="forward iterations per point")
-    layers: int = spec(int, 1, 1024, doc="MoE layers simulated per point")
     strategies: list = spec(list, items=str, choices=STRATEGIES, doc="must include EP")
     seed: int = spec(int, 0, 2**32 - 1, doc="seed of the synthetic trace")
+    layers: int | None = spec(
+        int, 1, 1024, doc="MoE layers simulated per point (default: all the model's)", default=None
+    )
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,7 @@ class GridFile:
     strategies: list = spec(list, items=str, choices=STRATEGIES, doc="strategies")
     seed: int = spec(int, 0, 2**32 - 1, doc="seed of the synthetic trace")
     vary: dict = spec(dict, doc="hardware field (or hardware) -> list of values")
+    fixed: dict = spec(dict, doc="hardware field -> value, the same at every point", default=None)
 
 
 def _resolve(kind: str, name: str, file: str, where: str) -> str:
@@ -345,7 +348,7 @@ def run_experiment_file(d: dict, progress: bool = True, **executor) -> tuple[lis
     rows = figure9(
         d["models"],
         d["tokens"],
-        layers=d["layers"],
+        layers=d.get("layers"),
         strategies=d["strategies"],
         progress=progress,
         seed=d["seed"],
@@ -390,6 +393,16 @@ def load_grid(path) -> dict:
                 f"vary.{str(k)[:40]}",
                 f"not a hardware field; expected one of hardware, {', '.join(fields)}",
             )
+    fixed = d.get("fixed") or {}
+    for k, v in fixed.items():
+        if k not in fields or k in d["vary"]:
+            raise InputError(
+                file,
+                f"fixed.{str(k)[:40]}",
+                "not a hardware field" if k not in fields else "is varied as well",
+            )
+        fixed[k] = check(file, f"fixed.{k}", fields[k], v)
+    d["fixed"] = fixed
     return d
 
 
@@ -401,6 +414,7 @@ def run_grid(d: dict, progress: bool = True, **executor) -> tuple[list[dict], st
     for values in itertools.product(*(d["vary"][k] for k in keys)):
         point = dict(zip(keys, values))
         hw = read_yaml(config_path("hardware", point.get("hardware", d["hardware"])))
+        hw.update(d.get("fixed") or {})
         if "microslices_per_expert" not in hw:
             # a hardware config that leaves the micro-slice count to be derived gets it from
             # its own buffer, and keeps it while the grid varies other fields
