@@ -273,3 +273,48 @@ def test_verilog_of_a6s_scheduler_is_lint_clean(tmp_path, capsys):
     assert rc == 0 and all(v == "clean" for v in doc["lint"].values()), doc["lint"]
     # the order table of the balanced order is there; the paired order has none
     assert "order" in (tmp_path / "fsedp_scheduler.v").read_text()
+
+
+GRID = """\
+experiment: grid
+figure: "test"
+hardware: chip2x2
+model: qwen3-30b-a3b
+tokens: 16
+layers: 1
+strategies: [EP, A3]
+seed: 1
+vary:
+  ddr_bandwidth_gbps_per_channel: [25.6]
+fixed:
+  %s
+"""
+
+
+@pytest.mark.parametrize(
+    "fixed,field",
+    [
+        ("nosuch: 1", "fixed.nosuch"),
+        ("ddr_bandwidth_gbps_per_channel: 12.8", "fixed.ddr_bandwidth_gbps_per_channel"),
+        ("onchip_buffer_kib: -4", "fixed.onchip_buffer_kib"),
+    ],
+)
+def test_bad_grid_fixed_field_one_line_exit_2(tmp_path, capsys, fixed, field):
+    f = tmp_path / "grid.yaml"
+    f.write_text(GRID % fixed)
+    assert main(["run", "--config", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and field in err and str(f) in err
+
+
+def test_grid_fixed_field_applies_to_every_point(tmp_path, capsys):
+    """Fixing 16 micro-slices per expert halves FSE-DP's micro-slice, hence its on-chip
+    weights, against the hardware's 8."""
+    mb = {}
+    for m in (8, 16):
+        f = tmp_path / f"grid{m}.yaml"
+        f.write_text(GRID % f"microslices_per_expert: {m}")
+        assert main(["run", "--config", str(f), "--no-cache", "--json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["rows"]
+        mb[m] = row["A3"]["weights_mb"]
+    assert mb[16] < mb[8]
