@@ -124,9 +124,11 @@ def run_points(
     cache: PointCache | None = None,
     progress: bool = True,
     label: str = "sweep",
+    costs: list | None = None,
 ) -> list:
-    """``[fn(p, k) for p in points]``, from the cache where it can, the rest on ``engine``; each
-    result is cached as soon as it is finished."""
+    """``[fn(p, k) for p in points]``, from the cache where it can, the rest on ``engine``
+    (those of the highest ``costs`` first, when given); each result is cached as soon as it
+    is finished."""
     if engine not in ENGINES:
         raise InputError(
             COMMAND_LINE, "--engine", f"must be one of {', '.join(ENGINES)}, not {engine!r}"
@@ -135,6 +137,8 @@ def run_points(
     keys = [cache.key(p) for p in points]
     results = [cache.get(k) for k in keys]
     todo = [i for i, r in enumerate(results) if r is None]
+    if costs is not None:  # the longest first: a shorter makespan on a few workers
+        todo.sort(key=lambda i: -costs[i])
     from tqdm import tqdm
 
     cached = len(points) - len(todo)

@@ -56,8 +56,10 @@ def run_experiment(
     setup: Setup | None = None,
     on_layer=None,
     workers: int | None = None,
+    a5_slack: float | None = None,
 ) -> dict:
-    """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy.
+    """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy
+    (``a5_slack``: A5's QoS slack, default 20 %).
 
     Returns ``{"setup": Setup, "layers": [Layer], "results": {strategy: [LayerResult]},
     "attention": [cycles per layer outside the routed experts: attention and shared experts],
@@ -125,7 +127,11 @@ def run_experiment(
             for i, lay in enumerate(flat)
         }
     try:
-        a5 = TokenBuffering(setup, flat) if "A5" in strategies else None
+        a5 = (
+            TokenBuffering(setup, flat, **({"slack": a5_slack} if a5_slack else {}))
+            if "A5" in strategies
+            else None
+        )
         for i, lay in enumerate(flat):
             for s in strategies:
                 if futures is not None and s in parallel:

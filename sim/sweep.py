@@ -79,7 +79,9 @@ def sweep_config(
     return run_from_dict(sweep_dict(hardware, model, tokens, seed, scheduler), source)
 
 
-def make_point(raw: dict, source: str, strategies, iterations: int, layers: int) -> dict:
+def make_point(
+    raw: dict, source: str, strategies, iterations: int, layers: int, a5_slack=None
+) -> dict:
     """A sweep point (:mod:`fsedp.sim.executor`): the run config, what to simulate, and the
     digest of a model given as a file (named configs are part of the code version)."""
     point = {
@@ -89,6 +91,8 @@ def make_point(raw: dict, source: str, strategies, iterations: int, layers: int)
         "iterations": iterations,
         "layers": layers,
     }
+    if a5_slack is not None:
+        point["a5_slack"] = a5_slack
     model = raw["model"]
     if isinstance(model, str) and Path(model).suffix in (".yaml", ".yml") and Path(model).is_file():
         point["model_sha256"] = hashlib.sha256(Path(model).read_bytes()).hexdigest()
@@ -106,6 +110,7 @@ def sweep_point(point: dict, workers: int = 1) -> dict:
             layers=point["layers"],
             progress=False,
             workers=workers,
+            a5_slack=point.get("a5_slack"),
         )
     except InputError as e:  # a point the simulation itself refuses is listed, not fatal
         return {"infeasible": [e.file, e.field, e.reason]}
@@ -121,12 +126,18 @@ def figure9(
     seed: int = 1,
     hardware: str = "chip2x2",
     iterations: int = 1,
+    a5_slack=None,
     **executor,
 ) -> list[dict]:
-    """Every model at every token count; ``executor``: ``engine``, ``workers``, ``address``,
+    """Every model at every token count; ``a5_slack``: a list of QoS slacks, A5 run at each
+    (columns :func:`a5_label`); ``executor``: ``engine``, ``workers``, ``address``,
     ``cache`` of :func:`fsedp.sim.executor.run_points`."""
+    slacks = list(a5_slack or []) if "A5" in strategies else []
+    # the first slack runs with the other strategies, each further one as a point of its own
+    main = [x for x in strategies if not (slacks and x == "A5")]
+    first = ["A5"] if slacks else []
     hw = read_yaml(config_path("hardware", hardware))
-    rows, points, feasible = [], [], []
+    rows, points, feasible, costs = [], [], [], []
     for name in models:
         m = microslices_for(name, hw)
         for t in tokens:
@@ -134,21 +145,33 @@ def figure9(
             source = f"<figure9 {name} {t}>"
             row = {"model": name, "tokens": t, "micro_slices": m}
             try:
-                run_from_dict(raw, source)
+                cfg = run_from_dict(raw, source)
             except InputError as e:  # e.g. the buffer cannot hold deadlock freedom's slots
                 rows.append({**row, "infeasible": e})
                 continue
+            per = iterations * min(layers or cfg.model.layers, cfg.model.layers) * t
             rows.append(row)
-            feasible.append(row)
-            points.append(make_point(raw, source, strategies, iterations, layers))
-    results = run_points(sweep_point, points, progress=progress, label="figure", **executor)
-    for row, res in zip(feasible, results):
+            costs.append(per * len(main + first))
+            costs += [per] * len(slacks[1:])
+            feasible.append((row, main + [a5_label(x) for x in slacks[:1]]))
+            points.append(
+                make_point(raw, source, main + first, iterations, layers, *(slacks[:1] or [None]))
+            )
+            for x in slacks[1:]:
+                feasible.append((row, [a5_label(x)]))
+                points.append(make_point(raw, source, ["A5"], iterations, layers, a5_slack=x))
+    results = run_points(
+        sweep_point, points, progress=progress, label="figure", costs=costs, **executor
+    )
+    for (row, keys), res in zip(feasible, results):
         if "infeasible" in res:
             row["infeasible"] = InputError(*res["infeasible"])
             continue
         row["slots"] = res["slots"]
-        row.update({k: res["summary"][k] for k in strategies})
-    return rows
+        for k in keys:
+            row[k] = res["summary"]["A5" if k.startswith("A5 ") else k]
+    # a row is shown when every one of its points ran
+    return [r for r in rows if "infeasible" in r or all(k in r for k in main)]
 
 
 def format_figure9(rows, strategies=("EP", "Hydra", "A2", "A3")) -> str:
@@ -296,6 +319,19 @@ class SweepFile:
     layers: int | None = spec(
         int, 1, 1024, doc="MoE layers simulated per point (default: all the model's)", default=None
     )
+    a5_slack: list | None = spec(
+        list,
+        0.01,
+        1.0,
+        items=float,
+        doc="A5 at each of these QoS slacks, one column each (default: 0.2)",
+        default=None,
+    )
+
+
+def a5_label(slack: float) -> str:
+    """The column of A5 at a QoS slack (``A5 10%``)."""
+    return f"A5 {round(slack * 100)}%"
 
 
 @dataclass(frozen=True)
@@ -345,6 +381,7 @@ def load_experiment(path) -> dict:
 
 
 def run_experiment_file(d: dict, progress: bool = True, **executor) -> tuple[list[dict], str]:
+    slacks = d.get("a5_slack") or []
     rows = figure9(
         d["models"],
         d["tokens"],
@@ -354,6 +391,7 @@ def run_experiment_file(d: dict, progress: bool = True, **executor) -> tuple[lis
         seed=d["seed"],
         hardware=d["hardware"],
         iterations=d["iterations"],
+        a5_slack=slacks,
         **executor,
     )
     ok = [r for r in rows if "infeasible" not in r]
@@ -362,7 +400,9 @@ def run_experiment_file(d: dict, progress: bool = True, **executor) -> tuple[lis
         for r in rows
         if r not in ok
     ]
-    table = FORMATS[d["table"]](ok, d["strategies"])
+    columns = [x for x in d["strategies"] if not (slacks and x == "A5")]
+    columns += [a5_label(x) for x in slacks if "A5" in d["strategies"]]
+    table = FORMATS[d["table"]](ok, columns)
     return ok, table + ("\n\ninfeasible: " + "; ".join(notes) if notes else "")
 
 

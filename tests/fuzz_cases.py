@@ -875,6 +875,15 @@ def _experiment_cases(out: _Cases):
             "nan": "[.nan]",
         },
         "iterations": {"zero": "0", "negative": "-1", "huge": str(2**63), "string": "x"},
+        "a5_slack": {
+            "zero": "[0]",
+            "negative": "[-0.1]",
+            "over-one": "[2]",
+            "string": "[x]",
+            "scalar": "0.2",
+            "nan": "[.nan]",
+            "nested": "[[0.1]]",
+        },
     }
     grid_only = {
         "model": {"nosuch": "nosuch", "list": "[qwen3-30b-a3b]", "null": "null"},
@@ -898,6 +907,14 @@ def _experiment_cases(out: _Cases):
             "null": "[null]",
         },
         "vary.hardware": {"nosuch": "[nosuch]", "empty": "[]", "dotdot": "['../../etc/passwd']"},
+        "fixed": {
+            "unknown-field": "{nosuch: 1}",
+            "list": "[onchip_buffer_kib]",
+            "varied-too": "{onchip_buffer_kib: 4096}",
+            "negative": "{clock_mhz: -1}",
+            "string": "{clock_mhz: x}",
+            "hardware": "{hardware: chip2x2}",
+        },
         "vary.clock_mhz": {"zero": "[0]", "negative": "[-800]", "inf": "[.inf]"},
     }
     for kind, base, table in (
@@ -910,7 +927,8 @@ def _experiment_cases(out: _Cases):
         for key in base:
             doc = copy.deepcopy(base)
             del doc[key]
-            if key != "experiment":
+            # (a sweep without ``layers`` simulates all the model's: not an error)
+            if key != "experiment" and not (kind == "sweep" and key == "layers"):
                 add(kind, key, "missing", doc)
         add(kind, "nosuch", "unknown-key", {**base, "nosuch": 1})
         add(kind, "hardware", "inline-mapping", {**base, "hardware": {"rows": 2}})

@@ -265,6 +265,17 @@ def test_experiment_file_runs(tmp_path, capsys, table):
     assert "deepseek-moe-16b" in out.read_text()
 
 
+def test_experiment_file_runs_a5_at_each_slack(tmp_path, capsys):
+    f = tmp_path / "exp.yaml"
+    text = (EXPERIMENT % "throughput").replace("[EP, Hydra, A3]", "[EP, A3, A5]")
+    f.write_text(text + "a5_slack: [0.1, 0.3]\n")
+    assert main(["run", "--config", str(f), "--no-cache", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["rows"]
+    assert "A5 10%" in row and "A5 30%" in row and "A5" not in row
+    assert "A5 10% tok/s" in doc["table"] and "A5 30% tok/s" in doc["table"]
+
+
 def test_verilog_of_a6s_scheduler_is_lint_clean(tmp_path, capsys):
     """The scheduler with A6's generics (balanced order, entry dispatch) as Verilog."""
     args = ["rtl", "verilog", "--out", str(tmp_path), "--block", "scheduler"]

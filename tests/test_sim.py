@@ -280,3 +280,18 @@ def test_every_probed_cause_is_shown():
     shown = set(CAUSES)
     assert set(DDR_REASONS + PE_REASONS) - {"none"} <= shown
     assert {"fill", "dispatch", "drain", "starved"} <= shown
+
+
+def test_a5_slack_is_a_parameter(tmp_path):
+    """A5 at another QoS slack: the slack each request is held to grows with it (the request's
+    latency, which the slack multiplies, itself depends on the deferrals), buffering defers
+    at least as often, and every request stays within its own slack."""
+    cfg = one_request_run(tmp_path, 8)
+    qos = {}
+    for slack in (0.1, 0.3):
+        run = run_experiment(cfg, ["A5"], n_iter=8, progress=False, workers=1, a5_slack=slack)
+        qos[slack] = summarize(run)["A5"]["qos"]
+        assert qos[slack]["violations"] == 0
+    ratio = qos[0.3]["slack_us"]["max"] / qos[0.1]["slack_us"]["max"]
+    assert 2 < ratio <= 3.01
+    assert qos[0.3]["deferrals"] >= qos[0.1]["deferrals"]
