@@ -209,9 +209,11 @@ def set_streaming(args):
 
 
 def _streaming_argument(p):
+    from fsedp.sim.fast import STREAMING
+
     p.add_argument(
         "--streaming",
-        choices=["compiled", "python"],
+        choices=list(STREAMING),
         help="FSE-DP layers on the compiled engine (default where numba is installed) or on "
         "the Python golden model; the results are the same",
     )
