@@ -12,7 +12,7 @@ from fsedp.hw.common import check_chiplet, lowest_bit, ring_after
 from fsedp.hw.layouts import delivery_layout, packet_layout, store_layout
 from fsedp.params import DatapathParams
 
-__all__ = ["RingBuffer", "LinkSignature", "arrive_fields"]
+__all__ = ["RingBuffer", "LinkSignature", "arrive_fields", "shortest"]
 
 
 def LinkSignature(p: DatapathParams) -> wiring.Signature:
@@ -46,6 +46,27 @@ def arrive_fields(m: Module, p: DatapathParams, c: int, h, prefix: str) -> dict:
         "dir": dirs[dest],
         "r": h.r,
     }
+
+
+def shortest(m: Module, prefix: str, cands: list, keys, key_width: int, index_width: int):
+    """``(valid, key, index)`` of the candidate with the smallest key, ties to the lower
+    index: a chain of stages, each a named signal so that the netlist stays linear in the
+    number of candidates (the router offers' fewest hops, [D11]'s shortest computation)."""
+    best_v, best_k, best_i = Const(0), Const(0, key_width), Const(0, index_width)
+    for i, c in enumerate(cands):
+        cand = Signal(name=f"{prefix}_cand{i}")
+        take = Signal(name=f"{prefix}_take{i}")
+        nv, nk = Signal(name=f"{prefix}_v{i}"), Signal(key_width, name=f"{prefix}_k{i}")
+        ni = Signal(index_width, name=f"{prefix}_i{i}")
+        m.d.comb += [
+            cand.eq(c),
+            take.eq(cand if i == 0 else cand & (~best_v | (keys[i] < best_k))),
+            nv.eq(best_v | cand),
+            nk.eq(Mux(take, keys[i], best_k)),
+            ni.eq(Mux(take, i, best_i)),
+        ]
+        best_v, best_k, best_i = nv, nk, ni
+    return best_v, best_k, best_i
 
 
 class RingBuffer(wiring.Component):
@@ -186,22 +207,14 @@ class RingBuffer(wiring.Component):
         # -- offers: fewest hops left, ties to the lower slot ----------------------------
         tx_slot = []
         for d in range(4):
-            # a chain of registered-free stages; each stage is a named signal so that the
-            # netlist stays linear in K
-            best_v, best_r, best_i = Const(0), Const(0, p.hop_bits), Const(0, p.slot_bits)
-            for i in range(K):
-                cand = Signal(name=f"tx{d}_cand{i}")
-                take = Signal(name=f"tx{d}_take{i}")
-                nv, nr = Signal(name=f"tx{d}_v{i}"), Signal(p.hop_bits, name=f"tx{d}_r{i}")
-                ni = Signal(p.slot_bits, name=f"tx{d}_i{i}")
-                m.d.comb += [
-                    cand.eq(present[i] & send[i] & (tx[i] == 0) & (dirr[i] == d)),
-                    take.eq(cand if i == 0 else cand & (~best_v | (hops[i] < best_r))),
-                    nv.eq(best_v | cand),
-                    nr.eq(Mux(take, hops[i], best_r)),
-                    ni.eq(Mux(take, i, best_i)),
-                ]
-                best_v, best_r, best_i = nv, nr, ni
+            best_v, _, best_i = shortest(
+                m,
+                f"tx{d}",
+                [present[i] & send[i] & (tx[i] == 0) & (dirr[i] == d) for i in range(K)],
+                hops,
+                p.hop_bits,
+                p.slot_bits,
+            )
             sel = Signal(p.slot_bits, name=f"tx_slot_{d}")
             m.d.comb += [sel.eq(best_i), r_tx[d].addr.eq(sel)]
             o = self.offer[d]
@@ -236,20 +249,14 @@ class RingBuffer(wiring.Component):
         if p.preempt:
             dur, pre = slot_signal("dur", p.compute_bits), slot_signal("pre")
             # [D11] the shortest present computation, ties to the lower slot
-            best_v, best_d, best_i = Const(0), Const(0, p.compute_bits), Const(0, p.slot_bits)
-            for i in range(K):
-                cand = Signal(name=f"short_cand{i}")
-                take = Signal(name=f"short_take{i}")
-                nv, nd = Signal(name=f"short_v{i}"), Signal(p.compute_bits, name=f"short_d{i}")
-                ni = Signal(p.slot_bits, name=f"short_i{i}")
-                m.d.comb += [
-                    cand.eq(link_c[i] | local_c[i]),
-                    take.eq(cand if i == 0 else cand & (~best_v | (dur[i] < best_d))),
-                    nv.eq(best_v | cand),
-                    nd.eq(Mux(take, dur[i], best_d)),
-                    ni.eq(Mux(take, i, best_i)),
-                ]
-                best_v, best_d, best_i = nv, nd, ni
+            best_v, best_d, best_i = shortest(
+                m,
+                "short",
+                [link_c[i] | local_c[i] for i in range(K)],
+                dur,
+                p.compute_bits,
+                p.slot_bits,
+            )
             running = self.remaining > 1
             m.d.comb += [
                 cslot.eq(Mux(running, best_i, rule_slot)),
