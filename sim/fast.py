@@ -92,7 +92,7 @@ def _geometry(p: DatapathParams):
 class _Arrays:
     """The kernel's state of a fresh :class:`StreamingArray` of ``p``."""
 
-    def __init__(self, p: DatapathParams, log_capacity: int = 0):
+    def __init__(self, p: DatapathParams, expected, log_capacity: int = 0):
         k = _kernel
         n, K = p.chiplets, p.slots
         self.p = p
@@ -104,7 +104,7 @@ class _Arrays:
         P[k.P_PREEMPT], P[k.P_HOT], P[k.P_ADMIT] = p.preempt, p.hot_window, 1
         P[k.P_AGE] = bits_for(p.ddr_latency + 1) + 8
         P[k.P_FDEPTH] = -(-p.ddr_latency // p.ddr_interval) + 2
-        P[k.P_H], P[k.P_CMASK], P[k.P_LOG] = p.max_hops, 2**p.count_width - 1, log_capacity > 0
+        P[k.P_H], P[k.P_LOG] = p.max_hops, log_capacity > 0
         self.P = P
         self.NB, self.DIRT, self.DIST = _geometry(p)
         npre = max(1, p.preload_entries)
@@ -135,10 +135,17 @@ class _Arrays:
         self.ddr_per = np.zeros(n, np.int64)
         self.busy = np.zeros(n, np.int64)
         self.EVL = np.zeros((max(1, log_capacity), 6), np.int64)
-
-    def timeline_capacity(self, expected_total: int):
+        self.expected = expected
         # the count of computing chiplets changes at most twice per computation
-        self.TL = np.zeros((2 * expected_total + 2, 2), np.int64)
+        self.TL = np.zeros(
+            (2 * (int(expected.sum()) + p.micro_slices * p.experts) + 2, 2), np.int64
+        )
+
+    def tuples(self):
+        """The kernel's state and bookkeeping tuples (``fast_kernel.STATE``, ``BOOKS``)."""
+        return tuple(getattr(self, x) for x in _kernel.STATE), tuple(
+            getattr(self, x) for x in _kernel.BOOKS
+        )
 
 
 def run_layer(
@@ -159,8 +166,8 @@ def run_layer(
     # each micro-slice is loaded once and crosses at most H links
     log = log or trace
     cap = (total + dp.micro_slices * dp.experts) * (dp.max_hops + 2) if log else 0
-    a = _Arrays(dp, cap)
-    a.timeline_capacity(total + dp.micro_slices * dp.experts)
+    a = _Arrays(dp, expected, cap)
+    S, B = a.tuples()
     for (c, e), t in tokens.items():
         a.TK[c, e] = t  # the gate fills the tables with the records
     beats = deque(sched.decide())
@@ -174,43 +181,7 @@ def run_layer(
             BT[len(made)] = (b.kind, b.expert, b.entry, b.traj)
             made.append([b.kind, b.expert, b.entry, b.traj])
         beats.clear()
-        done = k.run(
-            a.P,
-            a.NB,
-            a.DIRT,
-            a.DIST,
-            a.SL,
-            a.CH,
-            a.JB,
-            a.JH,
-            a.JRD,
-            a.JRR,
-            a.PR,
-            a.QH,
-            a.QRD,
-            a.FF,
-            a.FQ,
-            a.GP,
-            a.TK,
-            a.SC,
-            BT,
-            len(made),
-            sched.in_round,
-            plan.n,
-            a.DI,
-            a.PI,
-            a.DW,
-            a.PW,
-            a.started,
-            a.computed,
-            expected,
-            a.peak,
-            a.links,
-            a.ddr_per,
-            a.busy,
-            a.TL,
-            a.EVL,
-        )
+        done = k.run(S, B, BT, len(made), sched.in_round, plan.n)
         pos = int(a.SC[k.X_BPOS])
         if not done:
             break

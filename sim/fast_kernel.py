@@ -16,16 +16,25 @@ State arrays (int64):
 * ``FF[ch, q, f]`` the DDR delivery queues (``F_*``) with ``FQ[ch, 0]`` head and
   ``FQ[ch, 1]`` length; ``GP[ch]`` the channels' gaps; ``TK[c, e]`` the token tables;
 * ``SC[f]`` scalars (``X_*``); ``P[f]`` the parameters (``P_*``).
+
+They travel as two tuples, in the orders :data:`STATE` and :data:`BOOKS` name.
 """
 
 import numpy as np
 from numba import njit
 
+#: the state tuple ``S`` of :func:`step` and :func:`run`
+STATE = ("P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH", "QRD")
+STATE += ("FF", "FQ", "GP", "TK", "SC")
+#: the bookkeeping tuple ``B`` of :func:`run`
+BOOKS = ("DI", "PI", "DW", "PW", "started", "computed", "expected", "peak", "links")
+BOOKS += ("ddr_per", "busy", "TL", "EVL")
+
 # -- parameters ---------------------------------------------------------------------------
 P_N, P_K, P_E, P_M, P_CPT, P_LINK, P_DINT, P_DLAT = 0, 1, 2, 3, 4, 5, 6, 7
 P_NPRE, P_RULE5, P_CHAN, P_PREEMPT, P_HOT, P_ADMIT, P_AGE, P_FDEPTH = 8, 9, 10, 11, 12, 13, 14, 15
-P_H, P_CMASK, P_LOG = 16, 17, 18
-NP = 19
+P_H, P_LOG = 16, 17
+NP = 18
 # -- slot fields ----------------------------------------------------------------------------
 S_BUSY, S_RESV, S_WAIT, S_HELD, S_COMP, S_COMPUTING, S_SEND, S_TX = 0, 1, 2, 3, 4, 5, 6, 7
 S_DDR, S_FINAL, S_REM, S_DIR, S_R, S_EXPERT, S_INDEX, S_TRAJ, S_DEST, S_LEGS = range(8, 18)
@@ -189,31 +198,11 @@ def need(P, JH, j, a):
 
 
 @njit(cache=True)
-def step(
-    P,
-    NB,
-    DIRT,
-    DIST,
-    SL,
-    CH,
-    JB,
-    JH,
-    JRD,
-    JRR,
-    PR,
-    QH,
-    QRD,
-    FF,
-    FQ,
-    GP,
-    TK,
-    SC,
-    beat,
-    ddr_stall,  # beat: (has, kind, expert, entry, traj)
-    st,  # per-cycle outputs: see run()
-    ws,  # scratch arrays, allocated once per call of run()
-):
-    """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle."""
+def step(S, beat, ddr_stall, st, ws):
+    """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle:
+    ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj)``, ``st``
+    the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run."""
+    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, SC = S
     n, K = P[P_N], P[P_K]
     chans = P[P_CHAN]
     W, OFF, ISS, REL, HX = ws
@@ -973,46 +962,13 @@ def recount(P, DI, PI, DW, PW, weight):
 
 
 @njit(cache=True)
-def run(
-    P,
-    NB,
-    DIRT,
-    DIST,
-    SL,
-    CH,
-    JB,
-    JH,
-    JRD,
-    JRR,
-    PR,
-    QH,
-    QRD,
-    FF,
-    FQ,
-    GP,
-    TK,
-    SC,
-    BT,
-    nbeats,
-    in_round,
-    plan_n,
-    DI,
-    PI,
-    DW,
-    PW,
-    started,
-    computed,
-    expected,
-    peak,
-    links,
-    ddr_per,
-    busy,
-    TL,
-    EVL,
-):
+def run(S, B, BT, nbeats, in_round, plan_n):
     """Run the layer's cycles until a job finishes (returns its done mask, the scheduler is
     asked for more beats) or the layer ends (returns 0).  ``BT[b] = (kind, expert, entry,
-    traj)`` are the beats to present, one per cycle from ``SC[X_BPOS]`` on."""
+    traj)`` are the beats to present, one per cycle from ``SC[X_BPOS]`` on; ``S`` is the
+    state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
+    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, SC = S
+    DI, PI, DW, PW, started, computed, expected, peak, links, ddr_per, busy, TL, EVL = B
     n = P[P_N]
     ddr_why = np.zeros(P[P_CHAN], np.int64)
     pe_why = np.zeros(n, np.int64)
@@ -1042,30 +998,7 @@ def run(
             beat[0], beat[1], beat[2], beat[3], beat[4] = 1, BT[b, 0], BT[b, 1], BT[b, 2], BT[b, 3]
         else:
             beat[0] = 0
-        h, done = step(
-            P,
-            NB,
-            DIRT,
-            DIST,
-            SL,
-            CH,
-            JB,
-            JH,
-            JRD,
-            JRR,
-            PR,
-            QH,
-            QRD,
-            FF,
-            FQ,
-            GP,
-            TK,
-            SC,
-            beat,
-            False,
-            st,
-            ws,
-        )
+        h, done = step(S, beat, False, st, ws)
         if beat[0]:
             SC[X_BPOS] = b + 1
             if beat[1] == DISPATCH:
