@@ -355,22 +355,30 @@ def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
 
 
 # -- event skipping and DDR channels -------------------------------------------------------
-def trace_run(p, sp, rounds, skip: bool, **generics):
-    """(cycle, chiplet, event) of every compute completion and the final cycle."""
-    rng = random.Random(5)
-    arr = StreamingArray(p)
-    drv = LayerDriver(dataclasses.replace(sp, **generics), p, rng)
-    log = []
+def layer_steps(arr, drv, rounds):
+    """Drive ``arr`` through ``rounds`` of ``(records, inits)``: yields ``(cycle, out)`` of
+    every step once the driver has seen its outputs (the caller may then skip time), and
+    checks the driver's books at the end of each layer."""
+    p = arr.p
     for records, inits in rounds:
         drv.start_layer(records, inits)
         while not (drv.layer_done and arr.idle):
             cycle = arr.cycle
             out = arr.step(drv.inputs())
             drv.outputs(cycle, out.dispatch_ready, out.done, out.events, out.occupancy)
-            log += [(cycle, c, ev) for c, ev in enumerate(out.events) if ev is not None]
-            if skip and not drv.token_writes and not drv.beats:
-                arr.fast_forward()
+            yield cycle, out
         drv.check.end_layer([p.slots - arr.free(c) for c in range(p.chiplets)])
+
+
+def trace_run(p, sp, rounds, skip: bool, **generics):
+    """(cycle, chiplet, event) of every compute completion and the final cycle."""
+    arr = StreamingArray(p)
+    drv = LayerDriver(dataclasses.replace(sp, **generics), p, random.Random(5))
+    log = []
+    for cycle, out in layer_steps(arr, drv, rounds):
+        log += [(cycle, c, ev) for c, ev in enumerate(out.events) if ev is not None]
+        if skip and not drv.token_writes and not drv.beats:
+            arr.fast_forward()
     return log, arr.cycle
 
 
@@ -582,13 +590,8 @@ def test_probes_do_not_change_the_run():
             arr = StreamingArray(p, probes=probes)
             drv = LayerDriver(sp, p, random.Random(5))
             log = []
-            for records, inits in rounds:
-                drv.start_layer(records, inits)
-                while not (drv.layer_done and arr.idle):
-                    cycle = arr.cycle
-                    out = arr.step(drv.inputs())
-                    drv.outputs(cycle, out.dispatch_ready, out.done, out.events, out.occupancy)
-                    log.append((out.events, out.transfers, out.ddr_issues, out.done))
-                    assert (out.ddr_idle is not None) == probes
+            for _, out in layer_steps(arr, drv, rounds):
+                log.append((out.events, out.transfers, out.ddr_issues, out.done))
+                assert (out.ddr_idle is not None) == probes
             runs.append((log, arr.cycle))
         assert runs[0] == runs[1] and len(runs[0][0]) > 50
