@@ -12,7 +12,7 @@ import numpy as np
 
 from fsedp.config import RunConfig, config_to_dict
 from fsedp.sim.baselines import ep_home, ep_layer, hydra_home
-from fsedp.sim.buffering import TokenBuffering
+from fsedp.sim.buffering import SLACK, TokenBuffering
 from fsedp.sim.fsedp import VARIANTS, fsedp_layer
 from fsedp.sim.setup import Setup, make_setup
 from fsedp.workload import iterations
@@ -127,11 +127,7 @@ def run_experiment(
             for i, lay in enumerate(flat)
         }
     try:
-        a5 = (
-            TokenBuffering(setup, flat, **({"slack": a5_slack} if a5_slack else {}))
-            if "A5" in strategies
-            else None
-        )
+        a5 = TokenBuffering(setup, flat, a5_slack or SLACK) if "A5" in strategies else None
         for i, lay in enumerate(flat):
             for s in strategies:
                 if futures is not None and s in parallel:
