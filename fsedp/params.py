@@ -93,6 +93,12 @@ class SchedulerParams:
         A dispatch makes only its entry chiplet busy in the ICV, so experts with overlapping
         trajectories stream at once, one per entry chiplet (decision 28; ablation A6).
         ``False``: the whole trajectory, as Algorithm 1.
+    sorter : str
+        Sorting network of the RTL (``fsedp.sw.sorter.SORTERS``, ``docs/blocks/sorter.md``).
+        Every variant gives the same order; they differ in cycles and area.
+    eit_lanes : int
+        Experts per EIT bank word: a deferral round re-merges this many experts per cycle
+        (``docs/blocks/eit.md``).
     """
 
     chiplets: int = spec(int, 4, 16, default=4, doc="compute chiplets C")
@@ -124,9 +130,20 @@ class SchedulerParams:
     entry_dispatch: bool = spec(
         bool, default=False, doc="a dispatch makes only its entry chiplet busy"
     )
+    sorter: str = spec(
+        str,
+        choices=("parallel", "stage", "shuffle", "shuffle2"),
+        default="shuffle2",
+        doc="sorting network of the RTL sorter (same order, other cycles and area)",
+    )
+    eit_lanes: int = spec(
+        int, 1, 16, default=4, doc="experts per EIT bank word (merged per cycle on deferral)"
+    )
 
     def __post_init__(self):
         _check_all(self)
+        if self.eit_lanes & (self.eit_lanes - 1):
+            raise InputError(PARAMS, "eit_lanes", f"must be a power of two, not {self.eit_lanes}")
         if self.theta_min > self.count_max:
             raise InputError(
                 PARAMS,

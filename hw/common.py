@@ -1,8 +1,16 @@
 """Small combinational helpers shared by the scheduler blocks."""
 
-from amaranth import Const, Mux, Value
+from amaranth import Cat, Const, Mux, Value
 
-__all__ = ["check_chiplet", "lowest_bit", "ring_next_hops", "sat_add", "ring_after", "rr_pick"]
+__all__ = [
+    "check_chiplet",
+    "first_set",
+    "lowest_bit",
+    "ring_next_hops",
+    "sat_add",
+    "ring_after",
+    "rr_pick",
+]
 
 
 def check_chiplet(owner, p, chiplet: int | None = None):
@@ -84,3 +92,23 @@ def rr_pick(eligible: list, pointer: Value, out_width: int) -> tuple[Value, Valu
     for e in eligible:
         anyv = anyv | e
     return anyv, Mux(any_after, after_any, first_any)
+
+
+def first_set(bits, highest: bool = False) -> tuple[Value, Value]:
+    """Priority encoder as a balanced tree (``log2`` levels of 2:1 multiplexers): whether any
+    of ``bits`` (a list of 1-bit values) is set, and the index of the lowest set one (the
+    highest with ``highest``); the index is 0 when none is set."""
+    bits = list(bits)
+    size = 1
+    while size < len(bits):
+        size *= 2
+    level = [(b, None) for b in bits] + [(Const(0), None)] * (size - len(bits))
+    while len(level) > 1:
+        nxt = []
+        for (a_lo, i_lo), (a_hi, i_hi) in zip(level[0::2], level[1::2]):
+            pick_hi = a_hi if highest else a_hi & ~a_lo
+            low = pick_hi if i_lo is None else Cat(Mux(pick_hi, i_hi, i_lo), pick_hi)
+            nxt.append((a_lo | a_hi, low))
+        level = nxt
+    any_, index = level[0]
+    return any_, Const(0, 1) if index is None else index

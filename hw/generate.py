@@ -14,7 +14,7 @@ from fsedp.hw.pairing import PairingUnit
 from fsedp.hw.ring_buffer import RingBuffer
 from fsedp.hw.router import Router
 from fsedp.hw.scheduler import Scheduler
-from fsedp.hw.sorter import BitonicSorter
+from fsedp.hw.sorter import Sorter
 from fsedp.hw.token_buffer import TokenBufferUnit
 from fsedp.params import DatapathParams
 
@@ -24,7 +24,7 @@ __all__ = ["BLOCKS", "DATAPATH_BLOCKS", "top_name", "verilog_text", "write_veril
 #: (``tb/tb_<name>.py``) and doc page (``docs/blocks/<name>.md``).
 BLOCKS = {
     "eit": EIT,
-    "sorter": BitonicSorter,
+    "sorter": Sorter,
     "pairing": PairingUnit,
     "token_buffer": TokenBufferUnit,
     "icv": ICV,

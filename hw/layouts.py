@@ -22,8 +22,9 @@ __all__ = [
 
 
 def key_layout(p: SchedulerParams) -> data.StructLayout:
-    """Sorter key: token count and lane (expert) id."""
-    return data.StructLayout({"count": p.count_width, "id": p.lane_id_bits})
+    """Sorter lane: token count and lane (expert) id, the sort key, and the expert's
+    trajectory mask, which rides along."""
+    return data.StructLayout({"count": p.count_width, "id": p.lane_id_bits, "traj": p.chiplets})
 
 
 def record_layout(p: SchedulerParams) -> data.StructLayout:

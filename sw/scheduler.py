@@ -32,7 +32,7 @@ from fsedp.sw.eit import EIT
 from fsedp.sw.icv import ICV
 from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
 from fsedp.sw.pairing import balanced_order, paired_index, partner
-from fsedp.sw.sorter import bitonic_sort, sorter_keys
+from fsedp.sw.sorter import sort_keys, sorter_keys
 from fsedp.sw.token_buffer import TokenBuffer
 
 __all__ = ["Dispatch", "RoundPlan", "Scheduler", "run_round", "layer_tokens"]
@@ -144,7 +144,7 @@ class Scheduler:
             s = self.eit.scan(e, everyone & ~defer, clear=True)
             counts.append(s.count)
             trajs.append(s.mask)
-        keys = bitonic_sort(sorter_keys(counts, p.sorter_lanes))
+        keys = sort_keys(sorter_keys(counts, p.sorter_lanes), p.sorter)
         n = sum(1 for c in counts if c)
         plan = RoundPlan(defer, cold_hit, present, counts, trajs, keys, n)
         if self.order == "balanced":

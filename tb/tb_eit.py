@@ -1,6 +1,8 @@
-"""cocotb testbench of the EIT: random gate records (some out of range, some hammering one
-entry past the count width) interleaved with merge scans (random include masks, with and
-without clear); every scan result and the sticky flags must equal the golden EIT."""
+"""cocotb testbench of the EIT: rounds of random gate records (some out of range, some
+hammering one entry past the count width) with random valid gaps; after each round the
+merged registers, presence, cold hits and sticky flags must equal the golden EIT's scan over
+every request, and after a deferral re-merge (random include mask, every word) its scan over
+the included requests; then the table is cleared for the next round."""
 
 import random
 
@@ -9,7 +11,23 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import record_layout
 from fsedp.sw.eit import EIT, GateRecord
-from fsedp.tb.streams import knobs, params, resolved, start, u, write_report
+from fsedp.tb.streams import knobs, params, start, u, write_report
+
+
+async def _settle(dut, cycles):
+    for _ in range(cycles):
+        await RisingEdge(dut.clk)
+    await ReadOnly()
+
+
+def _merged(dut, p):
+    """Per expert merged count and mask (the ports are packed arrays)."""
+    counts, masks = u(dut.count), u(dut.mask)
+    w, c = p.count_width, p.chiplets
+    return (
+        [(counts >> (e * w)) & ((1 << w) - 1) for e in range(p.experts)],
+        [(masks >> (e * c)) & ((1 << c) - 1) for e in range(p.experts)],
+    )
 
 
 @cocotb.test()
@@ -19,60 +37,69 @@ async def eit_vs_golden(dut):
     gold = EIT(p)
     lay = record_layout(p)
     lim = (1 << p.request_bits, 1 << p.chiplet_bits, 1 << p.expert_bits)
+    words = -(-p.experts // p.eit_lanes)
     await start(dut)
-    for name in ("rec__valid", "scan_en", "scan_clear", "flags_clear"):
+    for name in ("rec__valid", "merge_en", "clear", "flags_clear"):
         getattr(dut, name).value = 0
-    # clear every entry first (what the scheduler's CLEAR phase does after reset)
-    for e in range(p.experts):
-        dut.scan_en.value, dut.scan_addr.value, dut.scan_include.value, dut.scan_clear.value = (
-            1,
-            e,
-            0,
-            1,
-        )
-        await RisingEdge(dut.clk)
-    dut.scan_en.value = 0
-    dut.flags_clear.value = 1
     await RisingEdge(dut.clk)
-    dut.flags_clear.value = 0
-    await RisingEdge(dut.clk)
-    pending, scans = None, 0
-    hot = rng.randrange(p.experts)
-    for cycle in range(k.get("cycles", 1500)):
-        op = rng.random()
-        rec = scan = None
-        dut.rec__valid.value = dut.scan_en.value = dut.scan_clear.value = 0
-        if op < 0.6:
+    everyone = (1 << p.requests) - 1
+    checks = merges = 0
+    flagged = {"overflow": False, "bad_record": False}
+    for rnd in range(k.get("rounds", 30)):
+        hot = rng.randrange(p.experts)
+        recs = []
+        for _ in range(rng.randint(1, 3 * p.experts if rnd % 5 else p.count_max + 3)):
             if rng.random() < 0.05:
-                rec = tuple(rng.randrange(x) for x in lim)  # possibly out of range
+                recs.append(tuple(rng.randrange(x) for x in lim))  # possibly out of range
             else:
-                e = hot if rng.random() < 0.3 else rng.randrange(p.experts)
-                rec = (rng.randrange(p.requests), rng.randrange(p.chiplets), e)
+                e = hot if rng.random() < (0.3 if rnd % 5 else 1.0) else rng.randrange(p.experts)
+                recs.append((rng.randrange(p.requests), rng.randrange(p.chiplets), e))
+        gold.reset()
+        for i, rec in enumerate(recs):
+            while rng.random() < 0.2:
+                dut.rec__valid.value = 0
+                await RisingEdge(dut.clk)
             dut.rec__valid.value = 1
+            dut.flags_clear.value = int(i == 0)
             dut.rec__payload.value = lay.const(
                 dict(zip(("request", "chiplet", "expert"), rec))
             ).as_bits()
-        elif op < 0.85:
-            scan = (rng.randrange(p.experts), rng.getrandbits(p.requests), int(rng.random() < 0.1))
-            dut.scan_en.value, dut.scan_addr.value = 1, scan[0]
-            dut.scan_include.value, dut.scan_clear.value = scan[1], scan[2]
-        await ReadOnly()
-        if pending is not None:
-            assert u(dut.scan_valid) == 1
-            got = (u(dut.scan_count), u(dut.scan_mask), u(dut.scan_present))
-            assert got == pending, f"cycle {cycle}: scan {got} != {pending}"
-            scans += 1
-        elif resolved(dut.scan_valid):
-            assert u(dut.scan_valid) == 0
-        await RisingEdge(dut.clk)
-        pending = None
-        if rec is not None:
             gold.write(GateRecord(*rec))
-        if scan is not None:
-            s = gold.scan(scan[0], scan[1], bool(scan[2]))
-            pending = (s.count, s.mask, s.present)
-    dut.rec__valid.value = dut.scan_en.value = 0
-    await RisingEdge(dut.clk)
-    await ReadOnly()
-    assert (u(dut.overflow), u(dut.bad_record)) == (int(gold.overflow), int(gold.bad_record))
-    write_report({"scans": scans, "overflow": gold.overflow, "bad_record": gold.bad_record})
+            await RisingEdge(dut.clk)
+        dut.rec__valid.value = dut.flags_clear.value = 0
+        await _settle(dut, 3)  # merged registers after 2 edges, cold_hit after 3
+        scans = [gold.scan(e, everyone) for e in range(p.experts)]
+        counts, masks = _merged(dut, p)
+        assert counts == [s.count for s in scans], f"round {rnd}: counts"
+        assert masks == [s.mask for s in scans], f"round {rnd}: masks"
+        present = cold_hit = 0
+        for s in scans:
+            present |= s.present
+            if 0 < s.count < p.theta_min:
+                cold_hit |= s.present
+        assert (u(dut.present), u(dut.cold_hit)) == (present, cold_hit), f"round {rnd}"
+        assert (u(dut.overflow), u(dut.bad_record)) == (gold.overflow, gold.bad_record)
+        flagged["overflow"] |= gold.overflow
+        flagged["bad_record"] |= gold.bad_record
+        checks += 1
+        await RisingEdge(dut.clk)
+        if rng.random() < 0.6:  # a deferral round: merge again over the included requests
+            include = rng.getrandbits(p.requests)
+            for a in range(words):
+                dut.merge_en.value, dut.merge_addr.value, dut.merge_include.value = 1, a, include
+                await RisingEdge(dut.clk)
+            dut.merge_en.value = 0
+            await _settle(dut, 2)
+            scans = [gold.scan(e, include) for e in range(p.experts)]
+            counts, masks = _merged(dut, p)
+            assert counts == [s.count for s in scans], f"round {rnd}: merged counts"
+            assert masks == [s.mask for s in scans], f"round {rnd}: merged masks"
+            merges += 1
+            await RisingEdge(dut.clk)
+        dut.clear.value = 1
+        await RisingEdge(dut.clk)
+        dut.clear.value = 0
+        await _settle(dut, 2)
+        assert u(dut.present) == 0 and not any(_merged(dut, p)[0]), f"round {rnd}: not cleared"
+        await RisingEdge(dut.clk)
+    write_report({"rounds": checks, "merges": merges, **flagged})

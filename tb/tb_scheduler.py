@@ -199,7 +199,7 @@ async def scheduler_vs_golden(dut):
             if ready and u(d_v):
                 got = dispatch_from_bits(p, u(d_p))
             if u(d_v) and t_last is not None and not lat_first_taken(lat_first, index):
-                lat_first.append((index, now - t_last))
+                lat_first.append((index, now - t_last, bool(checker.plan and checker.plan.defer)))
             if u(d_v) and t_done is not None:
                 lat_done.append(now - t_done)
                 t_done = None
@@ -258,7 +258,10 @@ async def scheduler_vs_golden(dut):
         "beats": checker.beats,
         "mismatches": len(checker.mismatches),
         "first_mismatches": [str(m) for m in checker.mismatches[:10]],
-        "latency_first_dispatch": [x for _, x in lat_first],
+        "latency_first_dispatch": [x for _, x, _ in lat_first],
+        # the same, split by whether token buffering deferred a request in the round
+        "latency_first_dispatch_plain": [x for _, x, d in lat_first if not d],
+        "latency_first_dispatch_deferral": [x for _, x, d in lat_first if d],
         "latency_done_to_dispatch": lat_done,
         "cycles": now,
         "logs": logs,

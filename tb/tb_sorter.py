@@ -1,6 +1,8 @@
-"""cocotb testbench of the bitonic sorter: every output vector == golden ``bitonic_sort`` of
-the matching input vector, in order, under random valid gaps and ready stalls; reports the
-measured latency in cycles (input accepted -> output valid)."""
+"""cocotb testbench of the sorter (the variant of ``p.sorter``): every output vector == the
+golden model's step-by-step application of the same network (:func:`fsedp.sw.sorter.sort_keys`)
+to the matching input vector, in order, trajectory masks riding along, under random valid
+gaps and ready stalls; reports the measured latency in cycles (input accepted -> output
+valid)."""
 
 import random
 
@@ -9,7 +11,7 @@ from amaranth.lib import data
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import key_layout
-from fsedp.sw.sorter import bitonic_sort, stage_count
+from fsedp.sw.sorter import network, sort_keys
 from fsedp.tb.streams import knobs, params, start, u, write_report
 
 
@@ -24,7 +26,9 @@ async def sorter_vs_golden(dut):
         hi = [1, 3, p.count_max][i % 3]  # many ties, and counts at the width limit
         ids = list(range(N))
         rng.shuffle(ids)
-        vectors.append([(rng.randint(0, hi), ids[j]) for j in range(N)])
+        vectors.append(
+            [(rng.randint(0, hi), ids[j], rng.getrandbits(p.chiplets)) for j in range(N)]
+        )
     await start(dut)
     stall = k.get("stall", 0.3)
     sent, expected, got, t_in, t_out = 0, [], 0, {}, {}
@@ -33,7 +37,7 @@ async def sorter_vs_golden(dut):
         iv = int(sent < len(vectors) and rng.random() >= stall)
         if iv:
             dut.i__payload.value = vec.const(
-                [{"count": c, "id": e} for c, e in vectors[sent]]
+                [{"count": c, "id": e, "traj": t} for c, e, t in vectors[sent]]
             ).as_bits()
         dut.i__valid.value = iv
         ready = int(rng.random() >= stall)
@@ -44,11 +48,11 @@ async def sorter_vs_golden(dut):
             t_out[got] = now
         if u(dut.o__valid) and ready:
             out = vec.from_bits(u(dut.o__payload))
-            keys = [(int(out[j].count), int(out[j].id)) for j in range(N)]
+            keys = [(int(out[j].count), int(out[j].id), int(out[j].traj)) for j in range(N)]
             assert keys == expected[got], f"vector {got}: {keys} != {expected[got]}"
             got += 1
         if took_in:
-            expected.append(bitonic_sort(vectors[sent]))
+            expected.append(sort_keys(vectors[sent], p.sorter))
             t_in[sent] = now
             sent += 1
         await RisingEdge(dut.clk)
@@ -58,7 +62,7 @@ async def sorter_vs_golden(dut):
     write_report(
         {
             "vectors": got,
-            "stages": stage_count(N),
+            "steps": len(network(N, p.sorter).steps),
             "latency": min(latencies),
             "latencies": latencies,
         }

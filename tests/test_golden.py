@@ -13,7 +13,16 @@ from fsedp.sw.icv import ICV
 from fsedp.sw.matcher import entry_chiplet, next_hops, release_mask
 from fsedp.sw.pairing import balanced_order, paired_index, partner
 from fsedp.sw.scheduler import DISPATCH, Scheduler, run_round
-from fsedp.sw.sorter import bitonic_schedule, bitonic_sort, sorter_keys, stage_count
+from fsedp.sw.sorter import (
+    SORTERS,
+    bitonic_schedule,
+    bitonic_sort,
+    network,
+    shuffle_lane,
+    sort_keys,
+    sorter_keys,
+    stage_count,
+)
 from fsedp.sw.token_buffer import TokenBuffer
 from fsedp.tb.scoreboard import random_round
 
@@ -31,6 +40,36 @@ def test_sorter_is_descending_count_then_id(counts):
     lanes = 1 << max(3, (len(counts) - 1).bit_length())
     out = bitonic_sort(sorter_keys(counts, lanes))
     assert out == sorted(sorter_keys(counts, lanes), key=lambda k: (-k[0], k[1]))
+
+
+@pytest.mark.parametrize("kind", SORTERS)
+@given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=70), seed=st.integers(0, 99))
+def test_every_sorter_network_sorts_with_payload(kind, counts, seed):
+    """Every variant's network, applied step by step, sorts any input order (ties on count
+    by id), and a field after the id rides along with its key."""
+    lanes = 1 << max(3, (len(counts) - 1).bit_length())
+    keys = [(c, i, (i * 7 + seed) % 16) for c, i in sorter_keys(counts, lanes)]
+    random.Random(seed).shuffle(keys)
+    out = sort_keys(keys, kind)
+    assert out == sorted(keys, key=lambda k: (-k[0], k[1]))
+
+
+@pytest.mark.parametrize("lanes", [8, 16, 64, 128, 256])
+def test_sorter_network_sizes(lanes):
+    """Step and cycle counts of each variant (docs/blocks/sorter.md): the bitonic network has
+    m(m+1)/2 stages; the shuffle-exchange one m^2 - m + 1 steps (m = log2 lanes), every
+    step a perfect shuffle then compare-exchanges between lanes 2q and 2q+1 only, padded
+    in front to whole cycles."""
+    m = lanes.bit_length() - 1
+    assert len(network(lanes, "parallel").steps) == m * (m + 1) // 2
+    assert network(lanes, "stage").cycles == m * (m + 1) // 2
+    one, two = network(lanes, "shuffle"), network(lanes, "shuffle2")
+    assert len(one.steps) == m * m - m + 1 and one.cycles == len(one.steps)
+    assert two.cycles == (m * m - m + 2) // 2
+    for step in one.steps + two.steps:
+        assert step.shuffle
+        assert all(a ^ b == 1 for a, b in step.pairs)
+    assert [shuffle_lane(i, 3) for i in range(8)] == [0, 2, 4, 6, 1, 3, 5, 7]
 
 
 def test_sorter_rejects_non_power_of_two():

@@ -111,3 +111,31 @@ def test_scheduler_matches_golden(chiplets, experts, requests, a6):
     checker = run_scheduler(p, rounds=6, seed=chiplets * 100 + experts)
     assert not checker.mismatches, "\n".join(map(str, checker.mismatches[:5]))
     assert checker.beats > 0
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("highest", [False, True])
+def test_priority_encoder_tree(width, highest):
+    """``first_set`` (the scheduler's eligibility search) on every input of small widths:
+    whether any bit is set, and the lowest (highest) set index, 0 when none."""
+    from amaranth import Module, Signal
+
+    from fsedp.hw.common import first_set
+
+    m = Module()
+    x, any_, index = Signal(width), Signal(), Signal(8)
+    a, i = first_set([x[k] for k in range(width)], highest)
+    m.d.comb += [any_.eq(a), index.eq(i)]
+    seen = []
+
+    async def bench(ctx):
+        for v in range(1 << width):
+            ctx.set(x, v)
+            want = (v.bit_length() - 1 if highest else (v & -v).bit_length() - 1) if v else 0
+            assert (ctx.get(any_), ctx.get(index)) == (int(v != 0), want), v
+            seen.append(v)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(seen) == 1 << width

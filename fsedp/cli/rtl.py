@@ -25,12 +25,13 @@ from fsedp.config import config_to_dict
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.files import build_dir, output_folder
 from fsedp.params import SchedulerParams
+from fsedp.sw.sorter import SORTERS
 
 
 def _params(args) -> SchedulerParams:
     cfg = load_config(args)
     p = cfg.scheduler_params()
-    names = ("experts", "chiplets", "balance", "entry_dispatch")
+    names = ("experts", "chiplets", "balance", "entry_dispatch", "sorter", "eit_lanes")
     over = {k: getattr(args, k) for k in names if getattr(args, k, None) not in (None, False)}
     if over:
         try:
@@ -273,6 +274,10 @@ def cmd_report(args):
 
     base = load_config(args).scheduler_params()
     experts = [positive("--experts", 4096)(x) for x in args.experts.split(",")]
+    sorters = [x for x in args.sorters.split(",") if x]
+    for kind in sorters:
+        if kind not in SORTERS:
+            raise usage("--sorters", f"{kind[:40]!r} is not one of {', '.join(SORTERS)}")
     chiplets = [positive("--chiplets", 4096)(x) for x in args.chiplets.split(",")]
     for e in experts:
         for c in chiplets:
@@ -292,6 +297,7 @@ def cmd_report(args):
             latency=not args.no_latency,
             rounds=args.rounds,
             progress=not args.json,
+            sorters=sorters,
         )
     except InputError as e:
         raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
@@ -457,6 +463,16 @@ def add_parsers(sub):
             action="store_true",
             help="a dispatch makes only its entry chiplet busy: experts at once (A6)",
         )
+        p.add_argument(
+            "--sorter",
+            choices=SORTERS,
+            help="the RTL sorter's network (default: shuffle2; docs/blocks/sorter.md)",
+        )
+        p.add_argument(
+            "--eit-lanes",
+            type=positive("--eit-lanes", 4096),
+            help="experts per EIT bank word, re-merged per cycle on deferral (default 4)",
+        )
 
     v = rsub.add_parser("verilog", parents=[CONFIG, JSON], help="write the Verilog of every block")
     sizes(v)
@@ -512,6 +528,12 @@ def add_parsers(sub):
     )
     r.add_argument("--no-cells", action="store_true")
     r.add_argument("--no-latency", action="store_true")
+    r.add_argument(
+        "--sorters",
+        default="",
+        help="comma-separated sorter variants to measure beside the default "
+        f"({', '.join(SORTERS)}; cells only)",
+    )
     r.add_argument("--out", help="also write the table (Markdown) to this file")
     r.set_defaults(func=cmd_report, out_kind="file")
 

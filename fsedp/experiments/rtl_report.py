@@ -11,14 +11,52 @@ import time
 from fsedp.files import build_dir
 from fsedp.hw.generate import BLOCKS, top_name, write_verilog
 from fsedp.params import SchedulerParams
-from fsedp.sw.sorter import stage_count
+from fsedp.sw.sorter import network
 
-#: Generic gate-level flow: memories stay macros ($mem, counted in bits), the rest is mapped
-#: to Yosys' internal gate library by ABC.
+#: Generic gate-level flow: memories stay macros ($mem, counted in bits), constant tables
+#: stay logic (``proc -norom``), the rest is mapped to Yosys' internal gate library by ABC;
+#: ``ltp -noff`` gives the longest combinational path in gates.
 YOSYS_FLOW = (
-    "hierarchy -top {top}; proc; flatten; opt -full; memory -nomap; opt; wreduce; "
-    "techmap; opt -fast; abc -fast; opt_clean; stat"
+    "hierarchy -top {top}; proc -norom; flatten; opt -full; memory -nomap; opt; wreduce; "
+    "techmap; opt -fast; abc; opt_clean; stat; ltp -noff"
 )
+
+#: Area of each Yosys internal gate in NAND2 equivalents (the assumption of the report's
+#: "NAND2-eq." column: typical ratios of a standard-cell library's X1 cells; a flip-flop
+#: with enable or synchronous reset counts its gate).
+NAND2_AREA = {
+    "$_NOT_": 0.67,
+    "$_BUF_": 1.0,
+    "$_NAND_": 1.0,
+    "$_NOR_": 1.0,
+    "$_AND_": 1.33,
+    "$_OR_": 1.33,
+    "$_ANDNOT_": 1.33,
+    "$_ORNOT_": 1.33,
+    "$_XOR_": 2.33,
+    "$_XNOR_": 2.33,
+    "$_MUX_": 2.33,
+    "$_AOI3_": 1.33,
+    "$_OAI3_": 1.33,
+    "$_AOI4_": 1.67,
+    "$_OAI4_": 1.67,
+    "$_DFF_P_": 4.33,
+    "$_SDFF_": 5.0,
+    "$_DFFE_": 5.33,
+    "$_SDFFE_": 6.0,
+    "$_SDFFCE_": 6.0,
+}
+
+
+def nand2_area(stat: str) -> float | None:
+    """NAND2 equivalents of a Yosys ``stat`` listing (None if a gate type is unknown)."""
+    total = 0.0
+    for name, n in re.findall(r"^\s+(\$_\w+_)\s+(\d+)$", stat, re.M):
+        key = name if name in NAND2_AREA else re.sub(r"_[PNX01]+_$", "_", name)
+        if key not in NAND2_AREA:
+            return None
+        total += NAND2_AREA[key] * int(n)
+    return round(total)
 
 
 def yosys_cells(block: str, p: SchedulerParams, blackbox: tuple[str, ...] = ()) -> dict:
@@ -43,12 +81,16 @@ def yosys_cells(block: str, p: SchedulerParams, blackbox: tuple[str, ...] = ()) 
             "note": " ".join(proc.stderr.strip().splitlines()[-1:]),
         }
     stat = proc.stdout[proc.stdout.rfind("Printing statistics") :]
+    ltp = re.search(r"Longest topological path in \S+ \(length=(\d+)\)", proc.stdout)
+    stat = stat[: stat.find("Longest topological")] if ltp else stat
     cells = int(re.search(r"Number of cells:\s+(\d+)", stat).group(1))
     macros = sum(int(n) for n in re.findall(r"\$mem_v2\s+(\d+)", stat))
     # each black-boxed submodule is instantiated once and counted as one cell; SRAM macros
     # ($mem_v2) are reported as bits, not cells
     return {
         "cells": cells - len(blackbox) - macros,
+        "nand2": nand2_area(stat),
+        "gate_levels": int(ltp.group(1)) if ltp else None,
         "sram_macros": macros,
         "memory_bits": sram_bits(block, p),
         "seconds": round(time.time() - t0, 1),
@@ -56,30 +98,33 @@ def yosys_cells(block: str, p: SchedulerParams, blackbox: tuple[str, ...] = ()) 
 
 
 def sram_bits(block: str, p: SchedulerParams) -> int:
-    """Bits of the single-cycle SRAMs: EIT banks ``R x E x (C + W)`` and the scheduler's
-    trajectory memory ``E x C``."""
+    """Bits of the single-cycle SRAMs: EIT banks ``R x E x (C + W)`` (padded to whole words
+    of ``eit_lanes`` experts) and, with ``balance``, the order table ``N x log2(N)``."""
     if not isinstance(p, SchedulerParams):
         return None  # datapath: reported as the number of SRAM macros
-    eit = p.requests * p.experts * (p.chiplets + p.count_width)
-    return {"eit": eit, "scheduler": eit + p.experts * p.chiplets}.get(block, 0)
+    words = -(-p.experts // p.eit_lanes)
+    eit = p.requests * words * p.eit_lanes * (p.chiplets + p.count_width)
+    order = p.sorter_lanes * p.lane_id_bits if p.balance else 0
+    return {"eit": eit, "pairing": order, "scheduler": eit + order}.get(block, 0)
 
 
 def _key(p) -> str:
-    if isinstance(p, SchedulerParams):
-        return f"e{p.experts}-c{p.chiplets}-r{p.requests}-w{p.count_width}"
     import hashlib
     import json
 
-    return (
-        "dp-"
-        + hashlib.sha1(json.dumps(dataclasses.asdict(p), sort_keys=True).encode()).hexdigest()[:10]
-    )
+    return ("s-" if isinstance(p, SchedulerParams) else "dp-") + hashlib.sha1(
+        json.dumps(dataclasses.asdict(p), sort_keys=True).encode()
+    ).hexdigest()[:10]
 
 
 def _tb(block, p, sim, knobs):
     from fsedp.tb.runner import run_tb
 
     return run_tb(block, p, sim, build_dir("report") / "sim", knobs=knobs, seed=1, tag="-report")
+
+
+def _sum(a, b, key):
+    return a[key] + b[key] if a.get(key) is not None and b.get(key) is not None else None
 
 
 def rtl_report(
@@ -91,21 +136,25 @@ def rtl_report(
     latency=True,
     rounds=6,
     progress=False,
+    sorters=(),
 ) -> list[dict]:
+    """One row per (E, C): latency measured in cosimulation (``rounds`` random rounds of 64
+    tokens, top-8, no stalls), and with ``cells`` Yosys cells, NAND2 equivalents and gate
+    levels per block; ``sorters`` adds the sorter variants' figures (cells and cycles)."""
     rows = []
-    sorter_cache: dict[int, dict] = {}
+    sorter_cache: dict[tuple, dict] = {}
     for e in experts:
         for c in chiplets:
             p = dataclasses.replace(base, experts=e, chiplets=c)
-            row = {"experts": e, "chiplets": c, "sorter_stages": stage_count(p.sorter_lanes)}
+            row = {
+                "experts": e,
+                "chiplets": c,
+                "sorter": p.sorter,
+                "sorter_cycles": network(p.sorter_lanes, p.sorter).cycles,
+            }
             if progress:
                 print(f"[report] E={e} C={c} ...", file=sys.stderr, flush=True)
             if latency:
-                if e not in sorter_cache:
-                    sorter_cache[e] = {
-                        "latency": _tb("sorter", p, sim, {"vectors": 4, "stall": 0.0})["latency"]
-                    }
-                row["sorter_latency"] = sorter_cache[e]["latency"]
                 res = _tb(
                     "scheduler",
                     p,
@@ -119,13 +168,12 @@ def rtl_report(
                         "max_delay": 4,
                     },
                 )
-                first, done, gaps = (
-                    res.get("latency_first_dispatch", []),
-                    res.get("latency_done_to_dispatch", []),
-                    res.get("dispatch_gaps", []),
-                )
+                plain = res.get("latency_first_dispatch_plain", [])
+                deferral = res.get("latency_first_dispatch_deferral", [])
+                done, gaps = res.get("latency_done_to_dispatch", []), res.get("dispatch_gaps", [])
                 row.update(
-                    first_dispatch_max=max(first, default=None),
+                    first_dispatch_max=max(plain, default=None),
+                    first_dispatch_deferral_max=max(deferral, default=None),
                     done_to_dispatch_mean=round(sum(done) / len(done), 1) if done else None,
                     done_to_dispatch_max=max(done, default=None),
                     dispatch_gap_min=min(gaps, default=None),
@@ -135,58 +183,103 @@ def rtl_report(
                 blocks = {}
                 for b in BLOCKS:
                     if b == "sorter":
-                        if "cells" not in sorter_cache.setdefault(e, {}):
-                            sorter_cache[e].update(yosys_cells("sorter", p))
-                        blocks[b] = {k: sorter_cache[e].get(k) for k in ("cells", "memory_bits")}
+                        key = (e, c, p.sorter)
+                        if key not in sorter_cache:
+                            sorter_cache[key] = yosys_cells("sorter", p)
+                        blocks[b] = sorter_cache[key]
                     elif b == "scheduler":
                         glue = yosys_cells("scheduler", p, blackbox=("sorter",))
-                        total = (
-                            glue["cells"] + blocks["sorter"]["cells"]
-                            if glue["cells"] is not None and blocks["sorter"]["cells"] is not None
-                            else None
-                        )
-                        blocks[b] = {"cells": total, "memory_bits": glue["memory_bits"]}
+                        srt = blocks["sorter"]
+                        levels = [x.get("gate_levels") for x in (glue, srt)]
+                        blocks[b] = {
+                            "cells": _sum(glue, srt, "cells"),
+                            "nand2": _sum(glue, srt, "nand2"),
+                            "gate_levels": max(levels) if None not in levels else None,
+                            "memory_bits": glue.get("memory_bits"),
+                            "note": glue.get("note") or srt.get("note"),
+                        }
                     else:
                         blocks[b] = yosys_cells(b, p)
                 row["cells"] = {b: v.get("cells") for b, v in blocks.items()}
-                row["memory_bits"] = blocks["scheduler"]["memory_bits"]
+                row["nand2"] = {b: v.get("nand2") for b, v in blocks.items()}
+                row["gate_levels"] = {b: v.get("gate_levels") for b, v in blocks.items()}
+                row["memory_bits"] = blocks["scheduler"].get("memory_bits")
+                notes = {v.get("note") for v in blocks.values()} - {None}
+                if notes:
+                    row["note"] = "; ".join(sorted(notes))
+                variants = {}
+                for kind in sorters:
+                    q = dataclasses.replace(p, sorter=kind)
+                    key = (e, c, kind)
+                    if key not in sorter_cache:
+                        sorter_cache[key] = yosys_cells("sorter", q)
+                    variants[kind] = {
+                        "cycles": network(q.sorter_lanes, kind).cycles,
+                        **{k: sorter_cache[key].get(k) for k in ("cells", "nand2", "gate_levels")},
+                    }
+                if variants:
+                    row["sorter_variants"] = variants
             rows.append(row)
     return rows
 
 
+def _v(x):
+    return "-" if x is None else str(x)
+
+
 def format_report(rows) -> str:
-    """Markdown tables: latency, then cells per block."""
+    """Markdown tables: latency, cells per block, sorter variants."""
     out = [
-        "Latency in clock cycles, measured in RTL simulation (dispatch ready every cycle).",
+        "Latency in clock cycles, measured in RTL simulation (dispatch ready every cycle; "
+        "from the cycle after the transfer to the first cycle with `dispatch.valid`).",
         "",
-        "| E | C | sorter stages | sorter latency | last record -> 1st dispatch (max) | "
-        "completion -> dispatch (mean / max) | min cycles between beats (dispatch or pre-load) | "
-        "cosim mismatches |",
-        "|---|---|---|---|---|---|---|---|",
+        "| E | C | sorter | sort cycles | last record -> 1st dispatch (max), no deferral | "
+        "... in a deferral round | completion -> dispatch (mean / max) | "
+        "min cycles between beats | cosim mismatches |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
-            f"| {r['experts']} | {r['chiplets']} | {r['sorter_stages']} | "
-            f"{r.get('sorter_latency', '-')} | "
-            f"{r.get('first_dispatch_max', '-')} | {r.get('done_to_dispatch_mean', '-')} / "
-            f"{r.get('done_to_dispatch_max', '-')} | {r.get('dispatch_gap_min', '-')} | "
-            f"{r.get('cosim_mismatches', '-')} |"
+            f"| {r['experts']} | {r['chiplets']} | {r['sorter']} | {r['sorter_cycles']} | "
+            f"{_v(r.get('first_dispatch_max'))} | {_v(r.get('first_dispatch_deferral_max'))} | "
+            f"{_v(r.get('done_to_dispatch_mean'))} / {_v(r.get('done_to_dispatch_max'))} | "
+            f"{_v(r.get('dispatch_gap_min'))} | {_v(r.get('cosim_mismatches'))} |"
         )
     if any("cells" in r for r in rows):
         names = list(BLOCKS)
         out += [
             "",
             "Yosys cells per block (generic gates after ABC; SRAMs counted in bits, not cells; "
-            "`scheduler` is the whole top including every block).",
+            "`scheduler` is the whole top including every block), then the whole scheduler's "
+            "area in NAND2 equivalents (`NAND2_AREA`) and its longest combinational path in "
+            "gates (`ltp -noff`).",
             "",
-            "| E | C | " + " | ".join(names) + " | SRAM bits (EIT + trajectories) |",
-            "|---|---|" + "---|" * (len(names) + 1),
+            "| E | C | " + " | ".join(names) + " | scheduler NAND2-eq. | gate levels | SRAM bits |",
+            "|---|---|" + "---|" * (len(names) + 3),
         ]
         for r in rows:
             cells = r.get("cells", {})
             out.append(
                 f"| {r['experts']} | {r['chiplets']} | "
-                + " | ".join(str(cells.get(n, "-")) for n in names)
-                + f" | {r.get('memory_bits', '-')} |"
+                + " | ".join(_v(cells.get(n)) for n in names)
+                + f" | {_v(r.get('nand2', {}).get('scheduler'))} | "
+                f"{_v(r.get('gate_levels', {}).get('scheduler'))} | {_v(r.get('memory_bits'))} |"
             )
+        notes = sorted({r["note"] for r in rows if r.get("note")})
+        if notes:
+            out += ["", "Not measured: " + "; ".join(notes) + "."]
+    if any("sorter_variants" in r for r in rows):
+        out += [
+            "",
+            "Sorter variants (`--sorter`; every one gives the same order):",
+            "",
+            "| E | C | variant | sort cycles | cells | NAND2-eq. | gate levels |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            for kind, v in r.get("sorter_variants", {}).items():
+                out.append(
+                    f"| {r['experts']} | {r['chiplets']} | {kind} | {v['cycles']} | "
+                    f"{_v(v['cells'])} | {_v(v['nand2'])} | {_v(v['gate_levels'])} |"
+                )
     return "\n".join(out)
