@@ -6,6 +6,7 @@ __all__ = [
     "check_chiplet",
     "first_set",
     "lowest_bit",
+    "mux_tree",
     "ring_next_hops",
     "sat_add",
     "ring_after",
@@ -112,3 +113,18 @@ def first_set(bits, highest: bool = False) -> tuple[Value, Value]:
         level = nxt
     any_, index = level[0]
     return any_, Const(0, 1) if index is None else index
+
+
+def mux_tree(values, index: Value) -> Value:
+    """``values[index]`` as a balanced tree of 2:1 multiplexers, one level per bit of
+    ``index`` (an index past the end returns the last value).  Yosys turns a variable
+    ``word_select`` into a barrel shifter over the whole vector and a ``Switch`` into a
+    one-hot ``$pmux``; this tree is ``len(values) - 1`` multiplexers per bit."""
+    level = [Value.cast(v) for v in values]
+    bit = 0
+    while len(level) > 1:
+        if len(level) % 2:
+            level.append(level[-1])
+        level = [Mux(index[bit], hi, lo) for lo, hi in zip(level[0::2], level[1::2])]
+        bit += 1
+    return level[0]

@@ -2,7 +2,7 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import first_set
+from fsedp.hw.common import first_set, mux_tree
 from fsedp.hw.eit import EIT
 from fsedp.hw.icv import ICV
 from fsedp.hw.layouts import dispatch_layout, gate_layout, key_layout, req_init_layout
@@ -105,7 +105,12 @@ class Scheduler(wiring.Component):
                     sort_in[lane].traj.eq(eit.mask[lane]),
                 ]
         keys = sorter.o.payload
-        lane = keys[look]
+        lane = Signal(key_layout(p))  # the sorted lane on the matcher
+        m.d.comb += lane.eq(mux_tree([keys[i].as_value() for i in range(N)], look))
+        partner_busy = Signal()  # the partner is dispatched or pre-loaded
+        m.d.comb += partner_busy.eq(
+            mux_tree([sched[i] | pre[i] for i in range(N)], pairing.partner)
+        )
         m.d.comb += [
             sorter.i.payload.eq(sort_in),
             pairing.keys.eq(keys),
@@ -238,11 +243,7 @@ class Scheduler(wiring.Component):
                         nsched.eq(nsched + 1),
                         q.eq(pairing.partner),
                     ]
-                    with m.If(
-                        pairing.partner_valid
-                        & ~sched.bit_select(pairing.partner, 1)
-                        & ~pre.bit_select(pairing.partner, 1)
-                    ):
+                    with m.If(pairing.partner_valid & ~partner_busy):
                         m.next = "PCHECK"
                     with m.Else():
                         m.next = "PICK"

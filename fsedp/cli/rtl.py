@@ -100,6 +100,10 @@ def cmd_rounds(args):
         "mismatches": res.get("mismatches"),
         "first_mismatches": res.get("first_mismatches", []),
         "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
+        "latency_first_dispatch_plain_cycles": _stats(res.get("latency_first_dispatch_plain", [])),
+        "latency_first_dispatch_deferral_cycles": _stats(
+            res.get("latency_first_dispatch_deferral", [])
+        ),
         "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
         "schedule": res.get("logs", []),
         "wall_s": round(wall, 1),
@@ -251,6 +255,10 @@ def cmd_cosim(args):
         "mismatches": res.get("mismatches"),
         "first_mismatches": res.get("first_mismatches", []),
         "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
+        "latency_first_dispatch_plain_cycles": _stats(res.get("latency_first_dispatch_plain", [])),
+        "latency_first_dispatch_deferral_cycles": _stats(
+            res.get("latency_first_dispatch_deferral", [])
+        ),
         "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
         "wall_s": round(wall, 1),
         "log": res.get("log"),
