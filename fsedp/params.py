@@ -69,8 +69,8 @@ class SchedulerParams:
         Number of compute chiplets ``C`` (4..16); the ICV, trajectory masks and completion
         masks are ``C`` bits wide.
     experts : int
-        Routed experts per MoE layer ``E`` (8..256).  The bitonic sorter is padded to the next
-        power of two.
+        Routed experts per MoE layer ``E`` (8..256).  The sorter is padded to the next power of
+        two.
     count_width : int
         Width of a token count in the EIT (1..16).  Counts saturate at ``2**count_width - 1``
         and raise the sticky ``overflow`` flag (see ``docs/blocks/eit.md``).
@@ -166,7 +166,7 @@ class SchedulerParams:
 
     @property
     def sorter_lanes(self) -> int:
-        """Lanes of the bitonic sorter: ``E`` padded to a power of two."""
+        """Lanes of the sorter: ``E`` padded to a power of two."""
         return next_pow2(self.experts)
 
     @property

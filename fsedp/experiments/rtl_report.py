@@ -48,6 +48,34 @@ NAND2_AREA = {
 }
 
 
+#: Whole-scheduler cells of the first generation (two EIT scans, fully parallel bitonic
+#: sorter, scan of the paired order), as measured by this report at commit ca8b52e with
+#: ``abc -fast`` (``git show ca8b52e:docs/rtl-report.md``), per (E, C).
+FIRST_GENERATION_CELLS = {
+    (16, 4): 15203, (16, 9): 16212, (16, 16): 18199,
+    (32, 4): 41484, (32, 9): 42501, (32, 16): 44475,
+    (64, 4): 110782, (64, 9): 111798, (64, 16): 113784,
+    (128, 4): 312618, (128, 9): 313634, (128, 16): 315620,
+    (256, 4): 835021, (256, 9): 836038, (256, 16): 838023,
+}  # fmt: skip
+#: First generation, last gate record -> first dispatch (cycles), same source.
+FIRST_GENERATION_LATENCY = {16: 48, 32: 85, 64: 155, 128: 290, 256: 554}
+
+#: Assumptions of the area estimate against the paper's 0.43 mm^2 (Synopsys DC, UMC 28 nm,
+#: the whole scheduler of a 4-chiplet prototype): a NAND2 X1 cell of a 28-nm library and a
+#: small single-port SRAM's area per bit including its periphery.
+UM2_PER_NAND2 = 0.5
+UM2_PER_SRAM_BIT = 0.25
+PAPER_MM2 = 0.43
+
+
+def area_mm2(nand2: float | None, sram_bits: int | None) -> float | None:
+    """Estimated area at 28 nm from NAND2 equivalents and SRAM bits."""
+    if nand2 is None:
+        return None
+    return round((nand2 * UM2_PER_NAND2 + (sram_bits or 0) * UM2_PER_SRAM_BIT) / 1e6, 3)
+
+
 def nand2_area(stat: str) -> float | None:
     """NAND2 equivalents of a Yosys ``stat`` listing (None if a gate type is unknown)."""
     total = 0.0
@@ -268,6 +296,30 @@ def format_report(rows) -> str:
         notes = sorted({r["note"] for r in rows if r.get("note")})
         if notes:
             out += ["", "Not measured: " + "; ".join(notes) + "."]
+    if any("cells" in r for r in rows):
+        out += [
+            "",
+            "Against the first generation (its whole-scheduler cells and first-dispatch latency "
+            "as measured at commit ca8b52e, `abc -fast`) and the paper's "
+            f"{PAPER_MM2} mm^2 (Synopsys DC, UMC 28 nm, 4-chiplet prototype; expert count "
+            f"not stated). Area estimate: {UM2_PER_NAND2} um^2 per NAND2 equivalent and "
+            f"{UM2_PER_SRAM_BIT} um^2 per SRAM bit (28-nm assumptions, not a library "
+            "mapping).",
+            "",
+            "| E | C | first gen. cells | cells | smaller by | first gen. 1st dispatch | "
+            "1st dispatch | est. area mm^2 | paper mm^2 |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            old = FIRST_GENERATION_CELLS.get((r["experts"], r["chiplets"]))
+            new = r.get("cells", {}).get("scheduler")
+            ratio = f"{old / new:.1f}x" if old and new else "-"
+            area = area_mm2(r.get("nand2", {}).get("scheduler"), r.get("memory_bits"))
+            out.append(
+                f"| {r['experts']} | {r['chiplets']} | {_v(old)} | {_v(new)} | {ratio} | "
+                f"{_v(FIRST_GENERATION_LATENCY.get(r['experts']))} | "
+                f"{_v(r.get('first_dispatch_max'))} | {_v(area)} | {PAPER_MM2} |"
+            )
     if any("sorter_variants" in r for r in rows):
         out += [
             "",
