@@ -27,7 +27,7 @@ test-slow: $(STAMP)
 # datapath streaming time, cells and long cosimulations (docs/datapath-report.md), and the
 # simulator's speed (printed; recorded in docs/results.md).
 bench: $(STAMP)
-	$(BIN)/fsedp rtl report --out docs/rtl-report.md
+	$(BIN)/fsedp rtl report --count-width 10 --sorters shuffle2,shuffle,stage,parallel --out docs/rtl-report.md
 	$(BIN)/fsedp rtl datapath --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report.md
 	$(BIN)/fsedp bench
 

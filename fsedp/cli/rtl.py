@@ -281,6 +281,11 @@ def cmd_report(args):
     from fsedp.experiments.rtl_report import format_report, rtl_report
 
     base = load_config(args).scheduler_params()
+    if args.count_width is not None:
+        try:
+            base = dataclasses.replace(base, count_width=args.count_width)
+        except InputError as e:
+            raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
     experts = [positive("--experts", 4096)(x) for x in args.experts.split(",")]
     sorters = [x for x in args.sorters.split(",") if x]
     for kind in sorters:
@@ -536,6 +541,11 @@ def add_parsers(sub):
     )
     r.add_argument("--no-cells", action="store_true")
     r.add_argument("--no-latency", action="store_true")
+    r.add_argument(
+        "--count-width",
+        type=positive("--count-width", 4096),
+        help="EIT count width (default: the config's; the first generation was measured at 10)",
+    )
     r.add_argument(
         "--sorters",
         default="",

@@ -58,6 +58,8 @@ FIRST_GENERATION_CELLS = {
     (128, 4): 312618, (128, 9): 313634, (128, 16): 315620,
     (256, 4): 835021, (256, 9): 836038, (256, 16): 838023,
 }  # fmt: skip
+#: The parameters of those measurements (the comparison is printed only for rows with them).
+FIRST_GENERATION_PARAMS = {"count_width": 10, "requests": 8, "theta_min": 2, "n_threshold": 4}
 #: First generation, last gate record -> first dispatch (cycles), same source.
 FIRST_GENERATION_LATENCY = {16: 48, 32: 85, 64: 155, 128: 290, 256: 554}
 
@@ -177,6 +179,9 @@ def rtl_report(
             row = {
                 "experts": e,
                 "chiplets": c,
+                "first_generation_params": all(
+                    getattr(p, k) == v for k, v in FIRST_GENERATION_PARAMS.items()
+                ),
                 "sorter": p.sorter,
                 "sorter_cycles": network(p.sorter_lanes, p.sorter).cycles,
             }
@@ -300,7 +305,9 @@ def format_report(rows) -> str:
         out += [
             "",
             "Against the first generation (its whole-scheduler cells and first-dispatch latency "
-            "as measured at commit ca8b52e, `abc -fast`) and the paper's "
+            "as measured at commit ca8b52e, `abc -fast`, with "
+            f"`{FIRST_GENERATION_PARAMS}`; its cells are shown only for rows with those "
+            "parameters) and the paper's "
             f"{PAPER_MM2} mm^2 (Synopsys DC, UMC 28 nm, 4-chiplet prototype; expert count "
             f"not stated). Area estimate: {UM2_PER_NAND2} um^2 per NAND2 equivalent and "
             f"{UM2_PER_SRAM_BIT} um^2 per SRAM bit (28-nm assumptions, not a library "
@@ -311,7 +318,8 @@ def format_report(rows) -> str:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
-            old = FIRST_GENERATION_CELLS.get((r["experts"], r["chiplets"]))
+            same = r.get("first_generation_params", False)
+            old = FIRST_GENERATION_CELLS.get((r["experts"], r["chiplets"])) if same else None
             new = r.get("cells", {}).get("scheduler")
             ratio = f"{old / new:.1f}x" if old and new else "-"
             area = area_mm2(r.get("nand2", {}).get("scheduler"), r.get("memory_bits"))
