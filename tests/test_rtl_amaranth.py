@@ -10,6 +10,10 @@ from fsedp.hw.scheduler import Scheduler
 from fsedp.params import SchedulerParams
 from fsedp.tb.scoreboard import DatapathModel, RoundChecker, random_round
 
+#: Cycles a round may take before the test fails instead of hanging (a round of the sizes
+#: here takes at most a few hundred).
+LIMIT = 20_000
+
 
 def run_scheduler(
     p: SchedulerParams, rounds: int, seed: int, stall: float = 0.3, round_kwargs=None
@@ -23,9 +27,11 @@ def run_scheduler(
         dp = DatapathModel(p.chiplets, rng)
         now = 0
         for rnd in rounds_data:
+            start = now
             while not ctx.get(dut.idle):
                 await ctx.tick()
                 now += 1
+                assert now - start < LIMIT, f"not idle {LIMIT} cycles after the last round"
             for r, t in rnd.req_inits:
                 ctx.set(dut.req_init.valid, 1)
                 ctx.set(dut.req_init.payload.as_value(), req_init_bits(p, r, t))
@@ -49,7 +55,12 @@ def run_scheduler(
             done_mask = 0
             await ctx.tick()
             now += 1
+            start = now
             while not ctx.get(dut.idle):
+                assert now - start < LIMIT, (
+                    f"round of {len(rnd.records)} records not over after {LIMIT} cycles: "
+                    f"{checker.beats} beats, n_active {ctx.get(dut.n_active)}"
+                )
                 ready = rng.random() >= stall
                 ctx.set(dut.dispatch.ready, ready)
                 if not done_mask:
