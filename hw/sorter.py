@@ -135,67 +135,53 @@ class Sorter(wiring.Component):
         # the first cycle's steps apply to the input as it is loaded
         cur = Signal(vec, name="step_in")
         m.d.comb += cur.eq(Mux(busy, regs.as_value(), self.i.payload.as_value()))
+        shuffled = all(st.shuffle for st in net.steps)
         for sub in range(net.per_cycle):
-            if all(st.shuffle for st in net.steps):
+            if shuffled:
                 src = Signal(vec, name=f"shuffled{sub}")
                 for i in range(N):
                     m.d.comb += src[shuffle_lane(i, bits)].eq(cur[i])
             else:
                 src = cur
             cands, rows = self._tables(sub)
-            role_w = 2
-            sel_w = [max(1, (len(cs) - 1).bit_length()) for cs in cands]
-            width = sum(role_w + w for w in sel_w)
-            ctl = Signal(width, name=f"ctl{sub}")  # the control table, read by cycle count
+            # per lane: its (role, partner choice) field of the control table
+            widths = [2 + max(1, (len(cs) - 1).bit_length()) for cs in cands]
+            offsets = [sum(widths[:i]) for i in range(N)]
+            ctl = Signal(sum(widths), name=f"ctl{sub}")  # the table, read by cycle count
             with m.Switch(cnt):
                 for c, row in enumerate(rows):
                     with m.Case(c):
-                        value, shift = 0, 0
-                        for i, (role, idx) in enumerate(row):
-                            value |= (role | idx << role_w) << shift
-                            shift += role_w + sel_w[i]
-                        m.d.comb += ctl.eq(Const(value, width))
+                        value = sum(
+                            (role | idx << 2) << offsets[i] for i, (role, idx) in enumerate(row)
+                        )
+                        m.d.comb += ctl.eq(Const(value, len(ctl)))
             nxt = Signal(vec, name=f"step{sub}")
-            fields, shift = [], 0
             for i in range(N):
-                field = ctl[shift : shift + role_w + sel_w[i]]
-                shift += role_w + sel_w[i]
-                fields.append((field[:role_w], field[role_w:]))
-            done = set()
-            for i in range(N):
-                role, sel = fields[i]
+                field = ctl[offsets[i] : offsets[i] + widths[i]]
+                role, sel = field[:2], field[2:]
                 x = src[i]
                 if not cands[i]:
                     m.d.comb += nxt[i].eq(x)
-                elif cands[i] == [i ^ 1] and cands[i ^ 1] == [i]:
-                    # a fixed pair (shuffle-exchange): one comparator, one swap
-                    if i in done:
-                        continue
-                    j = i ^ 1
-                    done |= {i, j}
-                    y = src[j]
-                    xw = Signal(name=f"first{sub}_{i}")
-                    swap = Signal(name=f"swap{sub}_{i}")
-                    m.d.comb += [
-                        xw.eq(_first(x, y)),
-                        # lane i is the winner's lane and x loses, or the loser's and x wins
-                        swap.eq(((role == _WIN) & ~xw) | ((role == _LOSE) & xw)),
-                        nxt[i].eq(Mux(swap, y, x)),
-                        nxt[j].eq(Mux(swap, x, y)),
-                    ]
-                else:
-                    yv = src[cands[i][0]].as_value()
-                    for j, other in enumerate(cands[i][1:], 1):
-                        yv = Mux(sel == j, src[other].as_value(), yv)
-                    y = Signal(key_layout(p), name=f"partner{sub}_{i}")
-                    xw = Signal(name=f"first{sub}_{i}")
-                    swap = Signal(name=f"swap{sub}_{i}")
-                    m.d.comb += [
-                        y.eq(yv),
-                        xw.eq(_first(x, y)),
-                        swap.eq(((role == _WIN) & ~xw) | ((role == _LOSE) & xw)),
-                        nxt[i].eq(Mux(swap, y, x)),
-                    ]
+                    continue
+                fixed_pair = cands[i] == [i ^ 1] and cands[i ^ 1] == [i]
+                if fixed_pair and i & 1:
+                    continue  # the even lane of a fixed pair drives both lanes
+                partner = src[cands[i][0]].as_value()  # the stage's partner (a chain)
+                for j, other in enumerate(cands[i][1:], 1):
+                    partner = Mux(sel == j, src[other].as_value(), partner)
+                y = Signal(key_layout(p), name=f"partner{sub}_{i}")
+                xw = Signal(name=f"first{sub}_{i}")
+                swap = Signal(name=f"swap{sub}_{i}")
+                m.d.comb += [
+                    y.eq(partner),
+                    xw.eq(_first(x, y)),
+                    # lane i is the winner's lane and x loses, or the loser's and x wins
+                    swap.eq(((role == _WIN) & ~xw) | ((role == _LOSE) & xw)),
+                    nxt[i].eq(Mux(swap, y, x)),
+                ]
+                if fixed_pair:
+                    # a fixed pair (shuffle-exchange): one comparator, one swap for both
+                    m.d.comb += nxt[i ^ 1].eq(Mux(swap, x, y))
             cur = nxt
         with m.If(self.o.ready):
             m.d.sync += full.eq(0)
