@@ -315,13 +315,14 @@ class DatapathParams:
         Rule 5: a dispatched expert's DDR loads go to the trajectory chiplet with the most
         free slots instead of the next one in ring order (Rule 4's striping).
     ddr_channels : int
-        1: one package-level DDR controller issuing every ``ddr_interval`` cycles (the RTL);
+        1: one package-level DDR controller issuing every ``ddr_interval`` cycles;
         ``rows * cols``: one channel per chiplet, each issuing every ``ddr_interval`` cycles
-        into its own chiplet (golden model and simulator only).
+        into its own chiplet, remote loads included (the simulator's chips;
+        ``docs/blocks/datapath.md`` [D8], [D10]).
     preempt : bool
         A compute unit switches to a present micro-slice whose computation is shorter than
         what is left of the current one; the preempted one resumes later where it stopped
-        (golden model and simulator only; ``docs/blocks/datapath.md`` [D11]).
+        (``docs/blocks/datapath.md`` [D11]).
     hot_window : int
         A *compute-heavy* running expert (one micro-slice takes longer to compute on some
         chiplet of its trajectory than a DDR interval) may have at most this many

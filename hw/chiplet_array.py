@@ -107,13 +107,26 @@ class ChipletArray(wiring.Component):
                 ddr.accept[c].eq(ch.accept),
                 ch.resv_valid.eq(ddr.resv_valid[c]),
                 ddr.resv_slot[c].eq(ch.resv_slot),
-                ch.ddr_valid.eq(ddr.deliver_valid & (ddr.deliver.target == c)),
-                ch.ddr.eq(ddr.deliver),
-                ch.unhold_valid.eq(ddr.unhold_valid & (ddr.unhold_chiplet == c)),
                 ch.unhold_expert.eq(ddr.unhold_expert),
                 ddr.retire_valid[c].eq(ch.event.valid & ch.event.final),
                 ddr.retire_expert[c].eq(ch.event.expert),
             ]
+            if p.ddr_channels == 1:
+                # one channel: its load goes to the target chiplet; un-hold on the
+                # pre-load's chiplet
+                m.d.comb += [
+                    ch.ddr_valid.eq(ddr.deliver_valid[0] & (ddr.deliver[0].target == c)),
+                    ch.ddr.eq(ddr.deliver[0]),
+                    ch.unhold_valid.eq(ddr.unhold_valid & (ddr.unhold_chiplet == c)),
+                ]
+            else:
+                # a channel per chiplet: channel c delivers into chiplet c; a pre-load's
+                # micro-slices may be anywhere, so every chiplet un-holds
+                m.d.comb += [
+                    ch.ddr_valid.eq(ddr.deliver_valid[c]),
+                    ch.ddr.eq(ddr.deliver[c]),
+                    ch.unhold_valid.eq(ddr.unhold_valid),
+                ]
             busy = busy | ch.busy | (ch.occupancy != 0)
         m.d.comb += [
             self.events.eq(Cat(*[ch.event.as_value() for ch in chips])),

@@ -28,13 +28,6 @@ def check_chiplet(owner, p, chiplet: int | None = None):
         fail(TypeError(f"p must be DatapathParams, not {p!r}"))
     if chiplet is not None and not 0 <= chiplet < p.chiplets:
         fail(ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}"))
-    if p.ddr_channels != 1:
-        fail(
-            ValueError(
-                f"the RTL DDR controller has one package-level channel; "
-                f"ddr_channels must be 1, not {p.ddr_channels}"
-            )
-        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

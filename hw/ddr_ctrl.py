@@ -1,20 +1,22 @@
 """DDR controller of the chiplet array: expert jobs from the scheduler's dispatch stream,
-micro-slice loads (Rules 4 and 5, Rule 4 pre-loads), delivery after the DDR latency,
-retirement and the ``done`` stream back to the scheduler.
+micro-slice loads (Rules 4 and 5, Rule 4 pre-loads, remote loads with a channel per chiplet),
+delivery after the DDR latency, retirement and the ``done`` stream back to the scheduler.
 
-Golden model: steps 3, 4 and 6 of :meth:`fsedp.sw.streaming.StreamingArray.step`.  Doc page:
-``docs/blocks/datapath.md``.
+Golden model: steps 3, 4 and 6 of :meth:`fsedp.sw.streaming.StreamingArray.step`
+(:mod:`fsedp.sw.streaming.ddr`).  Doc page: ``docs/blocks/datapath.md``.
 """
+
+from types import SimpleNamespace
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import check_chiplet, lowest_bit, ring_next_hops, rr_pick
+from fsedp.hw.common import check_chiplet, first_set, lowest_bit, ring_next_hops, rr_pick
 from fsedp.hw.layouts import delivery_layout, dispatch_layout, tokens_layout
 from fsedp.params import BeatKind, DatapathParams, bits_for
 
-__all__ = ["DDRController", "path_hops"]
+__all__ = ["DDRController", "path_hops", "remote_entry"]
 
 
 def path_hops(m: Module, p: DatapathParams, traj, name: str) -> list:
@@ -43,6 +45,26 @@ def path_hops(m: Module, p: DatapathParams, traj, name: str) -> list:
     return out
 
 
+def remote_entry(m: Module, p: DatapathParams, traj, hops: list, name: str) -> tuple:
+    """Per chiplet ``a``: where a micro-slice of ``traj`` loaded on ``a`` enters the
+    trajectory and its whole path's hops (``hops``: :func:`path_hops` of ``traj``); mirrors
+    :meth:`DatapathParams.remote_entry` (the shortest path, ties to the lower chiplet)."""
+    n = p.chiplets
+    dests, paths = [], []
+    for a in range(n):
+        best_v, best_r, best_d = Const(0), Const(0, p.hop_bits), Const(0, p.chiplet_bits)
+        for j in range(n):
+            r = hops[j] + p.distance(a, j)
+            take = traj[j] & (~best_v | (r < best_r))
+            best_v, best_r, best_d = best_v | traj[j], Mux(take, r, best_r), Mux(take, j, best_d)
+        d = Signal(p.chiplet_bits, name=f"{name}_rdest{a}")
+        r = Signal(p.hop_bits, name=f"{name}_rhops{a}")
+        m.d.comb += [d.eq(best_d), r.eq(best_r)]
+        dests.append(d)
+        paths.append(r)
+    return dests, paths
+
+
 class DDRController(wiring.Component):
     """Jobs, loads and completions of the chiplet array.
 
@@ -56,18 +78,21 @@ class DDRController(wiring.Component):
     free, accept : In x chiplets
         Each ring buffer's free slots and whether it accepts a link arrival this cycle.
     resv_valid : Out x chiplets, resv_slot : In x chiplets
-        Slot reservation of the load issued this cycle.
-    deliver_valid : Out(1), deliver : Out(delivery_layout)
-        A load arrives in its reserved slot.
+        Slot reservation of the load issued into each chiplet this cycle.
+    deliver_valid : Out(1) x ddr_channels, deliver : Out(delivery_layout) x ddr_channels
+        Per channel, a load arrives in its reserved slot (channel ``c`` of a channel per
+        chiplet always delivers into chiplet ``c``; its micro-slice may be for another one's
+        trajectory: a remote load, [D10]).
     unhold_valid, unhold_chiplet, unhold_expert : Out
-        A pre-loaded expert was dispatched: its held slots may stream.
+        A pre-loaded expert was dispatched: its held slots may stream (on ``unhold_chiplet``
+        with one channel; on every chiplet with a channel per chiplet).
     retire_valid, retire_expert : In x chiplets
         A micro-slice finished its last station.
     done : Out(stream.Signature(chiplets))
         Mask of entry slots whose expert retired all ``micro_slices`` micro-slices; bits
         collect while ``ready`` is low.
     ddr_stall : In(1)
-        DDR busy this cycle: no issue, no delivery (test hook).
+        DDR busy this cycle (every channel): no issue, no delivery (test hook).
     bad_dispatch, orphan : Out(1)
         Sticky error flags (``orphan``: a retirement matched no job).
     busy : Out(1)
@@ -76,16 +101,22 @@ class DDRController(wiring.Component):
         The token-table writes of the array: which (chiplet, expert) pairs make an expert
         compute-heavy there ([D12]: one micro-slice computes longer than a DDR interval).
 
-    Throughput: one load per ``ddr_interval`` cycles; latency ``ddr_latency`` cycles from
-    issue to delivery (more while stalled).  With ``hot_window`` a compute-heavy running
-    expert loads only while fewer than ``hot_window`` of its micro-slices are loaded and not
+    Throughput: one load per ``ddr_interval`` cycles per channel; latency ``ddr_latency``
+    cycles from issue to delivery (more while stalled).  One channel (``ddr_channels = 1``)
+    loads the running experts round-robin, each striped over its trajectory (Rule 4) or into
+    its emptiest chiplet (Rule 5), then pre-loads.  A channel per chiplet is chiplet-driven:
+    in one cycle every chiplet with an idle channel loads for the first running expert
+    (round-robin) that covers it, else for the first pre-load that covers it, else (Rule 4
+    only) a remote load: a running expert's, or a pre-load's, micro-slice that enters the
+    trajectory at :func:`remote_entry`.  With ``hot_window`` a compute-heavy running expert
+    loads only while fewer than ``hot_window`` of its micro-slices are loaded and not
     retired.
     """
 
     def __init__(self, p: DatapathParams):
         check_chiplet(self, p)
         self.p = p
-        n = p.chiplets
+        n, nc = p.chiplets, p.ddr_channels
         super().__init__(
             {
                 "dispatch": In(stream.Signature(dispatch_layout(p))),
@@ -93,8 +124,8 @@ class DDRController(wiring.Component):
                 "accept": In(1).array(n),
                 "resv_valid": Out(1).array(n),
                 "resv_slot": In(p.slot_bits).array(n),
-                "deliver_valid": Out(1),
-                "deliver": Out(delivery_layout(p)),
+                "deliver_valid": Out(1).array(nc),
+                "deliver": Out(delivery_layout(p)).array(nc),
                 "unhold_valid": Out(1),
                 "unhold_chiplet": Out(p.chiplet_bits),
                 "unhold_expert": Out(p.expert_bits),
@@ -109,38 +140,317 @@ class DDRController(wiring.Component):
             }
         )
 
-    def _hot_window(self, m, jexpert, jtraj, jloaded, jretired) -> list:
-        """[D12] Per job: may it load (always, unless compute-heavy at its window)."""
+    def _hot(self, m, t) -> list | None:
+        """[D12] Per job: whether it is compute-heavy on its trajectory (``None`` without
+        ``hot_window``)."""
         p, n = self.p, self.p.chiplets
         if not p.hot_window:
-            return [Const(1)] * n
+            return None
         # heavy[e] bit c: max(1, tokens of e on c) * cycles_per_token > ddr_interval
         heavy = Array(Signal(n, name=f"heavy{e}") for e in range(p.experts))
-        t = self.tokens.payload
+        tk = self.tokens.payload
         m.d.comb += self.tokens.ready.eq(1)
-        with m.If(self.tokens.valid & (t.chiplet < n) & (t.expert < p.experts)):
-            cycles = Mux(t.count == 0, 1, t.count) * p.cycles_per_token
-            m.d.sync += heavy[t.expert].bit_select(t.chiplet, 1).eq(cycles > p.ddr_interval)
-        out = []
+        with m.If(self.tokens.valid & (tk.chiplet < n) & (tk.expert < p.experts)):
+            cycles = Mux(tk.count == 0, 1, tk.count) * p.cycles_per_token
+            m.d.sync += heavy[tk.expert].bit_select(tk.chiplet, 1).eq(cycles > p.ddr_interval)
+        return [(heavy[t.jexpert[j]] & t.jtraj[j]).any() for j in range(n)]
+
+    def _window(self, m, t, hot, j: int, extra, name: str):
+        """[D12] Whether job ``j`` may load one more micro-slice, ``extra`` of them being
+        issued earlier in this cycle (mirrors ``within_window``)."""
+        if hot is None:
+            return Const(1)
+        ok = Signal(name=name)
+        loaded = t.jloaded[j] if extra is None else t.jloaded[j] + extra
+        m.d.comb += ok.eq(~hot[j] | (loaded - t.jretired[j] < self.p.hot_window))
+        return ok
+
+    # -- one package-level channel ---------------------------------------------------------
+    def _issue_package(self, m, t, free2, can_issue, hot, rr) -> tuple:
+        """Rule 4 (striped, ``jnext``) or Rule 5 loads of the running experts, round-robin,
+        then the pre-loads: one load per cycle.  Returns ``(w_en, entry, target, after)``
+        with ``after(k)`` the pre-load ``k``'s loaded count after this cycle's issue."""
+        p = self.p
+        n, M, P = p.chiplets, p.micro_slices, p.preload_entries
+        window_ok = [self._window(m, t, hot, j, None, f"job_window_ok{j}") for j in range(n)]
+        job_ok, job_tgt, job_need = [], [], []
         for j in range(n):
-            ok = Signal(name=f"job_window_ok{j}")
-            hot = (heavy[jexpert[j]] & jtraj[j]).any()
-            m.d.comb += ok.eq(~hot | (jloaded[j] - jretired[j] < p.hot_window))
-            out.append(ok)
-        return out
+            ok = Signal(name=f"job_ok{j}")
+            tgt = Signal(p.chiplet_bits, name=f"job_tgt{j}")
+            room = t.jvalid[j] & (t.jloaded[j] < M) & window_ok[j]
+            if not p.rule5:
+                m.d.comb += [
+                    ok.eq(room & (Array(free2)[t.jnext[j]] > t.jneed[j][t.jnext[j]])),
+                    tgt.eq(t.jnext[j]),
+                ]
+            else:
+                cand = [t.jtraj[j][a] & (free2[a] > t.jneed[j][a]) for a in range(n)]
+                best_v, best_a = self._emptiest(m, cand, free2, f"job{j}_r5")
+                m.d.comb += [ok.eq(room & best_v), tgt.eq(best_a)]
+            job_ok.append(ok)
+            job_tgt.append(tgt)
+            need = Signal(p.hop_bits, name=f"job_need_sel{j}")
+            m.d.comb += need.eq(t.jneed[j][tgt])
+            job_need.append(need)
+        any_job, jpick = rr_pick(job_ok, rr, p.chiplet_bits)
+        pre_ok = [Signal(name=f"pre_ok{k}") for k in range(P)]
+        for k in range(P):
+            m.d.comb += pre_ok[k].eq(
+                t.pvalid[k] & (t.pload[k] < M) & (Array(free2)[t.pchip[k]] > p.max_hops + 1)
+            )
+        pre_vec = Cat(*pre_ok) if P else Const(0, 1)
+        ppick = Signal(max(1, bits_for(P)))
+        m.d.comb += ppick.eq(lowest_bit(pre_vec, max(P, 1), max(1, bits_for(P))))
+        issue_job = Signal()
+        issue_pre = Signal()
+        m.d.comb += [
+            issue_job.eq(can_issue & any_job),
+            issue_pre.eq(can_issue & ~any_job & pre_vec.any()),
+        ]
+
+        target = Signal(p.chiplet_bits)
+        w = Signal(t.entry_layout)
+        tgts = Array(job_tgt)
+        with m.If(issue_job):
+            m.d.comb += [
+                target.eq(tgts[jpick]),
+                w.d.packet.expert.eq(t.jexpert[jpick]),
+                w.d.packet.index.eq(t.jloaded[jpick]),
+                w.d.packet.traj.eq(t.jtraj[jpick]),
+                w.d.packet.legs.eq(t.jlegs[jpick]),
+                w.d.packet.r.eq(Array(job_need)[jpick]),
+                w.d.held.eq(0),
+            ]
+        with m.Elif(issue_pre):
+            m.d.comb += [
+                target.eq(t.pchip[ppick]),
+                w.d.packet.expert.eq(t.pexpert[ppick]),
+                w.d.packet.index.eq(t.pload[ppick]),
+                w.d.packet.traj.eq(t.ptraj[ppick]),
+                w.d.packet.legs.eq(t.plegs[ppick]),
+                w.d.packet.r.eq(t.pneed[ppick]),
+                w.d.held.eq(1),
+            ]
+        m.d.comb += [w.d.target.eq(target), w.d.packet.dest.eq(target)]
+        # the chiplet after the target on the picked job's ring
+        after = Signal(p.chiplet_bits)
+        picked_traj = Signal(n)
+        m.d.comb += picked_traj.eq(t.jtraj[jpick])
+        hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits)
+        m.d.comb += after.eq(Array(hops_after)[target])
+        with m.If(issue_job):
+            m.d.sync += [
+                t.jloaded[jpick].eq(t.jloaded[jpick] + 1),
+                t.jnext[jpick].eq(after),
+                rr.eq(Mux(jpick == n - 1, 0, jpick + 1)),
+            ]
+        with m.If(issue_pre):
+            m.d.sync += t.pload[ppick].eq(t.pload[ppick] + 1)
+        return issue_job | issue_pre, w, target, lambda k: t.pload[k] + (issue_pre & (ppick == k))
+
+    def _emptiest(self, m, cand: list, free2: list, name: str) -> tuple:
+        """Rule 5: the candidate chiplet with the most free slots (ties to the lower one):
+        ``(any, chiplet)``."""
+        p = self.p
+        best_v, best_f, best_a = Const(0), Const(0, p.free_bits), Const(0, p.chiplet_bits)
+        for a, ok in enumerate(cand):
+            take = Signal(name=f"{name}take{a}")
+            nv, nf = Signal(name=f"{name}v{a}"), Signal(p.free_bits, name=f"{name}f{a}")
+            na = Signal(p.chiplet_bits, name=f"{name}a{a}")
+            m.d.comb += [
+                take.eq(ok & (~best_v | (free2[a] > best_f))),
+                nv.eq(best_v | ok),
+                nf.eq(Mux(take, free2[a], best_f)),
+                na.eq(Mux(take, a, best_a)),
+            ]
+            best_v, best_f, best_a = nv, nf, na
+        return best_v, best_a
+
+    # -- a channel per chiplet ---------------------------------------------------------------
+    def _issue_per_chiplet(self, m, t, free2, can_issue, hot, rr) -> tuple:
+        """Chiplet-driven issue (mirrors the ``channels > 1`` branches of
+        :func:`fsedp.sw.streaming.ddr.issue`): per chiplet in ascending order, a local Rule 4
+        load (or Rule 5's chain over the jobs), then local pre-loads, then remote loads.  A job
+        may load several micro-slices in one cycle: ``extra[j]`` counts the ones issued by the
+        chiplets before.  Returns ``(w_en, entry)`` per channel and ``after(k)``."""
+        p = self.p
+        n, M, P, cb = p.chiplets, p.micro_slices, p.preload_entries, p.chiplet_bits
+        ew = bits_for(n + 1)
+        extra = [Const(0, ew)] * n
+        pext = [Const(0, ew)] * P
+        # per channel, the candidate loads in priority order: (issue, fields)
+        cands = [[] for _ in range(n)]
+
+        def count(prev, issue, sel, j, name):
+            s = Signal(ew, name=name)
+            m.d.comb += s.eq(prev + (issue & (sel == j)))
+            return s
+
+        def job_fields(j, index, dest, r):
+            return dict(
+                expert=t.jexpert[j], index=index, traj=t.jtraj[j], legs=t.jlegs[j],
+                dest=dest, r=r, held=0,
+            )  # fmt: skip
+
+        def pre_fields(k, index, dest, r):
+            return dict(
+                expert=t.pexpert[k], index=index, traj=t.ptraj[k], legs=t.plegs[k],
+                dest=dest, r=r, held=1,
+            )  # fmt: skip
+
+        local = [Const(0)] * n  # channel already issued before the pre-loads
+        if not p.rule5:
+            for c in range(n):
+                # local Rule 4: the first running expert (round-robin) that covers c
+                elig = []
+                for j in range(n):
+                    e = Signal(name=f"a{c}_elig{j}")
+                    m.d.comb += e.eq(
+                        t.jvalid[j]
+                        & t.jtraj[j][c]
+                        & (t.jloaded[j] + extra[j] < M)
+                        & (free2[c] > t.jneed[j][c])
+                        & self._window(m, t, hot, j, extra[j], f"a{c}_window{j}")
+                    )
+                    elig.append(e)
+                anyj, pick = rr_pick(elig, rr, cb)
+                iss, sel = Signal(name=f"a{c}_issue"), Signal(cb, name=f"a{c}_job")
+                m.d.comb += [iss.eq(can_issue[c] & anyj), sel.eq(pick)]
+                index = Array(t.jloaded[j] + extra[j] for j in range(n))[sel]
+                r = Array(t.jneed[j][c] for j in range(n))[sel]
+                cands[c].append((iss, job_fields(sel, index, c, r)))
+                with m.If(iss):
+                    m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
+                extra = [count(extra[j], iss, sel, j, f"a{c}_extra{j}") for j in range(n)]
+                local[c] = iss
+        else:
+            # Rule 5: the jobs round-robin, each one load into its emptiest chiplet whose
+            # channel is still unused
+            used = [Const(0)] * n
+            win = [self._window(m, t, hot, j, None, f"job_window_ok{j}") for j in range(n)]
+            for k in range(n):
+                sel = Signal(cb, name=f"r5_{k}_job")
+                s = rr + k
+                m.d.comb += sel.eq(Mux(s >= n, s - n, s))
+                need = [Array(t.jneed[j][a] for j in range(n))[sel] for a in range(n)]
+                traj = t.jtraj[sel]
+                cand = [traj[a] & can_issue[a] & ~used[a] & (free2[a] > need[a]) for a in range(n)]
+                anyc, tgt = self._emptiest(m, cand, free2, f"r5_{k}_")
+                iss = Signal(name=f"r5_{k}_issue")
+                m.d.comb += iss.eq(t.jvalid[sel] & (t.jloaded[sel] < M) & Array(win)[sel] & anyc)
+                for a in range(n):
+                    hit = iss & (tgt == a)
+                    cands[a].append((hit, job_fields(sel, t.jloaded[sel], a, need[a])))
+                    used[a] = used[a] | hit
+                with m.If(iss):
+                    m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
+                extra = [count(extra[j], iss, sel, j, f"r5_{k}_extra{j}") for j in range(n)]
+            local = used
+        if P:
+            # local pre-loads: the lowest pre-load entry that covers c, into room for H + 1
+            for c in range(n):
+                elig = [t.pvalid[k] & t.ptraj[k][c] & (t.pload[k] + pext[k] < M) for k in range(P)]
+                anyp, pick = first_set(elig)
+                iss, sel = Signal(name=f"b{c}_issue"), Signal(bits_for(P), name=f"b{c}_pre")
+                m.d.comb += [
+                    iss.eq(can_issue[c] & ~local[c] & (free2[c] > p.max_hops + 1) & anyp),
+                    sel.eq(pick),
+                ]
+                index = Array(t.pload[k] + pext[k] for k in range(P))[sel]
+                r = Array(t.pneed[k][c] for k in range(P))[sel]
+                cands[c].append((iss, pre_fields(sel, index, c, r)))
+                local[c] = local[c] | iss
+                pext = [count(pext[k], iss, sel, k, f"b{c}_extra{k}") for k in range(P)]
+        if not p.rule5:
+            # remote loads [D10]: a running expert's micro-slice (round-robin), else a
+            # pre-load's, that enters its trajectory at remote_entry
+            for c in range(n):
+                elig = []
+                for j in range(n):
+                    e = Signal(name=f"c{c}_elig{j}")
+                    m.d.comb += e.eq(
+                        t.jvalid[j]
+                        & (t.jloaded[j] + extra[j] < M)
+                        & (free2[c] > t.jrr[j][c])
+                        & self._window(m, t, hot, j, extra[j], f"c{c}_window{j}")
+                    )
+                    elig.append(e)
+                anyj, pick = rr_pick(elig, rr, cb)
+                free = Signal(name=f"c{c}_free")
+                iss, sel = Signal(name=f"c{c}_issue"), Signal(cb, name=f"c{c}_job")
+                m.d.comb += [
+                    free.eq(can_issue[c] & ~local[c]),
+                    iss.eq(free & anyj),
+                    sel.eq(pick),
+                ]
+                index = Array(t.jloaded[j] + extra[j] for j in range(n))[sel]
+                dest = Array(t.jrd[j][c] for j in range(n))[sel]
+                r = Array(t.jrr[j][c] for j in range(n))[sel]
+                cands[c].append((iss, job_fields(sel, index, dest, r)))
+                with m.If(iss):
+                    m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
+                extra = [count(extra[j], iss, sel, j, f"c{c}_extra{j}") for j in range(n)]
+                if P:
+                    elig = [t.pvalid[k] & (t.pload[k] + pext[k] < M) for k in range(P)]
+                    anyp, pick = first_set(elig)
+                    issp = Signal(name=f"c{c}_pre_issue")
+                    selp = Signal(bits_for(P), name=f"c{c}_pre")
+                    m.d.comb += [
+                        issp.eq(free & ~anyj & (free2[c] > p.max_hops + 1) & anyp),
+                        selp.eq(pick),
+                    ]
+                    index = Array(t.pload[k] + pext[k] for k in range(P))[selp]
+                    dest = Array(t.prd[k][c] for k in range(P))[selp]
+                    r = Array(t.prr[k][c] for k in range(P))[selp]
+                    cands[c].append((issp, pre_fields(selp, index, dest, r)))
+                    pext = [count(pext[k], issp, selp, k, f"c{c}_pre_extra{k}") for k in range(P)]
+        for j in range(n):
+            m.d.sync += t.jloaded[j].eq(t.jloaded[j] + extra[j])
+        for k in range(P):
+            m.d.sync += t.pload[k].eq(t.pload[k] + pext[k])
+
+        wens, ws = [], []
+        for c in range(n):
+            w = Signal(t.entry_layout, name=f"w{c}")
+            wen = Signal(name=f"w_en{c}")
+            first = True
+            for iss, f in cands[c]:
+                with m.If(iss) if first else m.Elif(iss):
+                    m.d.comb += [
+                        w.d.packet.expert.eq(f["expert"]),
+                        w.d.packet.index.eq(f["index"]),
+                        w.d.packet.traj.eq(f["traj"]),
+                        w.d.packet.legs.eq(f["legs"]),
+                        w.d.packet.dest.eq(f["dest"]),
+                        w.d.packet.r.eq(f["r"]),
+                        w.d.held.eq(f["held"]),
+                    ]
+                first = False
+            any_iss = Const(0)
+            for iss, _ in cands[c]:
+                any_iss = any_iss | iss
+            m.d.comb += [wen.eq(any_iss), w.d.target.eq(c)]
+            wens.append(wen)
+            ws.append(w)
+        return wens, ws, lambda k: t.pload[k] + Array(pext)[k]
 
     def elaborate(self, platform):
         p = self.p
-        n, M, P = p.chiplets, p.micro_slices, p.preload_entries
+        n, M, P, nc = p.chiplets, p.micro_slices, p.preload_entries, p.ddr_channels
         m = Module()
         age_bits = bits_for(p.ddr_latency + 1) + 8
         depth = -(-p.ddr_latency // p.ddr_interval) + 2
         ld_bits = bits_for(M + 1)
         entry_layout = data.StructLayout({"d": delivery_layout(p), "ts": age_bits})
-        m.submodules.queue = q = fifo.SyncFIFO(width=entry_layout.size, depth=depth)
+        queues = []
+        for ch in range(nc):
+            q = fifo.SyncFIFO(width=entry_layout.size, depth=depth)
+            m.submodules["queue" if nc == 1 else f"queue{ch}"] = q
+            queues.append(q)
 
         now = Signal(age_bits)
-        gap = Signal(max(1, (p.ddr_interval - 1).bit_length()))
+        gap_bits = max(1, (p.ddr_interval - 1).bit_length())
+        gaps = [Signal(gap_bits, name="gap" if nc == 1 else f"gap{ch}") for ch in range(nc)]
         rr = Signal(p.chiplet_bits)
         m.d.sync += now.eq(now + 1)
 
@@ -164,155 +474,91 @@ class DDRController(wiring.Component):
         def table(name, count, width):
             return Array(Signal(width, name=f"{name}{i}") for i in range(count))
 
-        jvalid, jexpert = table("job_valid", n, 1), table("job_expert", n, p.expert_bits)
-        jtraj, jlegs = table("job_traj", n, n), table("job_legs", n, p.chiplet_bits)
-        jloaded, jretired = table("job_loaded", n, ld_bits), table("job_retired", n, ld_bits)
-        # chiplet of the job's next load: Rule 4 stripes an expert's loads over its trajectory
-        jnext = table("job_next", n, p.chiplet_bits)
-        # hops of a load on each chiplet (only the entry's is used without Rule 5)
-        jneed = [table(f"job{j}_need", n, p.hop_bits) for j in range(n)]
-        pvalid, pexpert = table("pre_valid", P, 1), table("pre_expert", P, p.expert_bits)
-        ptraj, pchip = table("pre_traj", P, n), table("pre_chiplet", P, p.chiplet_bits)
-        pload, pneed = table("pre_loaded", P, ld_bits), table("pre_need", P, p.hop_bits)
-        plegs = table("pre_legs", P, p.chiplet_bits)
+        t = SimpleNamespace(entry_layout=entry_layout)
+        t.jvalid, t.jexpert = table("job_valid", n, 1), table("job_expert", n, p.expert_bits)
+        t.jtraj, t.jlegs = table("job_traj", n, n), table("job_legs", n, p.chiplet_bits)
+        t.jloaded, t.jretired = table("job_loaded", n, ld_bits), table("job_retired", n, ld_bits)
+        # hops of a load on each chiplet (only the entry's is used with one channel and Rule 4)
+        t.jneed = [table(f"job{j}_need", n, p.hop_bits) for j in range(n)]
+        t.pvalid, t.pexpert = table("pre_valid", P, 1), table("pre_expert", P, p.expert_bits)
+        t.ptraj, t.plegs = table("pre_traj", P, n), table("pre_legs", P, p.chiplet_bits)
+        t.pload = table("pre_loaded", P, ld_bits)
+        if nc == 1:
+            # chiplet of the job's next load: Rule 4 stripes an expert's loads over its ring
+            t.jnext = table("job_next", n, p.chiplet_bits)
+            t.pchip = table("pre_chiplet", P, p.chiplet_bits)
+            t.pneed = table("pre_need", P, p.hop_bits)
+        else:
+            # per chiplet: hops of a local load, entry and hops of a remote one
+            t.jrd = [table(f"job{j}_rdest", n, p.chiplet_bits) for j in range(n)]
+            t.jrr = [table(f"job{j}_rhops", n, p.hop_bits) for j in range(n)]
+            t.pneed = [table(f"pre{k}_need", n, p.hop_bits) for k in range(P)]
+            t.prd = [table(f"pre{k}_rdest", n, p.chiplet_bits) for k in range(P)]
+            t.prr = [table(f"pre{k}_rhops", n, p.hop_bits) for k in range(P)]
+            b_rdest, b_rhops = remote_entry(m, p, b.traj, b_hops, "beat")
 
         # -- issue -------------------------------------------------------------------------
         free2 = [Signal(p.free_bits, name=f"free2_{a}") for a in range(n)]
         for a in range(n):
             m.d.comb += free2[a].eq(self.free[a] - self.accept[a])
-        can_issue = Signal()
-        m.d.comb += can_issue.eq((gap == 0) & ~self.ddr_stall & q.w_rdy)
-
-        window_ok = self._hot_window(m, jexpert, jtraj, jloaded, jretired)
-        job_ok, job_tgt, job_need = [], [], []
-        for j in range(n):
-            ok = Signal(name=f"job_ok{j}")
-            tgt = Signal(p.chiplet_bits, name=f"job_tgt{j}")
-            room = jvalid[j] & (jloaded[j] < M) & window_ok[j]
-            if not p.rule5:
-                m.d.comb += [
-                    ok.eq(room & (Array(free2)[jnext[j]] > jneed[j][jnext[j]])),
-                    tgt.eq(jnext[j]),
-                ]
-            else:
-                best_v, best_f, best_a = Const(0), Const(0, p.free_bits), Const(0, p.chiplet_bits)
-                for a in range(n):
-                    cand = jtraj[j][a] & (free2[a] > jneed[j][a])
-                    take = Signal(name=f"job{j}_r5take{a}")
-                    nv, nf = (
-                        Signal(name=f"job{j}_r5v{a}"),
-                        Signal(p.free_bits, name=f"job{j}_r5f{a}"),
-                    )
-                    na = Signal(p.chiplet_bits, name=f"job{j}_r5a{a}")
-                    m.d.comb += [
-                        take.eq(cand & (~best_v | (free2[a] > best_f))),
-                        nv.eq(best_v | cand),
-                        nf.eq(Mux(take, free2[a], best_f)),
-                        na.eq(Mux(take, a, best_a)),
-                    ]
-                    best_v, best_f, best_a = nv, nf, na
-                m.d.comb += [ok.eq(room & best_v), tgt.eq(best_a)]
-            job_ok.append(ok)
-            job_tgt.append(tgt)
-            need = Signal(p.hop_bits, name=f"job_need_sel{j}")
-            m.d.comb += need.eq(jneed[j][tgt])
-            job_need.append(need)
-        any_job, jpick = rr_pick(job_ok, rr, p.chiplet_bits)
-        pre_ok = [Signal(name=f"pre_ok{k}") for k in range(P)]
-        for k in range(P):
-            m.d.comb += pre_ok[k].eq(
-                pvalid[k] & (pload[k] < M) & (Array(free2)[pchip[k]] > p.max_hops + 1)
-            )
-        pre_vec = Cat(*pre_ok) if P else Const(0, 1)
-        ppick = Signal(max(1, bits_for(P)))
-        m.d.comb += ppick.eq(lowest_bit(pre_vec, max(P, 1), max(1, bits_for(P))))
-        issue_job = Signal()
-        issue_pre = Signal()
-        m.d.comb += [
-            issue_job.eq(can_issue & any_job),
-            issue_pre.eq(can_issue & ~any_job & pre_vec.any()),
-        ]
-
-        target = Signal(p.chiplet_bits)
-        w = Signal(entry_layout)
-        tgts = Array(job_tgt)
-        with m.If(issue_job):
+        can_issue = []
+        for ch, q in enumerate(queues):
+            ok = Signal(name="can_issue" if nc == 1 else f"can_issue{ch}")
+            m.d.comb += ok.eq((gaps[ch] == 0) & ~self.ddr_stall & q.w_rdy)
+            can_issue.append(ok)
+        hot = self._hot(m, t)
+        if nc == 1:
+            wen, w, target, after = self._issue_package(m, t, free2, can_issue[0], hot, rr)
+            wens, ws, targets = [wen], [w], [target]
+            for a in range(n):
+                m.d.comb += self.resv_valid[a].eq(wen & (target == a))
+        else:
+            wens, ws, after = self._issue_per_chiplet(m, t, free2, can_issue, hot, rr)
+            targets = list(range(n))
+            for a in range(n):
+                m.d.comb += self.resv_valid[a].eq(wens[a])
+        for ch, q in enumerate(queues):
+            w = ws[ch]
             m.d.comb += [
-                target.eq(tgts[jpick]),
-                w.d.packet.expert.eq(jexpert[jpick]),
-                w.d.packet.index.eq(jloaded[jpick]),
-                w.d.packet.traj.eq(jtraj[jpick]),
-                w.d.packet.legs.eq(jlegs[jpick]),
-                w.d.packet.r.eq(Array(job_need)[jpick]),
-                w.d.held.eq(0),
+                w.d.slot.eq(Array(self.resv_slot)[targets[ch]] if nc == 1 else self.resv_slot[ch]),
+                w.ts.eq(now),
+                q.w_data.eq(w.as_value()),
+                q.w_en.eq(wens[ch]),
             ]
-        with m.Elif(issue_pre):
-            m.d.comb += [
-                target.eq(pchip[ppick]),
-                w.d.packet.expert.eq(pexpert[ppick]),
-                w.d.packet.index.eq(pload[ppick]),
-                w.d.packet.traj.eq(ptraj[ppick]),
-                w.d.packet.legs.eq(plegs[ppick]),
-                w.d.packet.r.eq(pneed[ppick]),
-                w.d.held.eq(1),
-            ]
-        m.d.comb += [
-            w.d.target.eq(target),
-            w.d.slot.eq(Array(self.resv_slot)[target]),
-            w.d.packet.dest.eq(target),
-            w.ts.eq(now),
-            q.w_data.eq(w.as_value()),
-            q.w_en.eq(issue_job | issue_pre),
-        ]
-        for a in range(n):
-            m.d.comb += self.resv_valid[a].eq((issue_job | issue_pre) & (target == a))
-        with m.If(issue_job | issue_pre):
-            m.d.sync += gap.eq(p.ddr_interval - 1)
-        with m.Elif(gap != 0):
-            m.d.sync += gap.eq(gap - 1)
-        # the chiplet after the target on the picked job's ring
-        after = Signal(p.chiplet_bits)
-        picked_traj = Signal(n)
-        m.d.comb += picked_traj.eq(jtraj[jpick])
-        hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits)
-        m.d.comb += after.eq(Array(hops_after)[target])
-        with m.If(issue_job):
-            m.d.sync += [
-                jloaded[jpick].eq(jloaded[jpick] + 1),
-                jnext[jpick].eq(after),
-                rr.eq(Mux(jpick == n - 1, 0, jpick + 1)),
-            ]
-        with m.If(issue_pre):
-            m.d.sync += pload[ppick].eq(pload[ppick] + 1)
+            with m.If(wens[ch]):
+                m.d.sync += gaps[ch].eq(p.ddr_interval - 1)
+            with m.Elif(gaps[ch] != 0):
+                m.d.sync += gaps[ch].eq(gaps[ch] - 1)
 
         # -- delivery -----------------------------------------------------------------------
-        head = Signal(entry_layout)
-        m.d.comb += head.as_value().eq(q.r_data)
-        age = Signal(age_bits)
-        m.d.comb += age.eq(now - head.ts)
-        deliver = Signal()
-        m.d.comb += [
-            deliver.eq(q.r_rdy & ~self.ddr_stall & (age >= p.ddr_latency)),
-            q.r_en.eq(deliver),
-        ]
-        job_has = Const(0)
-        for j in range(n):
-            job_has = job_has | (jvalid[j] & (jexpert[j] == head.d.packet.expert))
-        beat_has = bv & (b.kind == BeatKind.DISPATCH) & (b.expert == head.d.packet.expert)
-        m.d.comb += [
-            self.deliver_valid.eq(deliver),
-            self.deliver.target.eq(head.d.target),
-            self.deliver.slot.eq(head.d.slot),
-            self.deliver.packet.eq(head.d.packet),
-            self.deliver.held.eq(head.d.held & ~job_has & ~beat_has),
-        ]
+        for ch, q in enumerate(queues):
+            head = Signal(entry_layout, name="head" if nc == 1 else f"head{ch}")
+            m.d.comb += head.as_value().eq(q.r_data)
+            age = Signal(age_bits, name="age" if nc == 1 else f"age{ch}")
+            m.d.comb += age.eq(now - head.ts)
+            deliver = Signal(name="deliver" if nc == 1 else f"deliver{ch}")
+            m.d.comb += [
+                deliver.eq(q.r_rdy & ~self.ddr_stall & (age >= p.ddr_latency)),
+                q.r_en.eq(deliver),
+            ]
+            job_has = Const(0)
+            for j in range(n):
+                job_has = job_has | (t.jvalid[j] & (t.jexpert[j] == head.d.packet.expert))
+            beat_has = bv & (b.kind == BeatKind.DISPATCH) & (b.expert == head.d.packet.expert)
+            m.d.comb += [
+                self.deliver_valid[ch].eq(deliver),
+                self.deliver[ch].target.eq(head.d.target),
+                self.deliver[ch].slot.eq(head.d.slot),
+                self.deliver[ch].packet.eq(head.d.packet),
+                self.deliver[ch].held.eq(head.d.held & ~job_has & ~beat_has),
+            ]
 
         # -- dispatch and pre-load beats ------------------------------------------------
-        pfree = Cat(*[~pvalid[k] for k in range(P)]) if P else Const(0, 1)
+        pfree = Cat(*[~t.pvalid[k] for k in range(P)]) if P else Const(0, 1)
         pslot = Signal(max(1, bits_for(P)))
         m.d.comb += pslot.eq(lowest_bit(pfree, max(P, 1), max(1, bits_for(P))))
         hit_vec = (
-            Cat(*[pvalid[k] & (pexpert[k] == b.expert) for k in range(P)]) if P else Const(0, 1)
+            Cat(*[t.pvalid[k] & (t.pexpert[k] == b.expert) for k in range(P)]) if P else Const(0, 1)
         )
         hit = Signal(max(1, bits_for(P)))
         m.d.comb += hit.eq(lowest_bit(hit_vec, max(P, 1), max(1, bits_for(P))))
@@ -325,42 +571,57 @@ class DDRController(wiring.Component):
                 if P:
                     with m.If(pfree.any()):
                         m.d.sync += [
-                            pvalid[pslot].eq(1),
-                            pexpert[pslot].eq(b.expert),
-                            ptraj[pslot].eq(b.traj),
-                            pchip[pslot].eq(b.entry),
-                            pload[pslot].eq(0),
-                            plegs[pslot].eq(b_legs),
-                            pneed[pslot].eq(Array(b_hops)[b.entry]),
+                            t.pvalid[pslot].eq(1),
+                            t.pexpert[pslot].eq(b.expert),
+                            t.ptraj[pslot].eq(b.traj),
+                            t.pload[pslot].eq(0),
+                            t.plegs[pslot].eq(b_legs),
                         ]
-            with m.Elif(jvalid[b.entry]):
+                        if nc == 1:
+                            m.d.sync += [
+                                t.pchip[pslot].eq(b.entry),
+                                t.pneed[pslot].eq(Array(b_hops)[b.entry]),
+                            ]
+                        else:
+                            with m.Switch(pslot):
+                                for k in range(P):
+                                    with m.Case(k):
+                                        m.d.sync += [
+                                            *(t.pneed[k][a].eq(b_hops[a]) for a in range(n)),
+                                            *(t.prd[k][a].eq(b_rdest[a]) for a in range(n)),
+                                            *(t.prr[k][a].eq(b_rhops[a]) for a in range(n)),
+                                        ]
+            with m.Elif(t.jvalid[b.entry]):
                 m.d.sync += bad.eq(1)
             with m.Else():
                 loaded = Signal(ld_bits)
                 if P:
-                    m.d.comb += loaded.eq(
-                        Mux(hit_vec.any(), pload[hit] + (issue_pre & (ppick == hit)), 0)
-                    )
+                    m.d.comb += loaded.eq(Mux(hit_vec.any(), after(hit), 0))
                     with m.If(hit_vec.any()):
-                        m.d.sync += pvalid[hit].eq(0)
+                        m.d.sync += t.pvalid[hit].eq(0)
                         m.d.comb += [
                             self.unhold_valid.eq(1),
-                            self.unhold_chiplet.eq(pchip[hit]),
                             self.unhold_expert.eq(b.expert),
                         ]
+                        if nc == 1:
+                            m.d.comb += self.unhold_chiplet.eq(t.pchip[hit])
                 with m.Switch(b.entry):
                     for j in range(n):
                         with m.Case(j):
                             m.d.sync += [
-                                jvalid[j].eq(1),
-                                jexpert[j].eq(b.expert),
-                                jtraj[j].eq(b.traj),
-                                jlegs[j].eq(b_legs),
-                                jloaded[j].eq(loaded),
-                                jretired[j].eq(0),
-                                jnext[j].eq(j),
+                                t.jvalid[j].eq(1),
+                                t.jexpert[j].eq(b.expert),
+                                t.jtraj[j].eq(b.traj),
+                                t.jlegs[j].eq(b_legs),
+                                t.jloaded[j].eq(loaded),
+                                t.jretired[j].eq(0),
                             ]
-                            m.d.sync += [jneed[j][a].eq(b_hops[a]) for a in range(n)]
+                            m.d.sync += [t.jneed[j][a].eq(b_hops[a]) for a in range(n)]
+                            if nc == 1:
+                                m.d.sync += t.jnext[j].eq(j)
+                            else:
+                                m.d.sync += [t.jrd[j][a].eq(b_rdest[a]) for a in range(n)]
+                                m.d.sync += [t.jrr[j][a].eq(b_rhops[a]) for a in range(n)]
 
         # -- retirement and done --------------------------------------------------------------
         done_new = Signal(n)
@@ -369,19 +630,19 @@ class DDRController(wiring.Component):
         for c in range(n):
             matched = Const(0)
             for j in range(n):
-                matched = matched | (jvalid[j] & (jexpert[j] == self.retire_expert[c]))
+                matched = matched | (t.jvalid[j] & (t.jexpert[j] == self.retire_expert[c]))
             with m.If(self.retire_valid[c] & ~matched):
                 m.d.sync += orphan.eq(1)
         for j in range(n):
             inc = sum(
-                self.retire_valid[c] & (self.retire_expert[c] == jexpert[j]) for c in range(n)
+                self.retire_valid[c] & (self.retire_expert[c] == t.jexpert[j]) for c in range(n)
             )
             total = Signal(ld_bits + 1, name=f"job_total{j}")
-            m.d.comb += total.eq(jretired[j] + inc)
-            with m.If(jvalid[j] & (inc != 0)):
-                m.d.sync += jretired[j].eq(total)
+            m.d.comb += total.eq(t.jretired[j] + inc)
+            with m.If(t.jvalid[j] & (inc != 0)):
+                m.d.sync += t.jretired[j].eq(total)
                 with m.If(total >= M):
-                    m.d.sync += jvalid[j].eq(0)
+                    m.d.sync += t.jvalid[j].eq(0)
                     m.d.comb += done_new[j].eq(1)
         pending = Signal(n)
         m.d.comb += [self.done.valid.eq(pending != 0), self.done.payload.eq(pending)]
@@ -389,8 +650,10 @@ class DDRController(wiring.Component):
 
         busy = Const(0)
         for j in range(n):
-            busy = busy | jvalid[j]
+            busy = busy | t.jvalid[j]
         for k in range(P):
-            busy = busy | pvalid[k]
-        m.d.comb += self.busy.eq(busy | q.r_rdy | (pending != 0))
+            busy = busy | t.pvalid[k]
+        for q in queues:
+            busy = busy | q.r_rdy
+        m.d.comb += self.busy.eq(busy | (pending != 0))
         return m

@@ -68,6 +68,7 @@ async def chiplet_array(dut):
         "resets": 0,
         "layer_cycles": [],
         "dispatches": 0,
+        "remote_loads": 0,
     }
     peak = [0] * p.chiplets
 
@@ -123,7 +124,9 @@ async def chiplet_array(dut):
             events = unpack_events(p, u(dut.events))
             occ = unpack_occupancy(p, u(dut.occupancy))
             if lockstep:
-                diffs = compare(cycle, model.step(inp), ready, done, events, occ)
+                ref = model.step(inp)
+                report["remote_loads"] += sum(h.dest != t for t, _, h, _ in ref.ddr_issues)
+                diffs = compare(cycle, ref, ready, done, events, occ)
                 if diffs:
                     report["mismatches"] += len(diffs)
                     report["first_mismatches"] += diffs[: 5 - len(report["first_mismatches"])]

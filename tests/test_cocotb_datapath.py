@@ -48,6 +48,15 @@ def test_array_2x2(sim):
     assert max(res["peak_rtl"]) <= ARRAY_2X2.slots
 
 
+def test_array_2x2_ddr_per_chiplet():
+    """[D10] A DDR channel per chiplet: chiplet-driven Rule 4 loads, local and remote
+    (micro-slices loaded outside their expert's trajectory), under stalls and resets."""
+    p = dataclasses.replace(ARRAY_2X2, ddr_channels=4, slots=6, micro_slices=6, ddr_interval=3)
+    res = run("chiplet_array", p, "verilator", knobs=knobs(SP4, layers=30, reset_every=5))
+    assert res["mismatches"] == 0 and not res["violations"] and res["deadlocks"] == 0
+    assert res["resets"] >= 2 and res["computed"] > 0 and res["remote_loads"] > 0
+
+
 def test_array_2x2_a6_rules_in_rtl():
     """A6's rules in the RTL: experts at once in the balanced order (scheduler generics,
     driven by the golden scheduler here), the hot-expert window of the DDR controller and
@@ -75,8 +84,8 @@ def test_array_2x2_flame_trace(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rows,cols,slots", [(3, 3, 12), (4, 4, 18)])
-def test_array_large(rows, cols, slots):
+@pytest.mark.parametrize("rows,cols,slots,channels", [(3, 3, 12, 1), (4, 4, 18, 1), (3, 3, 12, 9)])
+def test_array_large(rows, cols, slots, channels):
     sp = SchedulerParams(
         chiplets=rows * cols,
         experts=16,
@@ -96,6 +105,7 @@ def test_array_large(rows, cols, slots):
         ddr_interval=1,
         ddr_latency=6,
         preload_entries=2,
+        ddr_channels=channels,
     )
     res = run("chiplet_array", p, "verilator", knobs=knobs(sp, layers=10, reset_every=4))
     assert res["mismatches"] == 0 and not res["violations"] and res["deadlocks"] == 0

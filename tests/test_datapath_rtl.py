@@ -21,19 +21,30 @@ def run_array(
     seed: int,
     stall: float = 0.25,
     max_cycles: int = 20000,
+    rounds: list | None = None,
+    gap: float = 0.2,
+    done_stall: float = 0.2,
 ):
+    """``layers`` layers (random rounds, or ``rounds``: ``(records, req_inits)`` pairs)
+    through the RTL and the golden model in lockstep.  Per layer the result has the cycle
+    of its first dispatch beat, the cycle at which it ended (the array idle, nothing left to
+    present), the beats and the completion masks."""
     rng = random.Random(seed)
     dut = ChipletArray(p)
     model = StreamingArray(p)
-    drv = LayerDriver(sp, p, rng, stall=stall, gap=0.2, done_stall=0.2)
-    result = {"diffs": [], "cycles": 0, "layers": 0, "preemptions": 0}
+    drv = LayerDriver(sp, p, rng, stall=stall, gap=gap, done_stall=done_stall)
+    result = {"diffs": [], "cycles": 0, "layers": 0, "preemptions": 0, "remote": 0}
+    result.update(first_beat=[], end=[], beats=[], script=[])
 
     async def bench(ctx):
         cycle = 0
-        for _ in range(layers):
-            rnd = random_round(sp, rng)
-            drv.start_layer(rnd.records, rnd.req_inits)
-            start = cycle
+        for i in range(layers):
+            if rounds is None:
+                rnd = random_round(sp, rng)
+                drv.start_layer(rnd.records, rnd.req_inits)
+            else:
+                drv.start_layer(*rounds[i])
+            start, first = cycle, None
             while not (drv.layer_done and ctx.get(dut.idle)):
                 inp = drv.inputs()
                 ctx.set(dut.stall, stall_bits(inp))
@@ -51,6 +62,7 @@ def run_array(
                 occ = unpack_occupancy(p, ctx.get(dut.occupancy))
                 waiting = [[s.rem for s in ch.slots] for ch in model.chips]
                 ref = model.step(inp)
+                result["remote"] += sum(h.dest != t for t, _, h, _ in ref.ddr_issues)
                 result["preemptions"] += sum(
                     s.rem > 0 and s.rem != before[i]
                     for ch, before in zip(model.chips, waiting)
@@ -59,11 +71,19 @@ def run_array(
                 result["diffs"] += compare(cycle, ref, ready, done, events, occ)
                 if result["diffs"]:
                     return
+                if inp.dispatch is not None and ready:
+                    first = cycle if first is None else first
+                    b = inp.dispatch
+                    result["beats"].append([b.kind, b.expert, b.entry, b.traj])
+                if done and inp.done_ready:
+                    result["script"].append(done)
                 drv.outputs(cycle, ready, done, events, occ)
                 await ctx.tick()
                 cycle += 1
                 assert cycle - start < max_cycles, f"layer stuck after {max_cycles} cycles"
             drv.check.end_layer(unpack_occupancy(p, ctx.get(dut.occupancy)))
+            result["first_beat"].append(first)
+            result["end"].append(cycle)
             result["layers"] += 1
         result["cycles"] = cycle
         result["flags"] = (ctx.get(dut.bad_dispatch), ctx.get(dut.orphan))
@@ -105,6 +125,18 @@ SP4 = SchedulerParams(
         dict(preempt=True, cycles_per_token=3, ddr_interval=2, ddr_latency=3),
         # every A6 rule at once, slots at the minimum
         dict(preempt=True, hot_window=2, cycles_per_token=2, link_cycles=1, slots=4),
+        # [D10] a DDR channel per chiplet: chiplet-driven Rule 4, local and remote loads
+        dict(ddr_channels=4, slots=6, micro_slices=8, ddr_interval=4, ddr_latency=6, link_cycles=1),
+        dict(
+            ddr_channels=4,
+            link_cycles=1,
+            ddr_interval=1,
+            ddr_latency=1,
+            slots=4,
+            preload_entries=0,
+        ),
+        dict(ddr_channels=4, rule5=True, ddr_interval=2, ddr_latency=5, slots=6),
+        dict(ddr_channels=4, preempt=True, hot_window=2, cycles_per_token=2, ddr_interval=3),
     ],
     ids=[
         "default",
@@ -114,15 +146,22 @@ SP4 = SchedulerParams(
         "hot-window-2-rule5",
         "preempt",
         "a6-min-slots",
+        "ch4",
+        "ch4-fast-min-slots",
+        "ch4-rule5",
+        "ch4-a6",
     ],
 )
 def test_array_2x2_matches_golden(kw):
     p = DatapathParams.for_scheduler(SP4, 2, 2, **kw)
-    res = run_array(SP4, p, layers=4, seed=11)
+    layers = 6 if p.ddr_channels > 1 else 4
+    res = run_array(SP4, p, layers=layers, seed=11)
     assert not res["diffs"], "\n".join(res["diffs"][:5])
-    assert res["layers"] == 4 and res["computed"] > 0
+    assert res["layers"] == layers and res["computed"] > 0
     assert res["flags"] == (0, 0)
     assert (res["preemptions"] > 0) == p.preempt
+    # remote loads exist exactly with a channel per chiplet under Rule 4
+    assert (res["remote"] > 0) == (p.ddr_channels > 1 and not p.rule5)
 
 
 def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:
@@ -172,3 +211,39 @@ def test_ring_streaming_time_rtl_equals_golden(slots, tokens, link):
         ddr_latency=4,
     )
     assert rtl_one_expert_cycles(p, tokens) == one_expert_cycles(p, tokens)
+
+
+@pytest.mark.parametrize("variant", ["A3", pytest.param("A4", marks=pytest.mark.slow), "A6"])
+def test_simulator_layer_replays_on_rtl(variant):
+    """A layer of the simulator's default chip (2x2, a DDR channel per chiplet, remote
+    loads) on real routing (the embedded trace of our MoE LM) through the datapath RTL: the
+    same beats, completions and cycles as :func:`fsedp.sim.fsedp.fsedp_layer` reports."""
+    from fsedp.config import config_to_dict, default_run, run_from_dict
+    from fsedp.sim.fsedp import fsedp_layer, make_scheduler, variant_params
+    from fsedp.sim.setup import make_setup
+    from fsedp.workload import iterations
+
+    d = config_to_dict(default_run())
+    d["model"] = dict(
+        name="tiny", d_model=128, d_ffn=128, experts=16, top_k=2, shared_experts=0,
+        layers=4, heads=4, params_b=0.1,
+    )  # fmt: skip
+    d["hardware"]["onchip_buffer_kib"] = 48  # 8 slots of a 2x2 mesh
+    del d["scheduler"]["count_width"]
+    d["scenario"].update(tokens_per_iteration=32, trace="model")
+    setup = make_setup(run_from_dict(d, "<replay>"))
+    layer = iterations(setup.cfg, 1, 1)[0][0]
+    res = fsedp_layer(setup, layer.records, variant, streaming="python", log=True)
+    dp = variant_params(setup, variant)
+    assert dp.ddr_channels == 4 and dp.rows * dp.cols == 4
+    sp = make_scheduler(setup.sp, dp, variant).p
+    rtl = run_array(
+        sp, dp, 1, seed=0, stall=0, gap=0, done_stall=0,
+        rounds=[(layer.records, ())], max_cycles=4 * res.cycles,
+    )  # fmt: skip
+    assert not rtl["diffs"], "\n".join(rtl["diffs"][:5])
+    assert rtl["flags"] == (0, 0)
+    assert rtl["end"][0] - rtl["first_beat"][0] == res.cycles
+    assert rtl["beats"] == res.beats and rtl["script"] == res.script
+    # the layer exercises what the DDR channels add: loads outside the expert's trajectory
+    assert (rtl["remote"] > 0) == (not dp.rule5)

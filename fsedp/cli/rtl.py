@@ -364,9 +364,11 @@ def cmd_datapath(args):
         preempt=args.preempt or None,
         cycles_per_token=args.cycles_per_token,
     )
+    # [D10] a DDR channel per chiplet (remote loads) on every mesh and in the cells
+    channels = (lambda r, c: r * c) if args.ddr_per_chiplet else (lambda r, c: None)
     cells_params = None
     if args.cells:
-        _, cells_params = run_params(2, 2, **rules)
+        _, cells_params = run_params(2, 2, ddr_channels=channels(2, 2), **rules)
         doc["cells"] = cells_table(cells_params)
     for (r, c, layers), mesh in meshes:
         try:
@@ -380,6 +382,7 @@ def cmd_datapath(args):
                 ddr_latency=args.ddr_latency,
                 preload_entries=args.preload,
                 rule5=args.rule5 or None,
+                ddr_channels=channels(r, c),
                 **rules,
             )
         except InputError as e:
@@ -410,7 +413,9 @@ def cmd_datapath(args):
                 for k, v in rules.items()
                 if v is not None and k != "preempt"
             )
-            + (" --preempt" if args.preempt else ""),
+            + (" --preempt" if args.preempt else "")
+            + (" --rule5" if args.rule5 else "")
+            + (" --ddr-per-chiplet" if args.ddr_per_chiplet else ""),
         )
         runs.append(res)
     doc["runs"] = runs
@@ -592,6 +597,11 @@ def add_parsers(sub):
     ):
         d.add_argument(f"--{name}", type=int_at_least(f"--{name}", 0, 2**20))
     d.add_argument("--rule5", action="store_true")
+    d.add_argument(
+        "--ddr-per-chiplet",
+        action="store_true",
+        help="a DDR channel per chiplet with remote loads ([D10]) instead of one package channel",
+    )
     d.add_argument(
         "--preempt", action="store_true", help="compute preemption ([D11], A6) in the ring buffers"
     )

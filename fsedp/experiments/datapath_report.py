@@ -231,7 +231,8 @@ def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
             "",
             f"- layers: {run.get('layers')} ({run.get('resets', 0)} reset mid-layer), "
             f"cycles: {run.get('cycles')}, micro-slice computations checked: "
-            f"{run.get('computed')}, dispatches: {run.get('dispatches')}",
+            f"{run.get('computed')}, dispatches: {run.get('dispatches')}, DDR channels: "
+            f"{p.get('ddr_channels', 1)}, remote loads: {run.get('remote_loads', 0)}",
             f"- lockstep mismatches: {run.get('mismatches')}, conservation violations: "
             f"{len(run.get('violations', []))}, deadlocks: {run.get('deadlocks')}",
             f"- peak occupancy per chiplet (slots of {p['slots']}): RTL "

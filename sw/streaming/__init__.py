@@ -44,11 +44,11 @@ Per cycle (all decisions from the registered state and this cycle's inputs)
    the trajectory loads its share, as chiplet 1 loads slice 1 in Figure 6 [D] -- or with
    Rule 5 into the trajectory chiplet with the most free slots, reserving a slot under the
    same admission (``r`` = hops of its whole path).  With one DDR channel per chiplet
-   (``ddr_channels = rows x cols``, simulator only) Rule 4 is chiplet-driven: every chiplet
+   (``ddr_channels = rows x cols``, the simulator's chips) Rule 4 is chiplet-driven: every chiplet
    whose channel is free and that has room loads the next micro-slice of a running expert
    covering it, else pre-loads one of an expert of its trajectory; a chiplet that has
    neither loads for a running expert, else a pre-load, whose trajectory does not cover it
-   (a *remote* load [D]: the micro-slice enters the trajectory at the chiplet with the
+   (a *remote* load [D10]: the micro-slice enters the trajectory at the chiplet with the
    shortest whole path, never more than ``H`` hops; ``DatapathParams.remote_entry``), as
    Algorithm 1 pre-loads "to any idle buffer" and a die "loads weights from DDR or from
    peer dies" (Section V).  This keeps every channel busy while any expert has micro-slices

@@ -64,7 +64,7 @@ class StreamingArray:
         self.admission = admission
         self.age_bits = bits_for(p.ddr_latency + 1) + 8
         self.fifo_depth = -(-p.ddr_latency // p.ddr_interval) + 2
-        #: DDR channels: 1 = one package-level controller (the RTL), or one per chiplet
+        #: DDR channels: 1 = one package-level controller, or one per chiplet
         self.channels = p.ddr_channels
         self.tokens = [[0] * p.experts for _ in range(p.chiplets)]
         self.nb = [[p.neighbour(c, d) for d in range(4)] for c in range(p.chiplets)]
