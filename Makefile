@@ -24,11 +24,13 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 # Benchmarks (figures, not pass/fail): scheduler latency and cells (docs/rtl-report.md),
-# datapath streaming time, cells and long cosimulations (docs/datapath-report.md), and the
-# simulator's speed (printed; recorded in docs/results.md).
+# datapath streaming time, cells and long cosimulations with one package DDR channel
+# (docs/datapath-report.md) and a channel per chiplet (docs/datapath-report-ddr-per-chiplet.md),
+# and the simulator's speed (printed; recorded in docs/results.md).
 bench: $(STAMP)
 	$(BIN)/fsedp rtl report --count-width 10 --sorters shuffle2,shuffle,stage,parallel --out docs/rtl-report.md
 	$(BIN)/fsedp rtl datapath --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report.md
+	$(BIN)/fsedp rtl datapath --no-ring --ddr-per-chiplet --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report-ddr-per-chiplet.md
 	$(BIN)/fsedp bench
 
 lint: $(STAMP)

@@ -54,14 +54,20 @@ def remote_entry(m: Module, p: DatapathParams, traj, hops: list, name: str) -> t
     for a in range(n):
         best_v, best_r, best_d = Const(0), Const(0, p.hop_bits), Const(0, p.chiplet_bits)
         for j in range(n):
+            # a signal per step keeps the expression linear (best_r is read twice per step)
             r = hops[j] + p.distance(a, j)
             take = traj[j] & (~best_v | (r < best_r))
-            best_v, best_r, best_d = best_v | traj[j], Mux(take, r, best_r), Mux(take, j, best_d)
-        d = Signal(p.chiplet_bits, name=f"{name}_rdest{a}")
-        r = Signal(p.hop_bits, name=f"{name}_rhops{a}")
-        m.d.comb += [d.eq(best_d), r.eq(best_r)]
-        dests.append(d)
-        paths.append(r)
+            nv = Signal(name=f"{name}_r{a}_v{j}")
+            nr = Signal(p.hop_bits, name=f"{name}_r{a}_hops{j}")
+            nd = Signal(p.chiplet_bits, name=f"{name}_r{a}_dest{j}")
+            m.d.comb += [
+                nv.eq(best_v | traj[j]),
+                nr.eq(Mux(take, r, best_r)),
+                nd.eq(Mux(take, j, best_d)),
+            ]
+            best_v, best_r, best_d = nv, nr, nd
+        dests.append(best_d)
+        paths.append(best_r)
     return dests, paths
 
 

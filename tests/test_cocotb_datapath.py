@@ -109,3 +109,20 @@ def test_array_large(rows, cols, slots, channels):
     )
     res = run("chiplet_array", p, "verilator", knobs=knobs(sp, layers=10, reset_every=4))
     assert res["mismatches"] == 0 and not res["violations"] and res["deadlocks"] == 0
+
+
+def test_rtl_datapath_cli_ddr_per_chiplet(tmp_path, capsys):
+    """``fsedp rtl datapath --ddr-per-chiplet``: the cosimulation runs a channel per chiplet
+    and reports its remote loads; the command it records reproduces the run."""
+    import json
+
+    from fsedp.cli import main
+
+    out = tmp_path / "d.md"
+    args = ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2:6", "--ddr-per-chiplet"]
+    rc = main([*args, "--stall", "0.1", "--out", str(out), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    run = doc["runs"][0]
+    assert rc == 0 and run["mismatches"] == 0 and run["params"]["ddr_channels"] == 4
+    assert run["remote_loads"] > 0 and run["command"].endswith("--ddr-per-chiplet")
+    assert "DDR channels: 4, remote loads:" in out.read_text()

@@ -433,6 +433,66 @@ def cmd_datapath(args):
     return 0 if ok else 1
 
 
+def cmd_formal(args):
+    """Bounded model checking of the blocks' formal properties (``fsedp.tb.formal``)."""
+    from fsedp.tb.formal import CHECKS, missing_tools, properties, prove
+
+    names = list(CHECKS) if not args.check else args.check
+    for n in names:
+        if n not in CHECKS:
+            raise usage("--check", f"unknown check {n!r}; choose from {', '.join(CHECKS)}")
+    if args.list:
+        doc = {
+            n: {
+                "block": CHECKS[n].block,
+                "depth": CHECKS[n].depth,
+                "properties": properties(CHECKS[n]),
+            }
+            for n in names
+        }
+        text = "\n".join(
+            f"{n}: depth {d['depth']}: {', '.join(d['properties'])}" for n, d in doc.items()
+        )
+        emit(args, doc, text)
+        return 0
+    missing = missing_tools(args.solver)
+    if missing:
+        raise usage(
+            "--solver",
+            f"formal checking needs {', '.join(missing)} on PATH (Debian: apt-get install "
+            f"yosys {args.solver})",
+        )
+    out = output_folder(args.out) if args.out else build_dir("formal")
+    results = []
+    for n in names:
+        check = CHECKS[n]
+
+        def progress(name, rec, n=n):
+            if not args.json:
+                extra = f", induction {rec['induction']}" if rec.get("induction") else ""
+                why = f": {'; '.join(rec.get('failed', []))}" if rec["status"] != "pass" else ""
+                vcd = f" (counterexample {rec['vcd']})" if rec.get("vcd") else ""
+                print(
+                    f"{n}: {name}: {rec['status']} at depth {rec['depth']} in "
+                    f"{rec['seconds']} s{extra}{why}{vcd}",
+                    flush=True,
+                )
+
+        results.append(
+            prove(check, Path(out) / n, depth=args.depth, solver=args.solver, progress=progress)
+        )
+    doc = {
+        "solver": args.solver,
+        "checks": [dataclasses.asdict(r) | {"status": r.status} for r in results],
+    }
+    ok = all(r.status == "pass" for r in results)
+    text = f"{sum(len(r.properties) for r in results)} properties: " + (
+        "all hold" if ok else "FAILED: " + "; ".join(f for r in results for f in r.failed)
+    )
+    emit(args, doc, text)
+    return 0 if ok else 1
+
+
 def add_parsers(sub):
     from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS
 
@@ -559,6 +619,24 @@ def add_parsers(sub):
     )
     r.add_argument("--out", help="also write the table (Markdown) to this file")
     r.set_defaults(func=cmd_report, out_kind="file")
+
+    f = rsub.add_parser(
+        "formal",
+        parents=[JSON],
+        help="formal properties of the scheduler blocks: bounded model checking (yosys-smtbmc)",
+    )
+    f.add_argument(
+        "--check", action="append", help="a check (repeatable; default: all); --list names them"
+    )
+    f.add_argument("--list", action="store_true", help="list the checks and their properties")
+    f.add_argument(
+        "--depth",
+        type=int_at_least("--depth", 1, 200),
+        help="BMC depth in cycles (default: each check's stated depth)",
+    )
+    f.add_argument("--solver", default="z3", choices=["z3", "yices", "boolector"])
+    f.add_argument("--out", help="work folder (Verilog, SMT-LIB, counterexample VCDs)")
+    f.set_defaults(func=cmd_formal, out_kind="folder")
 
     d = rsub.add_parser(
         "datapath",
