@@ -6,6 +6,7 @@ from amaranth import Module
 
 from fsedp.hw.icv import ICV
 from fsedp.hw.sorter import Sorter
+from fsedp.hw.token_buffer import TokenBufferUnit
 from fsedp.sw.sorter import Network
 from fsedp.tb.formal import CHECKS, missing_tools, properties, prove
 
@@ -89,3 +90,20 @@ def test_depth_override_and_cli(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["checks"][0]["depth"] == 3
     assert {p["name"] for p in doc["checks"][0]["properties"]} == set(properties(CHECKS["icv"]))
+
+
+class KeepsCfwTokenBuffer(TokenBufferUnit):
+    """The mutant the fast tier once missed: ``C_fw`` not reset on a deferral."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        with m.If(self.decide & self.present[0] & self.cold_hit[0]):
+            m.d.sync += self.c_fw[0].eq(self.c_fw[0])
+        return m
+
+
+def test_token_buffer_keeping_cfw_fails(tmp_path):
+    check = CHECKS["token_buffer"]
+    only = ["token_buffer.defer_resets_cfw"]
+    res = prove(check, tmp_path, dut_factory=KeepsCfwTokenBuffer, only=only)
+    assert res.status == "fail" and res.failed[0].startswith(only[0])
