@@ -85,11 +85,15 @@ def run_tb(
     seed: int = 1,
     tag: str = "",
     opt: str = "-O0",
+    waves: bool = False,
 ) -> dict:
     """Run ``tb/tb_<block>.py`` on ``sim``; return the testbench's JSON report plus
-    ``tests``/``failed`` counts from the results file."""
+    ``tests``/``failed`` counts from the results file.  With ``waves`` the simulator records
+    every signal (Verilator: VCD, Icarus: FST) and the report's ``waves`` names the file."""
     params = dataclasses.asdict(p)
-    key = hashlib.sha1(json.dumps([block, params, opt], sort_keys=True).encode()).hexdigest()[:10]
+    key = hashlib.sha1(
+        json.dumps([block, params, opt] + (["waves"] if waves else []), sort_keys=True).encode()
+    ).hexdigest()[:10]
     build_dir = Path(build_root).resolve() / f"{block}-{sim}-{key}"
     src = write_verilog(block, p, build_dir / "rtl")
     if sim == "icarus":
@@ -109,6 +113,7 @@ def run_tb(
             build_args=build_args,
             timescale=("1ns", "1ps"),
             log_file=build_dir / "build.log",
+            waves=waves,
         )
         report = build_dir / f"report{tag}.json"
         report.unlink(missing_ok=True)
@@ -119,6 +124,7 @@ def run_tb(
                 build_dir=build_dir,
                 test_dir=build_dir,
                 seed=seed,
+                waves=waves,
                 results_xml=str(build_dir / f"results{tag}.xml"),
                 timescale=("1ns", "1ps"),
                 log_file=build_dir / f"test{tag}.log",
@@ -143,4 +149,7 @@ def run_tb(
     out.update(
         tests=tests, failed=failed, build_dir=str(build_dir), log=str(build_dir / f"test{tag}.log")
     )
+    if waves:
+        dump = build_dir / ("dump.vcd" if sim == "verilator" else f"{top_name(block)}.fst")
+        out["waves"] = str(dump) if dump.exists() else None
     return out

@@ -1,6 +1,7 @@
 """The fsedp command line: bad input gets one line and exit status 2; Verilog lints clean."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -329,3 +330,15 @@ def test_grid_fixed_field_applies_to_every_point(tmp_path, capsys):
         (row,) = json.loads(capsys.readouterr().out)["rows"]
         mb[m] = row["A3"]["weights_mb"]
     assert mb[16] < mb[8]
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog missing")
+def test_cosim_waves_writes_a_waveform(capsys):
+    """``fsedp rtl cosim --waves`` records the run and names the file."""
+    rc = main(
+        ["rtl", "cosim", "--sim", "icarus", "--experts", "16", "--rounds", "2", "--waves"]
+        + ["--json"]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["mismatches"] == 0
+    assert doc["waves"].endswith(".fst") and Path(doc["waves"]).stat().st_size > 1000

@@ -41,7 +41,7 @@ def _params(args) -> SchedulerParams:
     return p
 
 
-def _run_tb(p, sim, knobs, tag, opt="-O0"):
+def _run_tb(p, sim, knobs, tag, opt="-O0", waves=False):
     from fsedp.tb.runner import run_tb
 
     return run_tb(
@@ -53,6 +53,7 @@ def _run_tb(p, sim, knobs, tag, opt="-O0"):
         seed=knobs.get("seed", 1),
         tag=tag,
         opt=opt,
+        waves=waves,
     )
 
 
@@ -243,7 +244,9 @@ def cmd_cosim(args):
         "top_k": args.top_k,
     }
     t0 = time.time()
-    res = _run_tb(p, args.sim, knobs, tag=f"-cosim{args.seed}", opt=args.build_opt)
+    res = _run_tb(
+        p, args.sim, knobs, tag=f"-cosim{args.seed}", opt=args.build_opt, waves=args.waves
+    )
     wall = time.time() - t0
     doc = {
         "params": dataclasses.asdict(p),
@@ -262,6 +265,7 @@ def cmd_cosim(args):
         "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
         "wall_s": round(wall, 1),
         "log": res.get("log"),
+        "waves": res.get("waves"),
     }
     if doc["mismatches"] is None:
         doc["mismatches"] = "testbench failed before reporting"
@@ -273,6 +277,8 @@ def cmd_cosim(args):
     )
     for m in doc["first_mismatches"]:
         text += f"\n  {m}"
+    if doc["waves"]:
+        text += f"\nwaveform: {doc['waves']}"
     emit(args, doc, text)
     return 0 if doc["mismatches"] == 0 and res.get("failed") == 0 else 1
 
@@ -401,6 +407,7 @@ def cmd_datapath(args):
             stall=args.stall,
             reset_every=args.reset_every,
             opt=args.build_opt,
+            waves=args.waves,
         )
         res.update(
             params=dataclasses.asdict(p),
@@ -590,6 +597,11 @@ def add_parsers(sub):
         help="C++ optimisation of the Verilator model: -O0 builds fastest, "
         "-O2 simulates fastest (default, for long runs)",
     )
+    c.add_argument(
+        "--waves",
+        action="store_true",
+        help="record every signal (Verilator: VCD, Icarus: FST); the summary names the file",
+    )
     c.set_defaults(func=cmd_cosim)
 
     r = rsub.add_parser(
@@ -684,5 +696,8 @@ def add_parsers(sub):
         "--preempt", action="store_true", help="compute preemption ([D11], A6) in the ring buffers"
     )
     d.add_argument("--build-opt", default="-O0", choices=opts)
+    d.add_argument(
+        "--waves", action="store_true", help="record every signal of each --mesh run (VCD/FST)"
+    )
     d.add_argument("--out", help="also write the report (Markdown) to this file")
     d.set_defaults(func=cmd_datapath, out_kind="file")

@@ -158,6 +158,7 @@ def long_run(
     stall: float = 0.25,
     reset_every: int = 0,
     opt: str = "-O0",
+    waves: bool = False,
 ) -> dict:
     from fsedp.tb.runner import run_tb
 
@@ -179,6 +180,7 @@ def long_run(
         seed=seed,
         tag=f"-run{seed}-{layers}",
         opt=opt,
+        waves=waves,
     )
 
 
@@ -238,7 +240,8 @@ def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
             f"- peak occupancy per chiplet (slots of {p['slots']}): RTL "
             f"{run.get('peak_rtl')}, golden model {run.get('peak_model')}",
             f"- longest layer: {max(run.get('layer_cycles') or [0])} cycles; "
-            f"wall time {run.get('wall_s')} s",
+            f"wall time {run.get('wall_s')} s"
+            + (f"; waveform {run['waves']}" if run.get("waves") else ""),
             "",
         ]
     return "\n".join(out)
