@@ -258,6 +258,7 @@ async def scheduler_vs_golden(dut):
         "beats": checker.beats,
         "mismatches": len(checker.mismatches),
         "first_mismatches": [str(m) for m in checker.mismatches[:10]],
+        "first_mismatch_round": checker.mismatches[0].round if checker.mismatches else None,
         "latency_first_dispatch": [x for _, x, _ in lat_first],
         # the same, split by whether token buffering deferred a request in the round
         "latency_first_dispatch_plain": [x for _, x, d in lat_first if not d],

@@ -342,3 +342,26 @@ def test_cosim_waves_writes_a_waveform(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["mismatches"] == 0
     assert doc["waves"].endswith(".fst") and Path(doc["waves"]).stat().st_size > 1000
+
+
+def test_failing_cosim_records_its_failing_round(monkeypatch, capsys):
+    """A cosimulation with a mismatch runs again, same seed, up to the failing round with
+    waves on, and names the waveform."""
+    import fsedp.cli.rtl as rtl
+
+    calls = []
+
+    def fake(p, sim, knobs, tag, opt="-O0", waves=False):
+        calls.append((dict(knobs), waves))
+        if not waves:
+            return {"mismatches": 1, "first_mismatches": ["x"], "first_mismatch_round": 4}
+        return {"mismatches": 1, "waves": "/tmp/dump.vcd"}
+
+    monkeypatch.setattr(rtl, "_run_tb", fake)
+    monkeypatch.setattr(rtl, "require_simulator", lambda sim: None)
+    rc = main(["rtl", "cosim", "--experts", "16", "--rounds", "50", "--seed", "7", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["waves"] == "/tmp/dump.vcd" and doc["waves_round"] == 4
+    (first, w1), (again, w2) = calls
+    assert (first["rounds"], w1) == (50, False) and (again["rounds"], w2) == (5, True)
+    assert again["seed"] == first["seed"] == 7

@@ -277,8 +277,26 @@ def cmd_cosim(args):
     )
     for m in doc["first_mismatches"]:
         text += f"\n  {m}"
+    bad_round = res.get("first_mismatch_round")
+    if bad_round is not None and not args.waves:
+        # a failing run records itself: the same seed again up to the failing round, with
+        # every signal recorded (the rounds and stalls before it replay identically)
+        again = _run_tb(
+            p,
+            args.sim,
+            {**knobs, "rounds": bad_round + 1},
+            tag=f"-cosim{args.seed}-waves",
+            opt=args.build_opt,
+            waves=True,
+        )
+        doc["waves"] = again.get("waves")
+        doc["waves_round"] = bad_round
     if doc["waves"]:
-        text += f"\nwaveform: {doc['waves']}"
+        text += f"\nwaveform: {doc['waves']}" + (
+            f" (rounds 0..{bad_round}, the first mismatch in the last)"
+            if doc.get("waves_round") is not None
+            else ""
+        )
     emit(args, doc, text)
     return 0 if doc["mismatches"] == 0 and res.get("failed") == 0 else 1
 
