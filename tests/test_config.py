@@ -305,7 +305,9 @@ def test_mixtral_is_accepted_by_the_scheduler():
     assert m == derived_microslices(run.model.expert_bytes, 4096) == 256  # the cap
     assert run.datapath_params().slots == (4096 * 1024) // run.microslice_bytes() == 6
     phi = run_from_dict(run_dict(hardware="chip2x2", model="phi-3.5-moe"))
-    assert phi.hardware.microslices_per_expert == 66 and phi.datapath_params().slots == 7
+    assert phi.hardware.microslices_per_expert == 66
+    # slots: micro-slices of Phi-3.5-MoE that fit in the 4 MiB buffer
+    assert phi.datapath_params().slots == (4096 * 1024) // phi.microslice_bytes() == 7
     # with the micro-slice count fixed by hand at 8 the buffer cannot stream it
     e = error_of(run_dict(model="mixtral-8x7b"))
     assert e.field == "hardware.onchip_buffer_kib"
