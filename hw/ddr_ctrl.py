@@ -282,6 +282,7 @@ class DDRController(wiring.Component):
         p = self.p
         n, M, P, cb = p.chiplets, p.micro_slices, p.preload_entries, p.chiplet_bits
         ew = bits_for(n + 1)
+        # updated in place by every stage
         extra = [Const(0, ew)] * n
         pext = [Const(0, ew)] * P
         # per channel, the candidate loads in priority order: (issue, fields)
@@ -304,31 +305,58 @@ class DDRController(wiring.Component):
                 dest=dest, r=r, held=1,
             )  # fmt: skip
 
-        local = [Const(0)] * n  # channel already issued before the pre-loads
+        def job_load(tag, c, covers, hops, dests, enable):
+            """A load on chiplet ``c`` for the first running expert (round-robin) that
+            ``covers(j)`` it, has micro-slices left, is in its window and is admitted with
+            ``hops[j]``; it goes to ``dests[j]``.  Returns ``(issue, any eligible)``."""
+            elig = []
+            for j in range(n):
+                e = Signal(name=f"{tag}{c}_elig{j}")
+                m.d.comb += e.eq(
+                    t.jvalid[j]
+                    & covers(j)
+                    & (t.jloaded[j] + extra[j] < M)
+                    & (free2[c] > hops[j])
+                    & self._window(m, t, hot, j, extra[j], f"{tag}{c}_window{j}")
+                )
+                elig.append(e)
+            anyj, pick = rr_pick(elig, rr, cb)
+            iss, sel = Signal(name=f"{tag}{c}_issue"), Signal(cb, name=f"{tag}{c}_job")
+            m.d.comb += [iss.eq(enable & anyj), sel.eq(pick)]
+            index = Array(t.jloaded[j] + extra[j] for j in range(n))[sel]
+            dest = c if dests is None else Array(dests)[sel]
+            cands[c].append((iss, job_fields(sel, index, dest, Array(hops)[sel])))
+            with m.If(iss):
+                m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
+            extra[:] = [count(extra[j], iss, sel, j, f"{tag}{c}_extra{j}") for j in range(n)]
+            return iss, anyj
+
+        def pre_load(tag, c, covers, hops, dests, enable):
+            """A held load on chiplet ``c`` for the lowest pre-load entry that ``covers(k)``
+            it and has micro-slices left, into room for ``H + 1``; ``hops``/``dests`` as in
+            :func:`job_load`."""
+            elig = [t.pvalid[k] & covers(k) & (t.pload[k] + pext[k] < M) for k in range(P)]
+            anyp, pick = first_set(elig)
+            iss, sel = Signal(name=f"{tag}{c}_issue"), Signal(bits_for(P), name=f"{tag}{c}_pre")
+            m.d.comb += [iss.eq(enable & (free2[c] > p.max_hops + 1) & anyp), sel.eq(pick)]
+            index = Array(t.pload[k] + pext[k] for k in range(P))[sel]
+            dest = c if dests is None else Array(dests)[sel]
+            cands[c].append((iss, pre_fields(sel, index, dest, Array(hops)[sel])))
+            pext[:] = [count(pext[k], iss, sel, k, f"{tag}{c}_extra{k}") for k in range(P)]
+            return iss
+
+        local = [Const(0)] * n  # channel already issued before the remote loads
         if not p.rule5:
+            # local Rule 4: the first running expert (round-robin) that covers c
             for c in range(n):
-                # local Rule 4: the first running expert (round-robin) that covers c
-                elig = []
-                for j in range(n):
-                    e = Signal(name=f"a{c}_elig{j}")
-                    m.d.comb += e.eq(
-                        t.jvalid[j]
-                        & t.jtraj[j][c]
-                        & (t.jloaded[j] + extra[j] < M)
-                        & (free2[c] > t.jneed[j][c])
-                        & self._window(m, t, hot, j, extra[j], f"a{c}_window{j}")
-                    )
-                    elig.append(e)
-                anyj, pick = rr_pick(elig, rr, cb)
-                iss, sel = Signal(name=f"a{c}_issue"), Signal(cb, name=f"a{c}_job")
-                m.d.comb += [iss.eq(can_issue[c] & anyj), sel.eq(pick)]
-                index = Array(t.jloaded[j] + extra[j] for j in range(n))[sel]
-                r = Array(t.jneed[j][c] for j in range(n))[sel]
-                cands[c].append((iss, job_fields(sel, index, c, r)))
-                with m.If(iss):
-                    m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
-                extra = [count(extra[j], iss, sel, j, f"a{c}_extra{j}") for j in range(n)]
-                local[c] = iss
+                local[c], _ = job_load(
+                    "a",
+                    c,
+                    lambda j, c=c: t.jtraj[j][c],
+                    [t.jneed[j][c] for j in range(n)],
+                    None,
+                    can_issue[c],
+                )
         else:
             # Rule 5: the jobs round-robin, each one load into its emptiest chiplet whose
             # channel is still unused
@@ -350,66 +378,42 @@ class DDRController(wiring.Component):
                     used[a] = used[a] | hit
                 with m.If(iss):
                     m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
-                extra = [count(extra[j], iss, sel, j, f"r5_{k}_extra{j}") for j in range(n)]
+                extra[:] = [count(extra[j], iss, sel, j, f"r5_{k}_extra{j}") for j in range(n)]
             local = used
         if P:
-            # local pre-loads: the lowest pre-load entry that covers c, into room for H + 1
+            # local pre-loads: the lowest pre-load entry that covers c
             for c in range(n):
-                elig = [t.pvalid[k] & t.ptraj[k][c] & (t.pload[k] + pext[k] < M) for k in range(P)]
-                anyp, pick = first_set(elig)
-                iss, sel = Signal(name=f"b{c}_issue"), Signal(bits_for(P), name=f"b{c}_pre")
-                m.d.comb += [
-                    iss.eq(can_issue[c] & ~local[c] & (free2[c] > p.max_hops + 1) & anyp),
-                    sel.eq(pick),
-                ]
-                index = Array(t.pload[k] + pext[k] for k in range(P))[sel]
-                r = Array(t.pneed[k][c] for k in range(P))[sel]
-                cands[c].append((iss, pre_fields(sel, index, c, r)))
-                local[c] = local[c] | iss
-                pext = [count(pext[k], iss, sel, k, f"b{c}_extra{k}") for k in range(P)]
+                local[c] = local[c] | pre_load(
+                    "b",
+                    c,
+                    lambda k, c=c: t.ptraj[k][c],
+                    [t.pneed[k][c] for k in range(P)],
+                    None,
+                    can_issue[c] & ~local[c],
+                )
         if not p.rule5:
             # remote loads [D10]: a running expert's micro-slice (round-robin), else a
             # pre-load's, that enters its trajectory at remote_entry
             for c in range(n):
-                elig = []
-                for j in range(n):
-                    e = Signal(name=f"c{c}_elig{j}")
-                    m.d.comb += e.eq(
-                        t.jvalid[j]
-                        & (t.jloaded[j] + extra[j] < M)
-                        & (free2[c] > t.jrr[j][c])
-                        & self._window(m, t, hot, j, extra[j], f"c{c}_window{j}")
-                    )
-                    elig.append(e)
-                anyj, pick = rr_pick(elig, rr, cb)
                 free = Signal(name=f"c{c}_free")
-                iss, sel = Signal(name=f"c{c}_issue"), Signal(cb, name=f"c{c}_job")
-                m.d.comb += [
-                    free.eq(can_issue[c] & ~local[c]),
-                    iss.eq(free & anyj),
-                    sel.eq(pick),
-                ]
-                index = Array(t.jloaded[j] + extra[j] for j in range(n))[sel]
-                dest = Array(t.jrd[j][c] for j in range(n))[sel]
-                r = Array(t.jrr[j][c] for j in range(n))[sel]
-                cands[c].append((iss, job_fields(sel, index, dest, r)))
-                with m.If(iss):
-                    m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
-                extra = [count(extra[j], iss, sel, j, f"c{c}_extra{j}") for j in range(n)]
+                m.d.comb += free.eq(can_issue[c] & ~local[c])
+                _, anyj = job_load(
+                    "c",
+                    c,
+                    lambda j: Const(1),
+                    [t.jrr[j][c] for j in range(n)],
+                    [t.jrd[j][c] for j in range(n)],
+                    free,
+                )
                 if P:
-                    elig = [t.pvalid[k] & (t.pload[k] + pext[k] < M) for k in range(P)]
-                    anyp, pick = first_set(elig)
-                    issp = Signal(name=f"c{c}_pre_issue")
-                    selp = Signal(bits_for(P), name=f"c{c}_pre")
-                    m.d.comb += [
-                        issp.eq(free & ~anyj & (free2[c] > p.max_hops + 1) & anyp),
-                        selp.eq(pick),
-                    ]
-                    index = Array(t.pload[k] + pext[k] for k in range(P))[selp]
-                    dest = Array(t.prd[k][c] for k in range(P))[selp]
-                    r = Array(t.prr[k][c] for k in range(P))[selp]
-                    cands[c].append((issp, pre_fields(selp, index, dest, r)))
-                    pext = [count(pext[k], issp, selp, k, f"c{c}_pre_extra{k}") for k in range(P)]
+                    pre_load(
+                        "c_pre",
+                        c,
+                        lambda k: Const(1),
+                        [t.prr[k][c] for k in range(P)],
+                        [t.prd[k][c] for k in range(P)],
+                        free & ~anyj,
+                    )
         for j in range(n):
             m.d.sync += t.jloaded[j].eq(t.jloaded[j] + extra[j])
         for k in range(P):

@@ -34,11 +34,8 @@ from amaranth import (
 from amaranth.back import verilog
 from amaranth.hdl import Assert, Assume, Fragment, ResetSignal
 
-from fsedp.hw.eit import EIT
-from fsedp.hw.icv import ICV
-from fsedp.hw.matcher import ECMatcher
+from fsedp.hw.generate import BLOCKS
 from fsedp.hw.sorter import Sorter
-from fsedp.hw.token_buffer import TokenBufferUnit
 from fsedp.params import SchedulerParams
 from fsedp.sw.sorter import SORTERS, network
 
@@ -317,9 +314,7 @@ class Check:
     def dut(self):
         if self.block == "sorter":
             return Sorter(self.params, self.kind)
-        return {"icv": ICV, "matcher": ECMatcher, "eit": EIT, "token_buffer": TokenBufferUnit}[
-            self.block
-        ](self.params)
+        return BLOCKS[self.block](self.params)
 
     def build(self, dut_factory: Callable | None = None, only: str | None = None) -> _Checker:
         dut = dut_factory(self.params) if dut_factory else self.dut()
