@@ -4,6 +4,8 @@ The testbenches pack and unpack beats with these same layouts (``layout.const(..
 ``layout.from_bits(...)``), so a field moves in one place only.
 """
 
+from functools import cache
+
 from amaranth.lib import data
 
 from fsedp.params import BeatKind, SchedulerParams
@@ -15,6 +17,7 @@ __all__ = [
     "req_init_layout",
     "entry_layout",
     "dispatch_from_bits",
+    "dispatch_decoder",
     "gate_bits",
     "req_init_bits",
     "dispatch_layout",
@@ -79,16 +82,60 @@ def dispatch_from_bits(p: SchedulerParams, bits: int):
     )
 
 
-def gate_bits(p: SchedulerParams, request: int, chiplet: int, expert: int, last: bool) -> int:
-    return (
-        gate_layout(p)
-        .const({"request": request, "chiplet": chiplet, "expert": expert, "last": int(last)})
-        .as_bits()
+def dispatch_decoder(p: SchedulerParams):
+    """A fast :func:`dispatch_from_bits` (shifts and masks from the layout's offsets, for
+    regressions of 10^5 rounds); ``tests/test_rtl_amaranth.py`` shows the two equal."""
+    from fsedp.sw.scheduler import Dispatch
+
+    lay = dispatch_layout(p)
+
+    def field(name):
+        f = lay[name]
+        return f.offset, (1 << f.width) - 1
+
+    kind, expert, count, traj, entry = (
+        field(n) for n in ("kind", "expert", "count", "traj", "entry")
     )
+    hop_off, cb = lay["next_hop"].offset, p.chiplet_bits
+    hop_mask = (1 << cb) - 1
+    hops = [hop_off + c * cb for c in range(p.chiplets)]
+    kinds = {k.value: k for k in BeatKind}
+
+    def decode(bits: int):
+        return Dispatch(
+            kinds[bits >> kind[0] & kind[1]],
+            bits >> expert[0] & expert[1],
+            bits >> count[0] & count[1],
+            bits >> traj[0] & traj[1],
+            bits >> entry[0] & entry[1],
+            tuple(bits >> o & hop_mask for o in hops),
+        )
+
+    return decode
+
+
+@cache
+def _fields(layout_fn, p) -> tuple[tuple[int, int], ...]:
+    """(offset, mask) of each field of ``layout_fn(p)``, in declaration order."""
+    return tuple((f.offset, (1 << f.width) - 1) for _, f in layout_fn(p))
+
+
+def _pack(fields, values) -> int:
+    bits = 0
+    for (off, mask), v in zip(fields, values):
+        bits |= (int(v) & mask) << off
+    return bits
+
+
+def gate_bits(p: SchedulerParams, request: int, chiplet: int, expert: int, last: bool) -> int:
+    """Payload of one ``gate`` beat (the same as ``gate_layout(p).const(...).as_bits()``;
+    shifts from the layout's offsets, for stimulus of 10^5 rounds)."""
+    return _pack(_fields(gate_layout, p), (request, chiplet, expert, last))
 
 
 def req_init_bits(p: SchedulerParams, request: int, t_qos: int) -> int:
-    return req_init_layout(p).const({"request": request, "t_qos": t_qos}).as_bits()
+    """Payload of one ``req_init`` beat."""
+    return _pack(_fields(req_init_layout, p), (request, t_qos))
 
 
 # -- chiplet datapath (fsedp.params.DatapathParams) ------------------------------------

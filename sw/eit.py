@@ -87,6 +87,36 @@ class EIT:
             else:
                 count[r][e] += 1
 
+    def merged(self, include: int, clear: bool = False) -> tuple[list, list, list]:
+        """:meth:`scan` of every expert at once: ``(counts, masks, present)``, one list
+        entry per expert, with the same saturation and ``overflow`` (and with ``clear``
+        every request's entries zeroed).  Visits only the non-zero entries, so a round
+        costs its records, not the table; ``tests/test_golden.py`` shows it equal to the
+        per-expert scans."""
+        p = self.p
+        counts, masks, present = [0] * p.experts, [0] * p.experts, [0] * p.experts
+        for r in range(p.requests):
+            row, mrow, bit = self.count[r], self.mask[r], 1 << r
+            live = [e for e, c in enumerate(row) if c]
+            if include >> r & 1:
+                for e in live:
+                    present[e] |= bit
+                    counts[e] += row[e]
+                    masks[e] |= mrow[e]
+            else:
+                for e in live:
+                    present[e] |= bit
+            if clear and live:
+                for e in live:
+                    row[e] = 0
+                    mrow[e] = 0
+        cmax = p.count_max
+        for e, c in enumerate(counts):
+            if c > cmax:
+                counts[e] = cmax
+                self.overflow = True
+        return counts, masks, present
+
     def scan(self, expert: int, include: int, clear: bool = False) -> ScanResult:
         """Merged view of ``expert`` over the requests in bit-mask ``include``.
 

@@ -132,18 +132,16 @@ class Scheduler:
         self.eit.overflow = self.eit.bad_record = self.spurious_done = False
         self.eit.write_many(records)
         everyone = (1 << p.requests) - 1
+        # pass 1 (RTL: a scan of every expert over every request), then pass 2 over the
+        # requests that were not deferred, clearing the table
         present = cold_hit = 0
-        for e in range(p.experts):
-            s = self.eit.scan(e, everyone)
-            present |= s.present
-            if 0 < s.count < p.theta_min:
-                cold_hit |= s.present
+        counts, _, pres = self.eit.merged(everyone)
+        for c, r in zip(counts, pres):
+            present |= r
+            if 0 < c < p.theta_min:
+                cold_hit |= r
         defer = self.tb.decide(present, cold_hit)
-        counts, trajs = [], []
-        for e in range(p.experts):
-            s = self.eit.scan(e, everyone & ~defer, clear=True)
-            counts.append(s.count)
-            trajs.append(s.mask)
+        counts, trajs, _ = self.eit.merged(everyone & ~defer, clear=True)
         keys = sort_keys(sorter_keys(counts, p.sorter_lanes), p.sorter)
         n = sum(1 for c in counts if c)
         plan = RoundPlan(defer, cold_hit, present, counts, trajs, keys, n)

@@ -9,6 +9,8 @@ Verilator and Icarus, ``fsedp rtl cosim``).
   the golden model and compares every dispatch beat and the end-of-round status.
 """
 
+import itertools
+import json
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -17,7 +19,14 @@ from fsedp.params import SchedulerParams
 from fsedp.sw.scheduler import Dispatch, Scheduler
 from fsedp.workload import Round
 
-__all__ = ["random_round", "DatapathModel", "ScriptedDatapath", "RoundChecker", "Mismatch"]
+__all__ = [
+    "random_round",
+    "make_rounds",
+    "DatapathModel",
+    "ScriptedDatapath",
+    "RoundChecker",
+    "Mismatch",
+]
 
 
 def zipf_weights(n: int, skew: float, rng: random.Random) -> list[float]:
@@ -41,14 +50,15 @@ def random_round(
     from a Zipf-like popularity, each token on a random chiplet and in a random request."""
     tokens = tokens if tokens is not None else rng.randint(1, 4 * p.chiplets)
     top_k = min(top_k if top_k is not None else rng.randint(1, 4), p.experts)
-    weights = zipf_weights(p.experts, skew, rng)
+    cum = list(itertools.accumulate(zipf_weights(p.experts, skew, rng)))
+    experts = range(p.experts)
     records = []
     for _ in range(tokens):
         request = rng.randrange(p.requests)
         chiplet = rng.randrange(p.chiplets)
         chosen = set()
         while len(chosen) < top_k:
-            chosen.add(rng.choices(range(p.experts), weights)[0])
+            chosen.add(rng.choices(experts, cum_weights=cum)[0])
         records += [(request, chiplet, e) for e in sorted(chosen)]
     req_inits = []
     if inits:
@@ -181,3 +191,51 @@ class RoundChecker:
             if gflags[name] != value:
                 self._miss(f"flag {name}", gflags[name], value)
         self.round += 1
+
+
+def make_rounds(p: SchedulerParams, k: dict, rng: random.Random) -> list[Round]:
+    """The rounds of a scheduler testbench run from its knobs: ``rounds_file`` (JSON list of
+    ``{"records", "req_inits"}``, optionally ``done_script`` and ``expected``) or ``rounds``
+    random rounds where every tenth is a full table (kind 3), an empty-after-buffering round
+    (kind 7) or one expert hammered to its count limit (kind 5); ``bad_records`` replaces
+    that fraction of records with random out-of-range ones."""
+    if k.get("rounds_file"):
+        with open(k["rounds_file"]) as f:
+            data = json.load(f)
+        rounds = [
+            Round([tuple(x) for x in d["records"]], [tuple(x) for x in d.get("req_inits", [])])
+            for d in data
+        ]
+        for r, d in zip(rounds, data):  # optional: scripted completions, expected beats
+            r.done_script = d.get("done_script")
+            r.expected = d.get("expected")
+        return rounds
+    rounds = []
+    for i in range(k.get("rounds", 20)):
+        kind = i % 10
+        if kind == 3:  # full table: every expert active, every request present
+            recs = [(e % p.requests, rng.randrange(p.chiplets), e) for e in range(p.experts)]
+            recs += [
+                (r, rng.randrange(p.chiplets), rng.randrange(p.experts)) for r in range(p.requests)
+            ]
+            rounds.append(Round(recs, []))
+        elif kind == 7:  # empty after buffering: lone cold tokens, every request has slack
+            inits = [(r, p.qos_max) for r in range(p.requests)]
+            recs = [(r, rng.randrange(p.chiplets), (r * 7) % p.experts) for r in range(p.requests)]
+            rounds.append(Round(recs if p.theta_min >= 2 else recs[:1], inits))
+        elif kind == 5:  # counts at their width limit: one expert hammered
+            e = rng.randrange(p.experts)
+            recs = [
+                (rng.randrange(p.requests), rng.randrange(p.chiplets), e)
+                for _ in range(min(p.count_max + 3, 300))
+            ]
+            rounds.append(Round(recs, []))
+        else:
+            rounds.append(random_round(p, rng, tokens=k.get("tokens"), top_k=k.get("top_k")))
+        if k.get("bad_records"):
+            lim = (1 << p.request_bits, 1 << p.chiplet_bits, 1 << p.expert_bits)
+            rnd = rounds[-1]
+            for j in range(len(rnd.records)):
+                if rng.random() < k["bad_records"]:
+                    rnd.records[j] = tuple(rng.randrange(x) for x in lim)
+    return rounds

@@ -12,16 +12,14 @@ of :class:`DatapathModel`), log_rounds (rounds whose events go into the report),
 ``{"records": [[r, c, e], ...], "req_inits": [[r, t], ...]}``).
 """
 
-import json
 import random
 
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import dispatch_from_bits, gate_bits, req_init_bits
-from fsedp.tb.scoreboard import DatapathModel, RoundChecker, ScriptedDatapath, random_round
+from fsedp.tb.scoreboard import DatapathModel, RoundChecker, ScriptedDatapath, make_rounds
 from fsedp.tb.streams import knobs, params, resolved, start, u, write_report
-from fsedp.workload import Round
 
 
 async def wait_idle(dut):
@@ -33,49 +31,6 @@ async def wait_idle(dut):
         await RisingEdge(dut.clk)
         if ok:
             return
-
-
-def make_rounds(p, k, rng):
-    if k.get("rounds_file"):
-        with open(k["rounds_file"]) as f:
-            data = json.load(f)
-        rounds = [
-            Round([tuple(x) for x in d["records"]], [tuple(x) for x in d.get("req_inits", [])])
-            for d in data
-        ]
-        for r, d in zip(rounds, data):  # optional: scripted completions, expected beats
-            r.done_script = d.get("done_script")
-            r.expected = d.get("expected")
-        return rounds
-    rounds = []
-    for i in range(k.get("rounds", 20)):
-        kind = i % 10
-        if kind == 3:  # full table: every expert active, every request present
-            recs = [(e % p.requests, rng.randrange(p.chiplets), e) for e in range(p.experts)]
-            recs += [
-                (r, rng.randrange(p.chiplets), rng.randrange(p.experts)) for r in range(p.requests)
-            ]
-            rounds.append(Round(recs, []))
-        elif kind == 7:  # empty after buffering: lone cold tokens, every request has slack
-            inits = [(r, p.qos_max) for r in range(p.requests)]
-            recs = [(r, rng.randrange(p.chiplets), (r * 7) % p.experts) for r in range(p.requests)]
-            rounds.append(Round(recs if p.theta_min >= 2 else recs[:1], inits))
-        elif kind == 5:  # counts at their width limit: one expert hammered
-            e = rng.randrange(p.experts)
-            recs = [
-                (rng.randrange(p.requests), rng.randrange(p.chiplets), e)
-                for _ in range(min(p.count_max + 3, 300))
-            ]
-            rounds.append(Round(recs, []))
-        else:
-            rounds.append(random_round(p, rng, tokens=k.get("tokens"), top_k=k.get("top_k")))
-        if k.get("bad_records"):
-            lim = (1 << p.request_bits, 1 << p.chiplet_bits, 1 << p.expert_bits)
-            rnd = rounds[-1]
-            for j in range(len(rnd.records)):
-                if rng.random() < k["bad_records"]:
-                    rnd.records[j] = tuple(rng.randrange(x) for x in lim)
-    return rounds
 
 
 @cocotb.test()

@@ -1,6 +1,6 @@
 """cocotb testbench of the sorter (the variant of ``p.sorter``): every output vector == the
-golden model's step-by-step application of the same network (:func:`fsedp.sw.sorter.sort_keys`)
-to the matching input vector, in order, trajectory masks riding along, under random valid
+golden model's sort (:func:`fsedp.sw.sorter.sort_keys`, equal to stepping the network) of the
+matching input vector, in order, trajectory masks riding along, under random valid
 gaps and ready stalls; reports the measured latency in cycles (input accepted -> output
 valid)."""
 

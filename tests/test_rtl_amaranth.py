@@ -201,3 +201,28 @@ def test_sorter_variants_match_golden(kind, experts):
     sim.add_testbench(bench)
     sim.run()
     assert latencies == [network(lanes, kind).cycles] * 6
+
+
+@pytest.mark.parametrize("experts,chiplets", [(16, 4), (128, 4), (64, 16), (8, 9)])
+def test_fast_payload_codecs_equal_amaranth_layouts(experts, chiplets):
+    """The regression harness packs gate/req_init beats and decodes dispatch beats with
+    shifts (``hw.layouts._pack``, ``dispatch_decoder``); they equal the Amaranth layouts'
+    ``const``/``from_bits`` over random field values."""
+    from amaranth.lib import data
+
+    from fsedp.hw.layouts import dispatch_decoder, dispatch_layout, gate_layout, req_init_layout
+
+    p = SchedulerParams(experts=experts, chiplets=chiplets)
+    rng = random.Random(experts * 100 + chiplets)
+    decode = dispatch_decoder(p)
+    width = data.Layout.cast(dispatch_layout(p)).size
+    for _ in range(300):
+        r, c, e = rng.randrange(p.requests), rng.randrange(p.chiplets), rng.randrange(experts)
+        last, t = rng.randrange(2), rng.randrange(p.qos_max + 1)
+        want = gate_layout(p).const({"request": r, "chiplet": c, "expert": e, "last": last})
+        assert gate_bits(p, r, c, e, bool(last)) == want.as_bits()
+        assert (
+            req_init_bits(p, r, t) == req_init_layout(p).const({"request": r, "t_qos": t}).as_bits()
+        )
+        bits = rng.getrandbits(width) & ~1 if rng.random() < 0.5 else rng.getrandbits(width)
+        assert decode(bits) == dispatch_from_bits(p, bits)
