@@ -181,7 +181,7 @@ class Scheduler(wiring.Component):
                 with m.Else():
                     m.next = "FILL"
 
-        with m.FSM(init="IDLE"):
+        with m.FSM(init="IDLE") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.idle.eq(1)
                 accept_gate(first=True)
@@ -271,4 +271,6 @@ class Scheduler(wiring.Component):
             with m.State("DRAIN"):
                 m.d.comb += sorter.o.ready.eq(1)
                 m.next = "IDLE"
+        #: state names by their encoding in ``fsm_state`` (coverage of resets, waveforms)
+        self.fsm_states = tuple(sorted(fsm.encoding, key=fsm.encoding.get))
         return m

@@ -42,6 +42,8 @@ from fsedp.tb.scoreboard import RoundChecker, make_rounds
 __all__ = ["build_native", "write_stimulus", "run_native", "NativeRun"]
 
 DRIVER = "native_scheduler.cpp"
+#: Verilator config of the build: the driver reads the FSM state (coverage of resets)
+PUBLIC_VLT = '`verilator_config\npublic_flat_rd -module "fsedp_scheduler" -var "fsm_state"\n'
 
 
 def _driver_source() -> str:
@@ -54,15 +56,19 @@ def build_native(p: SchedulerParams, build_root, opt: str = "-O2", log=None) -> 
     executable."""
     src = _driver_source()
     key = hashlib.sha1(
-        json.dumps([dataclasses.asdict(p), opt, src], sort_keys=True).encode()
+        json.dumps([dataclasses.asdict(p), opt, src, PUBLIC_VLT], sort_keys=True).encode()
     ).hexdigest()[:10]
     build_dir = Path(build_root).resolve() / f"scheduler-native-{key}"
     exe = build_dir / "obj_dir" / "Vfsedp_scheduler"
     if exe.exists():
         return exe
+    if log:
+        log(f"building the Verilated scheduler with the native driver ({opt}) in {build_dir}")
     rtl = write_verilog("scheduler", p, build_dir / "rtl")
     cpp = build_dir / DRIVER
     cpp.write_text(src)
+    vlt = build_dir / "public.vlt"  # the FSM state is read by the driver (coverage)
+    vlt.write_text(PUBLIC_VLT)
     env = {**os.environ, **verilator_env(opt)}
     cmd = [
         "verilator",
@@ -81,6 +87,7 @@ def build_native(p: SchedulerParams, build_root, opt: str = "-O2", log=None) -> 
         "fsedp_scheduler",
         "--Mdir",
         str(build_dir / "obj_dir"),
+        str(vlt),
         str(rtl),
         str(cpp),
     ]
@@ -91,8 +98,6 @@ def build_native(p: SchedulerParams, build_root, opt: str = "-O2", log=None) -> 
         raise RuntimeError(
             f"native scheduler build failed ({build_dir / 'build.log'}):\n" + "\n".join(tail)
         )
-    if log:
-        log(f"built {exe}")
     return exe
 
 
@@ -174,6 +179,8 @@ def _driver_args(p: SchedulerParams, k: dict) -> list[str]:
         "--stall", repr(float(k.get("stall", 0.25))),
         "--max-delay", str(k.get("max_delay", 12)),
         "--per-token", str(k.get("per_token", 0)),
+        "--spurious", repr(float(k.get("spurious", 0.0))),
+        "--gather", repr(float(k.get("gather", 0.0))),
         "--chiplets", str(p.chiplets),
         "--kind-off", str(lay["kind"].offset),
         "--count", f"{lay['count'].offset}:{p.count_width}",
@@ -192,15 +199,19 @@ def run_native(
     progress_s: float = 10.0,
     waves_on_failure: bool = True,
     trace_round: int | None = None,
+    coverage=None,
+    log: Callable[[str], None] | None = None,
 ) -> NativeRun:
     """Run ``knobs["rounds"]`` rounds (knobs as in ``tb/tb_scheduler.py``: seed, stall,
-    reset_every, tokens, top_k, bad_records, max_delay, per_token) through the native driver
+    reset_every, tokens, top_k, bad_records, hammer, max_delay, per_token; and the driver's
+    own spurious and gather, see ``tb/native_scheduler.cpp``) through the native driver
     and check every beat.  ``report`` is rewritten every ``progress_s`` seconds and at the
     end; ``progress`` is called at the same times.  With ``trace_round`` the run records that
-    round in a VCD and stops after it.  A keyboard interrupt stops the run and returns what
+    round in a VCD and stops after it.  ``coverage`` (:class:`fsedp.tb.coverage.Coverage`)
+    samples its bins at every booking.  A keyboard interrupt stops the run and returns what
     was checked (``stopped``)."""
     t0 = time.time()
-    exe = build_native(p, build_root, opt)
+    exe = build_native(p, build_root, opt, log=log)
     work = exe.parent.parent
     t1 = time.time()
     rng = random.Random(knobs.get("seed", 1))
@@ -215,7 +226,7 @@ def run_native(
         vcd = work / f"round{trace_round}-{tag}.vcd"
         args += ["--trace-round", str(trace_round), "--trace-file", str(vcd)]
     decode = dispatch_decoder(p)
-    checker = RoundChecker(p)
+    checker = RoundChecker(p, monitor=coverage)
     t_start = time.time()
     last_report = t_start
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, bufsize=1 << 16)
@@ -256,6 +267,8 @@ def run_native(
                 mark = None
             elif tag_ == "X":
                 checker.reset()
+                if coverage is not None:
+                    coverage.reset(int(ev[3]))
                 run.resets += 1
                 run.cycles = int(ev[1])
                 mark = None

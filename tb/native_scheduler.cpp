@@ -15,11 +15,14 @@
 //     D <cycle> <hex>                       a dispatch beat was taken
 //     C <cycle> <mask>                      a completion mask was taken
 //     E <cycle> <round> <deferred> <n_active> <overflow> <bad_record> <spurious_done>
-//     X <cycle> <round>                     reset in the middle of the round
+//     X <cycle> <round> <fsm_state>         reset in the middle of the round, in that state
 //     Z <cycle>                             end of the stimulus
 //
 // The datapath stand-in is fsedp.tb.scoreboard.DatapathModel: a dispatched expert completes
-// ceil(count * per_token / |T_e|) + uniform(0..max_delay) cycles after its beat.
+// ceil(count * per_token / |T_e|) + uniform(0..max_delay) cycles after its beat; with
+// --spurious P a mask names one more random slot with probability P (running or not: the
+// scheduler must flag and ignore a slot that is not running); with --gather P the next mask
+// waits, with probability P, until every running slot is due (many completions in one beat).
 
 #include <cstdint>
 #include <cstdio>
@@ -31,10 +34,15 @@
 
 // Verilator spells the "__" of Amaranth's stream port names (gate__valid) as "___05F".
 #include "Vfsedp_scheduler.h"
+#include "Vfsedp_scheduler___024root.h"
 #include "verilated.h"
 #ifdef FSEDP_TRACE
 #include "verilated_vcd_c.h"
 #endif
+
+// The FSM state register, made readable by the build's Verilator config
+// (public_flat_rd), for the coverage of resets in every state.
+#define FSM_STATE(top) unsigned((top)->rootp->fsedp_scheduler__DOT__fsm_state)
 
 namespace {
 
@@ -96,6 +104,8 @@ struct Options {
     double stall = 0.25;
     int max_delay = 12;
     int per_token = 0;
+    double spurious = 0;  // probability that a completion mask names one more slot
+    double gather = 0;    // probability that the next mask waits for every running slot
     int chiplets = 4;
     int kind_off = 0, count_off = 0, count_w = 0, traj_off = 0, entry_off = 0, entry_w = 0;
     long trace_round = -1;  // record this round in a VCD, then stop
@@ -167,14 +177,22 @@ class Bench {
             int ready = rng_.uniform() >= o_.stall;
             top_->dispatch___05Fready = ready;
             if (sent_last && !done_mask) {
-                for (int s = 0; s < o_.chiplets; ++s)
+                uint64_t running = 0;
+                for (int s = 0; s < o_.chiplets; ++s) {
                     if (due_[s] >= 0 && due_[s] <= now_) done_mask |= uint64_t(1) << s;
+                    if (due_[s] >= 0) running |= uint64_t(1) << s;
+                }
+                if (gather_ && done_mask != running) done_mask = 0;  // wait for all of them
+                if (done_mask && o_.spurious > 0 && rng_.uniform() < o_.spurious)
+                    done_mask |= uint64_t(1) << rng_.below(o_.chiplets);  // maybe not running
             }
             top_->done___05Fvalid = done_mask != 0;
             top_->done___05Fpayload = done_mask;
             if (reset_offset >= 0 && now_ >= start + reset_offset) {
+                top_->eval();
+                unsigned state = FSM_STATE(top_);  // the state the reset interrupts
                 reset(2);
-                printf("X %ld %ld\n", now_, index);
+                printf("X %ld %ld %u\n", now_, index, state);
                 wait_idle();
                 return;
             }
@@ -233,6 +251,7 @@ class Bench {
                     if (done_mask >> s & 1) due_[s] = -1;
                 done_mask = 0;
                 want_valid = true;
+                gather_ = rng_.uniform() < o_.gather;
             }
         }
     }
@@ -266,6 +285,7 @@ class Bench {
     Rng rng_{};
     std::vector<long> due_;
     long now_ = 0;
+    bool gather_ = false;
 #ifdef FSEDP_TRACE
     std::unique_ptr<VerilatedVcdC> vcd_;
 #endif
@@ -284,6 +304,8 @@ int main(int argc, char** argv) {
         else if (k == "--stall") o.stall = atof(v);
         else if (k == "--max-delay") o.max_delay = atoi(v);
         else if (k == "--per-token") o.per_token = atoi(v);
+        else if (k == "--spurious") o.spurious = atof(v);
+        else if (k == "--gather") o.gather = atof(v);
         else if (k == "--chiplets") o.chiplets = atoi(v);
         else if (k == "--kind-off") o.kind_off = atoi(v);
         else if (k == "--count") sscanf(v, "%d:%d", &o.count_off, &o.count_w);

@@ -136,8 +136,9 @@ class Mismatch:
 class RoundChecker:
     """Scoreboard of the scheduler top against :class:`fsedp.sw.scheduler.Scheduler`."""
 
-    def __init__(self, p: SchedulerParams):
+    def __init__(self, p: SchedulerParams, monitor=None):
         self.p = p
+        self.monitor = monitor  # e.g. fsedp.tb.coverage.Coverage: sampled at every booking
         self.golden = Scheduler(p)
         self.pending: deque[Dispatch] = deque()
         self.mismatches: list[Mismatch] = []
@@ -154,10 +155,23 @@ class RoundChecker:
 
     def init_request(self, request: int, t_qos: int):
         self.golden.init_request(request, t_qos)
+        if self.monitor:
+            self.monitor.init()
+
+    def _decide(self):
+        icv = self.golden.icv.value
+        beats = self.golden.decide()
+        self.pending.extend(beats)
+        if self.monitor:
+            self.monitor.decided(icv, beats)
 
     def start_round(self, records):
+        if self.monitor:
+            self.monitor.before_start(self.golden, records)
         self.plan = self.golden.start_round(records)
-        self.pending.extend(self.golden.decide())
+        if self.monitor:
+            self.monitor.after_start(self.golden, self.plan)
+        self._decide()
 
     def on_dispatch(self, got: Dispatch):
         self.beats += 1
@@ -171,8 +185,10 @@ class RoundChecker:
                 "completion accepted while a decision was possible", list(self.pending), mask
             )
             self.pending.clear()
+        if self.monitor:
+            self.monitor.done(mask)
         self.golden.complete(mask)
-        self.pending.extend(self.golden.decide())
+        self._decide()
 
     def end_round(self, deferred: int, n_active: int, flags: dict):
         plan = self.plan
@@ -187,6 +203,8 @@ class RoundChecker:
         if plan.n != n_active:
             self._miss("active experts", plan.n, n_active)
         gflags = self.golden.flags
+        if self.monitor:
+            self.monitor.end_round(gflags)
         for name, value in flags.items():
             if gflags[name] != value:
                 self._miss(f"flag {name}", gflags[name], value)
@@ -197,8 +215,10 @@ def make_rounds(p: SchedulerParams, k: dict, rng: random.Random) -> list[Round]:
     """The rounds of a scheduler testbench run from its knobs: ``rounds_file`` (JSON list of
     ``{"records", "req_inits"}``, optionally ``done_script`` and ``expected``) or ``rounds``
     random rounds where every tenth is a full table (kind 3), an empty-after-buffering round
-    (kind 7) or one expert hammered to its count limit (kind 5); ``bad_records`` replaces
-    that fraction of records with random out-of-range ones."""
+    (kind 7) or one expert hammered to its count limit (kind 5; with ``hammer`` in one request,
+    so that an EIT entry saturates); with ``spread`` kind 1 is every expert on one chiplet, all
+    chiplets used (every slot running at once); ``bad_records`` replaces that fraction of records with
+    random field values (out of range where the field can encode one)."""
     if k.get("rounds_file"):
         with open(k["rounds_file"]) as f:
             data = json.load(f)
@@ -223,10 +243,15 @@ def make_rounds(p: SchedulerParams, k: dict, rng: random.Random) -> list[Round]:
             inits = [(r, p.qos_max) for r in range(p.requests)]
             recs = [(r, rng.randrange(p.chiplets), (r * 7) % p.experts) for r in range(p.requests)]
             rounds.append(Round(recs if p.theta_min >= 2 else recs[:1], inits))
+        elif kind == 1 and k.get("spread"):  # every expert on one chiplet, all chiplets used
+            recs = [(rng.randrange(p.requests), e % p.chiplets, e) for e in range(p.experts)]
+            rng.shuffle(recs)
+            rounds.append(Round(recs, []))
         elif kind == 5:  # counts at their width limit: one expert hammered
             e = rng.randrange(p.experts)
+            r0 = rng.randrange(p.requests)  # with ``hammer``: one entry past its width
             recs = [
-                (rng.randrange(p.requests), rng.randrange(p.chiplets), e)
+                (r0 if k.get("hammer") else rng.randrange(p.requests), rng.randrange(p.chiplets), e)
                 for _ in range(min(p.count_max + 3, 300))
             ]
             rounds.append(Round(recs, []))

@@ -349,6 +349,7 @@ def _cosim_native(args, p, knobs):
             report=report,
             progress=None if args.json else progress,
             progress_s=args.progress_every,
+            log=None if args.json else lambda msg: print(f"  {msg}", file=sys.stderr),
         )
     finally:
         signal.signal(signal.SIGTERM, old)
@@ -386,6 +387,60 @@ def _cosim_native(args, p, knobs):
     text += f"\nreport: {report}"
     emit(args, doc, text)
     return 0 if run.complete and run.mismatches == 0 else 1
+
+
+def cmd_coverage(args):
+    """``fsedp rtl coverage``: functional coverage per block from checked native
+    regressions, the stimulus steered at the bins still missed (:mod:`fsedp.tb.coverage`)."""
+    from fsedp.tb.coverage import close_coverage
+    from fsedp.tb.native import native_missing
+
+    p = _params(args)
+    why = native_missing()
+    if why:
+        raise usage("--build-opt", f"the native driver cannot be built here: {why}")
+
+    def log(msg):
+        if not args.json:
+            print(f"  {msg}", file=sys.stderr, flush=True)
+
+    t0 = time.time()
+    cov, history, mismatches = close_coverage(
+        p,
+        build_dir("cosim"),
+        rounds=args.rounds,
+        batches=args.batches,
+        seed=args.seed,
+        opt=args.build_opt,
+        log=log,
+    )
+    rep = cov.report()
+    missed = cov.missed()
+    doc = {
+        "params": dataclasses.asdict(p),
+        "blocks": rep,
+        "batches": history,
+        "mismatches": mismatches,
+        "missed": missed,
+        "wall_s": round(time.time() - t0, 1),
+    }
+    lines = [
+        f"functional coverage: {p.experts} experts, {p.chiplets} chiplets, "
+        f"{sum(h['rounds'] + h['resets'] for h in history)} checked rounds in "
+        f"{len(history)} batches ({', '.join(h['profile'] for h in history)}), "
+        f"{mismatches} mismatches, {doc['wall_s']} s"
+    ]
+    for block, r in rep.items():
+        n = len(r["hit"]) + len(r["missed"])
+        lines.append(f"{block}: {len(r['hit'])}/{n} reachable bins hit")
+        for name, hits in r["hit"].items():
+            lines.append(f"  hit     {name} ({hits})")
+        for name in r["missed"]:
+            lines.append(f"  MISSED  {name}")
+        for name, why in r["unreachable"].items():
+            lines.append(f"  n/a     {name}: {why}")
+    emit(args, doc, "\n".join(lines))
+    return 0 if not missed and not mismatches else 1
 
 
 def cmd_report(args):
@@ -726,6 +781,25 @@ def add_parsers(sub):
         help="native driver: seconds between progress lines and report updates",
     )
     c.set_defaults(func=cmd_cosim)
+
+    cv = rsub.add_parser(
+        "coverage",
+        parents=[CONFIG, JSON],
+        help="functional coverage per block from checked regressions (native driver)",
+    )
+    sizes(cv)
+    cv.add_argument(
+        "--rounds", type=positive("--rounds", 10**6), default=2000, help="rounds per batch"
+    )
+    cv.add_argument(
+        "--batches",
+        type=positive("--batches", 100),
+        default=8,
+        help="at most this many batches, each steered at the bins still missed",
+    )
+    cv.add_argument("--seed", type=seed, default=1)
+    cv.add_argument("--build-opt", default="-O2", choices=opts)
+    cv.set_defaults(func=cmd_coverage)
 
     r = rsub.add_parser(
         "report", parents=[CONFIG, JSON], help="scheduling latency and Yosys cell counts"
