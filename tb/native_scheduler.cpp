@@ -251,7 +251,7 @@ class Bench {
                     if (done_mask >> s & 1) due_[s] = -1;
                 done_mask = 0;
                 want_valid = true;
-                gather_ = rng_.uniform() < o_.gather;
+                gather_ = o_.gather > 0 && rng_.uniform() < o_.gather;
             }
         }
     }

@@ -19,6 +19,16 @@ def build_root(tmp_path_factory):
     return tmp_path_factory.mktemp("native")
 
 
+@pytest.fixture
+def in_build(build_root, tmp_path, monkeypatch):
+    """A working folder whose ``build/cosim`` (where the CLI builds) is ``build_root``, so
+    the CLI tests reuse the models the other tests built."""
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "cosim").symlink_to(build_root)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 def test_native_regression_checks_every_beat(build_root, tmp_path):
     report = tmp_path / "report.json"
     run = run_native(P, KNOBS, build_root, opt="-O0", report=report)
@@ -80,10 +90,9 @@ def test_native_interrupted_run_reports_what_it_checked(build_root, tmp_path):
     assert doc["stopped"] == "interrupted" and doc["rounds"] == run.rounds
 
 
-def test_cli_cosim_native(build_root, tmp_path, monkeypatch, capsys):
+def test_cli_cosim_native(in_build, tmp_path, capsys):
     from fsedp.cli import main
 
-    monkeypatch.chdir(tmp_path)
     report = tmp_path / "r.json"
     args = ["rtl", "cosim", "--driver", "native", "--experts", "16", "--chiplets", "4"]
     code = main(args + ["--rounds", "40", "--build-opt", "-O0", "--report", str(report)])
@@ -94,3 +103,50 @@ def test_cli_cosim_native(build_root, tmp_path, monkeypatch, capsys):
     assert main(args + ["--sim", "icarus"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--driver" in err[0] and "Verilator only" in err[0]
+
+
+# -- functional coverage (tb/coverage.py, fsedp rtl coverage) -------------------------------
+ODD9 = SchedulerParams(experts=12, chiplets=9)
+
+
+def test_coverage_closes_with_steering(build_root):
+    """At 12 experts / 9 chiplets every bin is reachable but the ICV's one-cycle
+    alloc+release; the base stimulus alone misses some, the steered batches hit them all."""
+    from fsedp.tb.coverage import close_coverage
+
+    one, _, _ = close_coverage(ODD9, build_root, rounds=300, batches=1, opt="-O0")
+    assert one.missed(), "the base stimulus alone should not close coverage"
+    cov, history, mismatches = close_coverage(ODD9, build_root, rounds=300, batches=8, opt="-O0")
+    assert mismatches == 0
+    assert cov.missed() == []
+    rep = cov.report()
+    assert list(rep["icv"]["unreachable"]) == ["allocation and release in one cycle"]
+    assert "padding lanes" in rep["sorter"]["hit"] and "bad record flag" in rep["eit"]["hit"]
+    assert len(rep["fsm"]["hit"]) == len(cov.states) >= 12  # a reset in every FSM state
+    assert rep["matcher"]["hit"]["9 completions in one beat"] > 0
+    assert history[0]["profile"] == "base" and len({h["profile"] for h in history}) > 2
+    for block in rep.values():  # nothing declared unreachable was hit
+        assert not set(block["hit"]) & set(block["unreachable"])
+
+
+def test_coverage_unreachable_bins_follow_the_parameters():
+    from fsedp.tb.coverage import Coverage
+
+    states = ("IDLE",)
+    pow2 = Coverage(SchedulerParams(experts=16, chiplets=4), states).unreachable()
+    assert "eit: bad record flag" in pow2 and "sorter: padding lanes" in pow2
+    odd = Coverage(ODD9, states).unreachable()
+    assert "eit: bad record flag" not in odd and "sorter: padding lanes" not in odd
+    never = Coverage(SchedulerParams(experts=16, chiplets=4, theta_min=0), states).unreachable()
+    assert "token_buffer: deferral" in never
+
+
+def test_cli_coverage(in_build, capsys):
+    from fsedp.cli import main
+
+    args = ["rtl", "coverage", "--experts", "12", "--chiplets", "9", "--rounds", "300"]
+    code = main(args + ["--build-opt", "-O0", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["missed"] == [] and doc["mismatches"] == 0
+    assert doc["blocks"]["fsm"]["missed"] == []
+    assert main(["rtl", "coverage", "--batches", "0"]) == 2

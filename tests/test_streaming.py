@@ -309,6 +309,43 @@ def test_preloads_are_held_until_dispatch():
     assert computed == 4 * 2 and arr.idle
 
 
+@pytest.mark.parametrize("channels", [1, 4])
+@pytest.mark.parametrize("traj,entry", [(0b0011, 0), (0b0110, 2), (0b1101, 3), (0b1000, 3)])
+def test_preload_target_chiplets(channels, traj, entry):
+    """Where every pre-load micro-slice goes.  One package channel: to the chiplet the
+    PRELOAD beat names (``entry``, the matcher's first chiplet of the trajectory), held
+    there.  A channel per chiplet (Algorithm 1: "to any idle buffer"): each trajectory
+    chiplet loads into its own buffer, and a chiplet off the trajectory sends its load to
+    ``remote_entry`` -- the trajectory chiplet it reaches within H hops."""
+    sp = sched(2, 2, experts=8, theta_min=0)
+    p = DatapathParams.for_scheduler(
+        sp, 2, 2, slots=8, micro_slices=6, preload_entries=2, ddr_interval=1, ddr_latency=2,
+        ddr_channels=channels,
+    )  # fmt: skip
+    arr = StreamingArray(p)
+    arr.step(StepIn(dispatch=Dispatch(1, 5, 4, traj, entry, (0, 0, 0, 0))))  # PRELOAD
+    issues = []
+    for _ in range(30):
+        issues += [i for i in arr.step(StepIn()).ddr_issues if i[3]]
+    # a pre-load leaves H + 1 slots of its chiplet free for transit (deadlock freedom), so
+    # one chiplet holds at most slots - H - 1 of them; with a channel per chiplet the
+    # trajectory's (and remote) buffers together hold them all
+    room = p.slots - p.max_hops - 1
+    want = min(p.micro_slices, room) if channels == 1 else p.micro_slices
+    assert len(issues) == want
+    assert sorted(h.index for _, _, h, _ in issues) == list(range(want))  # each once
+    for target, _, h, held in issues:
+        assert held and h.expert == 5
+        if channels == 1:
+            assert target == entry and h.dest == entry
+        elif traj >> target & 1:
+            assert h.dest == target
+        else:
+            assert h.dest == p.remote_entry(traj, target)[0]
+    if channels > 1:  # every trajectory chiplet took a share
+        assert {t for t, _, _, _ in issues} >= {c for c in range(4) if traj >> c & 1}
+
+
 def test_rule4_stripes_loads_and_rule5_follows_free_space():
     """Rule 4: every trajectory chiplet loads its share, in ring order from the entry (as
     chiplet 1 loads slice 1 in Figure 6); Rule 5: the chiplet with the most free slots."""
@@ -352,6 +389,69 @@ def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
     got = one_expert_cycles(p, tokens)
     ideal, fill = one_expert_ideal(p, tokens)
     assert ideal <= got <= ideal + 2 * fill, (got, ideal, fill)
+
+
+def stream_one(p: DatapathParams, tokens: int, chips: list[int]) -> int:
+    """Cycles from the dispatch beat of one expert on the ring ``chips`` (``tokens`` tokens
+    on each, entering at the first) to its ``done``, both cycles counted (the convention of
+    :func:`one_expert_cycles`)."""
+    arr = StreamingArray(p)
+    for c in chips:
+        arr.step(StepIn(tokens=(c, 0, tokens)))
+    hops = [0] * p.chiplets
+    for i, c in enumerate(chips):
+        hops[c] = chips[(i + 1) % len(chips)]
+    traj = sum(1 << c for c in chips)
+    arr.step(
+        StepIn(dispatch=Dispatch(DISPATCH, 0, tokens * len(chips), traj, chips[0], tuple(hops)))
+    )
+    cycles = 1
+    while not arr.step(StepIn()).done:
+        cycles += 1
+        assert cycles < 10_000, "the expert never completed"
+    return cycles + 1
+
+
+#: (ddr_interval I, ddr_latency L, tokens, cycles_per_token): DDR-bound (I > T), compute-bound
+#: (T > I), balanced, and T from two cycles per token
+EXACT = [(5, 3, 1, 1), (7, 9, 3, 2), (1, 3, 4, 1), (1, 2, 2, 2), (2, 6, 2, 1), (3, 1, 2, 1)]
+
+
+@pytest.mark.parametrize("interval,latency,tokens,cpt", EXACT)
+@pytest.mark.parametrize("micro_slices", [1, 2, 5, 9])
+@pytest.mark.parametrize("chiplet", [0, 3])
+def test_stream_time_exact_on_one_chiplet(interval, latency, tokens, cpt, micro_slices, chiplet):
+    """Exact streaming time on a ring of one chiplet, derived stage by stage: the dispatch beat
+    is registered in cycle 0; the first load issues in cycle 1; it is delivered L cycles
+    later (cycle 1 + L) and is in its slot the next cycle, when the compute unit starts it;
+    the computation takes T = tokens x cycles_per_token cycles, its end is an event in cycle
+    2 + L + T and the retirement reaches ``done`` in cycle 3 + L + T: L + T + 4 cycles
+    counted.  Every further micro-slice adds the slower of the DDR issue interval I and the
+    computation T (6 slots keep the DDR ahead: 6 max(I, T) > L + I).  A rate off by one
+    (issue interval, compute time) is off by M - 1 cycles here, not hidden by a tolerance."""
+    p = DatapathParams(
+        rows=2, cols=2, slots=6, micro_slices=micro_slices, link_cycles=2,
+        ddr_interval=interval, ddr_latency=latency, cycles_per_token=cpt,
+    )  # fmt: skip
+    t = tokens * cpt
+    assert 6 * max(interval, t) > latency + interval
+    want = latency + t + 4 + (micro_slices - 1) * max(interval, t)
+    assert stream_one(p, tokens, [chiplet]) == want
+
+
+@pytest.mark.parametrize("interval,latency,tokens,link", [(8, 4, 1, 2), (8, 4, 2, 3), (9, 2, 3, 1)])
+@pytest.mark.parametrize("micro_slices", [1, 3, 6])
+def test_stream_time_exact_ring_of_two_ddr_bound(interval, latency, tokens, link, micro_slices):
+    """A ring of two neighbours, DDR-bound (I > link + 2T): a micro-slice computes on its
+    load chiplet while the router forwards it (one hop, ``link_cycles``), so the last station
+    finishes ``link`` cycles after the one-chiplet case; each further micro-slice adds I."""
+    p = DatapathParams(
+        rows=2, cols=2, slots=6, micro_slices=micro_slices, link_cycles=link,
+        ddr_interval=interval, ddr_latency=latency, cycles_per_token=1,
+    )  # fmt: skip
+    assert p.distance(0, 1) == 1 and interval > link + 2 * tokens
+    want = latency + tokens + link + 4 + (micro_slices - 1) * interval
+    assert stream_one(p, tokens, [0, 1]) == want
 
 
 # -- event skipping and DDR channels -------------------------------------------------------

@@ -1,0 +1,371 @@
+"""Mutation check of the fast test tier: apply each plausible bug of :data:`MUTANTS` to a
+copy of the sources, one at a time, run the fast tests that cover it, and report which
+mutants the tests kill, which survive and which make them hang.
+
+    python scripts/mutate.py                 # every mutant, 2 at a time
+    python scripts/mutate.py --only eit-wrap --jobs 1 --json out.json
+    python scripts/mutate.py --list
+
+The working tree is never touched: each mutant runs in a temporary package view (``fsedp/``
+with ``hw/``, ``sw/``, ``tb/``, ``sim/``, ``configs/`` mapped in as in ``pyproject.toml``)
+that ``PYTHONPATH`` puts before the installed package.  A mutant whose ``old`` text is not
+found exactly once is reported as stale (the source moved on; update the list).  Exit status:
+0 when every mutant is killed, 1 otherwise.  Figures: ``docs/verification.md``.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: source folder -> where it sits in the package view (pyproject.toml's package-dir)
+PACKAGE_DIRS = {
+    "fsedp": "fsedp",
+    "hw": "fsedp/hw",
+    "sw": "fsedp/sw",
+    "tb": "fsedp/tb",
+    "sim": "fsedp/sim",
+    "configs": "fsedp/configs",
+}
+
+GOLDEN = ["tests/test_golden.py"]
+STREAM = ["tests/test_streaming.py"]
+RTL = ["tests/test_blocks_amaranth.py", "tests/test_rtl_amaranth.py"]
+DATAPATH = ["tests/test_datapath_rtl.py"]
+FORMAL = ["tests/test_formal.py"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # source file, relative to the project root
+    old: str  # text replaced (must occur exactly once)
+    new: str
+    what: str  # the plausible bug, in words
+    tests: tuple  # fast-tier test files that must kill it
+
+
+def M(name, path, old, new, what, *tests):
+    return Mutant(name, path, old, new, what, tuple(t for group in tests for t in group))
+
+
+#: the plausible bugs: the ones of issue 16's campaign and our own
+MUTANTS = [
+    # -- RTL ---------------------------------------------------------------------------------
+    M(
+        "eit-wrap",
+        "hw/eit.py",
+        "wp.data.count.eq(Mux(old.count == p.count_max, old.count, old.count + 1))",
+        "wp.data.count.eq(old.count + 1)",
+        "EIT count wraps instead of saturating",
+        RTL,
+    ),
+    M(
+        "tb-cfw-rtl",
+        "hw/token_buffer.py",
+        "m.d.sync += [t.eq(t1 - 1), c.eq(0)]",
+        "m.d.sync += [t.eq(t1 - 1), c.eq(c1)]",
+        "token buffer RTL keeps C_fw on a deferral",
+        RTL,
+    ),
+    M(
+        "icv-release-wins",
+        "hw/icv.py",
+        "self.value.eq((self.value | self.release) & ~self.alloc)",
+        "self.value.eq((self.value & ~self.alloc) | self.release)",
+        "ICV: a release wins over an allocation of the same chiplet",
+        RTL,
+        FORMAL,
+    ),
+    M(
+        "matcher-highest",
+        "hw/matcher.py",
+        "self.entry.eq(lowest_bit(free, C, Cb)),",
+        "self.entry.eq(C - 1 - lowest_bit(free[::-1], C, Cb)),",
+        "E-C matcher picks the highest idle chiplet, not the lowest",
+        RTL,
+    ),
+    M(
+        "eit-merged-wrap",
+        "hw/eit.py",
+        "new_total.eq(Mux(full | total_full, w_total, w_total + 1)),",
+        "new_total.eq(w_total + 1),",
+        "EIT merged count wraps instead of saturating",
+        RTL,
+    ),
+    M(
+        "sorter-stage-dropped",
+        "sw/sorter.py",
+        "    return Network(kind, lanes, steps)",
+        "    return Network(kind, lanes, steps[:-1])",
+        "the sorter network (RTL and its description) loses its last step",
+        RTL,
+    ),
+    M(
+        "defer-merge-short",
+        "hw/scheduler.py",
+        "(addr == eit.words + 1)",
+        "(addr == eit.words)",
+        "deferral re-merge stops one word early",
+        RTL,
+    ),
+    M(
+        "preload-entry",
+        "hw/scheduler.py",
+        "load_beat(BeatKind.PRELOAD, matcher.first)",
+        "load_beat(BeatKind.PRELOAD, matcher.entry)",
+        "pre-load beat names the entry chiplet instead of the partner's first",
+        RTL,
+    ),
+    M(
+        "ddr-gap-rtl",
+        "hw/ddr_ctrl.py",
+        "m.d.sync += gaps[ch].eq(p.ddr_interval - 1)",
+        "m.d.sync += gaps[ch].eq(p.ddr_interval)",
+        "datapath RTL: DDR issue interval one cycle long",
+        DATAPATH,
+    ),
+    M(
+        "pe-time-rtl",
+        "hw/chiplet.py",
+        "return Mux(count == 0, 1, count) * p.cycles_per_token",
+        "return count * p.cycles_per_token",
+        "datapath RTL: a chiplet with no tokens of the expert takes 0 cycles, not 1",
+        DATAPATH,
+    ),
+    M(
+        "wait-never-drains",
+        "hw/scheduler.py",
+        "with m.If((nsched == n) & ~matcher.running.any()):",
+        "with m.If((nsched == n + 1) & ~matcher.running.any()):",
+        "the scheduler never leaves WAIT (a round that never ends must fail, not hang)",
+        RTL,
+    ),
+    M(
+        "pairing-lone",
+        "hw/pairing.py",
+        "self.partner_valid.eq((self.index < n) & (other != self.index)),",
+        "self.partner_valid.eq(self.index < n),",
+        "the lone middle expert of an odd n is its own partner",
+        RTL,
+    ),
+    M(
+        "tb-threshold-rtl",
+        "hw/token_buffer.py",
+        "refill = c >= p.n_threshold",
+        "refill = c > p.n_threshold",
+        "token buffer RTL refills T_QoS one round late",
+        RTL,
+    ),
+    M(
+        "sorter-tie-order",
+        "hw/sorter.py",
+        "return Cat(~x.id, x.count) > Cat(~y.id, y.count)",
+        "return Cat(x.id, x.count) > Cat(y.id, y.count)",
+        "sorter breaks count ties by the higher id",
+        RTL,
+    ),
+    # -- golden models ---------------------------------------------------------------------
+    M(
+        "tb-cfw-golden",
+        "sw/token_buffer.py",
+        "                t -= 1\n                c = 0\n",
+        "                t -= 1\n",
+        "golden token buffer keeps C_fw on a deferral",
+        GOLDEN,
+        RTL,
+    ),
+    M(
+        "tb-threshold",
+        "sw/token_buffer.py",
+        "if c >= p.n_threshold:",
+        "if c > p.n_threshold:",
+        "T_QoS refill one round late",
+        GOLDEN,
+        RTL,
+    ),
+    M(
+        "partner-off",
+        "sw/pairing.py",
+        "other = position ^ 1",
+        "other = position + 1",
+        "pairing partner off by one",
+        GOLDEN,
+        RTL,
+    ),
+    M(
+        "icv-golden-order",
+        "sw/icv.py",
+        "self.value = ((self.value | release) & ~alloc) & self.full",
+        "self.value = ((self.value & ~alloc) | release) & self.full",
+        "golden ICV: a release wins over an allocation",
+        GOLDEN,
+        RTL,
+    ),
+    M(
+        "eit-golden-wrap",
+        "sw/eit.py",
+        "            if count[r][e] == cmax:",
+        "            if count[r][e] > cmax:",
+        "golden EIT count passes its width",
+        GOLDEN,
+        RTL,
+    ),
+    M(
+        "release-keeps",
+        "sw/matcher.py",
+        "    return finished & ~keep",
+        "    return finished",
+        "golden matcher releases chiplets another running expert still holds",
+        GOLDEN,
+        RTL,
+    ),
+    M(
+        "ring-skip",
+        "sw/matcher.py",
+        "            n = (c + step) % chiplets",
+        "            n = (c + step + 1) % chiplets",
+        "golden next_hop skips a chiplet of the trajectory",
+        GOLDEN,
+        RTL,
+    ),
+    M(
+        "ddr-interval",
+        "sw/streaming/ddr.py",
+        "arr.gaps[ch] = p.ddr_interval - 1",
+        "arr.gaps[ch] = p.ddr_interval",
+        "DDR issue interval one cycle long",
+        STREAM,
+    ),
+    M(
+        "compute-time",
+        "sw/streaming/compute.py",
+        "return s.rem or max(1, arr.tokens[c][s.expert]) * arr.p.cycles_per_token",
+        "return s.rem or max(1, arr.tokens[c][s.expert]) * arr.p.cycles_per_token + 1",
+        "computation one cycle long",
+        STREAM,
+    ),
+    M(
+        "preload-target",
+        "sw/streaming/ddr.py",
+        'issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded, q.chiplet))',
+        'issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded, '
+        "(q.traj & -q.traj).bit_length() - 1))",
+        "Rule 4 pre-load sent to the trajectory's first chiplet, not the named one",
+        STREAM,
+    ),
+]
+
+
+def package_view(dest: Path):
+    """The sources as the installed package lays them out, plus tests and pyproject."""
+    for src, rel in PACKAGE_DIRS.items():
+        shutil.copytree(
+            ROOT / src,
+            dest / rel,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            dirs_exist_ok=True,
+        )
+    shutil.copytree(ROOT / "tests", dest / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+
+
+def view_path(dest: Path, path: str) -> Path:
+    top, _, rest = path.partition("/")
+    return dest / PACKAGE_DIRS[top] / rest
+
+
+def run_tests(dest: Path, tests, timeout: float) -> tuple[str, float, str]:
+    """``("pass"|"fail"|"hang", seconds, last lines)`` of the fast tests in ``dest``."""
+    env = {**os.environ, "PYTHONPATH": str(dest), "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
+    t0 = time.time()
+    try:
+        proc = subprocess.run(
+            cmd + list(tests), cwd=dest, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return "hang", time.time() - t0, f"no result after {timeout:.0f} s"
+    tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
+    return ("pass" if proc.returncode == 0 else "fail"), time.time() - t0, tail
+
+
+def check(m: Mutant, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{m.name}-") as tmp:
+        dest = Path(tmp)
+        package_view(dest)
+        target = view_path(dest, m.path)
+        text = target.read_text()
+        if text.count(m.old) != 1:
+            return {
+                "mutant": m.name,
+                "result": "stale",
+                "what": m.what,
+                "seconds": 0,
+                "detail": f"{m.path}: the text to mutate occurs {text.count(m.old)} times",
+            }
+        target.write_text(text.replace(m.old, m.new))
+        status, secs, tail = run_tests(dest, m.tests, timeout)
+    result = {"pass": "survived", "fail": "killed", "hang": "hang"}[status]
+    return {
+        "mutant": m.name,
+        "result": result,
+        "what": m.what,
+        "seconds": round(secs, 1),
+        "tests": list(m.tests),
+        "detail": tail,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", help="run this mutant (repeatable)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900, help="seconds before a run is a hang")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.list or not chosen:
+        for m in MUTANTS:
+            print(f"{m.name:20} {m.path:26} {m.what}")
+        return 0 if args.list else 2
+    t0 = time.time()
+    # the unmutated sources must pass the same tests, or every "kill" means nothing
+    with tempfile.TemporaryDirectory(prefix="mutant-baseline-") as tmp:
+        package_view(Path(tmp))
+        tests = sorted({t for m in chosen for t in m.tests})
+        status, secs, tail = run_tests(Path(tmp), tests, args.timeout * 2)
+    print(f"baseline ({len(tests)} test files): {status} in {secs:.0f} s", flush=True)
+    if status != "pass":
+        print(tail)
+        return 2
+    results = []
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for r in pool.map(lambda m: check(m, args.timeout), chosen):
+            results.append(r)
+            print(
+                f"{r['result']:9} {r['mutant']:20} {r['seconds']:6.1f} s  {r['what']}", flush=True
+            )
+    counts = {
+        k: sum(r["result"] == k for r in results) for k in ("killed", "survived", "hang", "stale")
+    }
+    print(
+        f"{counts['killed']}/{len(results)} killed, {counts['survived']} survived, "
+        f"{counts['hang']} hung, {counts['stale']} stale; {time.time() - t0:.0f} s"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, **counts}, indent=1))
+    return 0 if counts["killed"] == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
