@@ -1,6 +1,7 @@
 """MoE-Prism refactoring: the partition objective, greedy and annealing solver, gate neurons,
 the refactored model's equivalence, proxy gating, and the ``fsedp prism`` commands."""
 
+import json
 import subprocess
 import sys
 
@@ -134,6 +135,18 @@ def test_prism_and_offload_run_on_the_embedded_trace_without_shared_data(tmp_pat
     assert r.returncode == 0 and "embedded trace" in r.stderr, r.stderr
     r = run("prism", "curve", "--refactored", tmp_path / "r.npz", "--max-tokens", 256, "--json")
     assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    curve, full = doc["curve"], doc["curve"]["full"]
+    top = str(2 * curve["S"])  # top-2 experts of S sub-experts each: every sub-expert kept
+    for name in ("original", "refactored", "refactored_oracle", "contiguous"):
+        assert curve[name][top] == pytest.approx(full)  # keeping every sub-expert is exact
+    assert all(v >= full - 1e-6 for v in curve["refactored"].values())
+    for op in doc["operating_points"]:  # each point derived from the curve it reports
+        assert op["limit"] == pytest.approx(op["stable"] * full, abs=1e-3)
+        for name in ("original", "refactored"):
+            want = [int(k) for k, v in curve[name].items() if v <= op["limit"]]
+            assert op[name] == sorted(want)
+        assert op["ratio"] == pytest.approx(len(op["refactored"]) / len(op["original"]))
     r = run("offload", "--policy", "buddy", "--rho", 1, "--max-tokens", 256)
     assert r.returncode == 0 and "perplexity" in r.stdout, r.stderr
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fsedp.errors import InputError
 from fsedp.experiments.datapath_report import one_expert_cycles, one_expert_ideal
 from fsedp.params import OPPOSITE, DatapathParams, SchedulerParams, max_hops
-from fsedp.sw.scheduler import DISPATCH, Dispatch
+from fsedp.sw.scheduler import DISPATCH, Dispatch, Scheduler
 from fsedp.sw.streaming import Header, StepIn, StreamingArray, arrive
 from fsedp.tb.datapath_scoreboard import Conservation, LayerDriver, Violation
 from fsedp.tb.scoreboard import random_round
@@ -173,6 +173,24 @@ def test_a6_rules_conserve_and_finish(rows, cols, kw, stall):
     assert not arr.bad_dispatch and not arr.orphan
 
 
+def owed_computations(sp, p, rounds, **generics) -> int:
+    """Micro-slice computations a run of ``rounds`` owes: M per chiplet of the trajectory of
+    every expert a separate golden scheduler plans (token buffering included)."""
+    gold = Scheduler(dataclasses.replace(sp, **generics))
+    owed = 0
+    for records, inits in rounds:
+        for r, t in inits:
+            gold.init_request(r, t)
+        plan = gold.start_round(records)
+        gold.plan = None  # the round's plan is all this needs
+        owed += sum(
+            p.micro_slices * bin(plan.trajs[e]).count("1")
+            for e in range(sp.experts)
+            if plan.counts[e]
+        )
+    return owed
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 10**6),
@@ -208,7 +226,13 @@ def test_property_no_loss_no_deadlock(
     )
     rng = random.Random(seed)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(4))]
-    run_layers(sp, p, rounds, rng, stall=stall, **(A6 if a6 else {}))
+    drv, arr, per_layer = run_layers(sp, p, rounds, rng, stall=stall, **(A6 if a6 else {}))
+    # every micro-slice of every scheduled expert was computed once on every chiplet of its
+    # trajectory (the plans of a separate golden scheduler fed the same rounds), and the
+    # array is empty again
+    assert drv.check.computed == owed_computations(sp, p, rounds, **(A6 if a6 else {}))
+    assert arr.idle and all(arr.free(c) == p.slots for c in range(p.chiplets))
+    assert len(per_layer) == len(rounds)
 
 
 # -- deadlock ----------------------------------------------------------------------------
@@ -471,15 +495,17 @@ def layer_steps(arr, drv, rounds):
 
 
 def trace_run(p, sp, rounds, skip: bool, **generics):
-    """(cycle, chiplet, event) of every compute completion and the final cycle."""
+    """(cycle, chiplet, event) of every compute completion, the final cycle and the number of
+    steps taken."""
     arr = StreamingArray(p)
     drv = LayerDriver(dataclasses.replace(sp, **generics), p, random.Random(5))
-    log = []
+    log, steps = [], 0
     for cycle, out in layer_steps(arr, drv, rounds):
+        steps += 1
         log += [(cycle, c, ev) for c, ev in enumerate(out.events) if ev is not None]
         if skip and not drv.token_writes and not drv.beats:
             arr.fast_forward()
-    return log, arr.cycle
+    return log, arr.cycle, steps
 
 
 @pytest.mark.parametrize(
@@ -497,9 +523,11 @@ def test_fast_forward_is_exact(kw):
     rng = random.Random(8)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(6))]
     policy = A6 if p.preempt else {}
-    slow, end_slow = trace_run(p, sp, rounds, skip=False, **policy)
-    fast, end_fast = trace_run(p, sp, rounds, skip=True, **policy)
-    assert fast == slow and end_fast == end_slow and len(slow) > 50
+    slow, end_slow, steps_slow = trace_run(p, sp, rounds, skip=False, **policy)
+    fast, end_fast, steps_fast = trace_run(p, sp, rounds, skip=True, **policy)
+    assert fast == slow and end_fast == end_slow
+    assert steps_slow == end_slow and steps_fast < end_fast  # cycles were skipped
+    assert len(slow) == owed_computations(sp, p, rounds, **policy)  # and nothing was lost
 
 
 def test_ddr_channels_param():
