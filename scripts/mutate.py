@@ -113,7 +113,7 @@ MUTANTS = [
         "defer-merge-short",
         "hw/scheduler.py",
         "(addr == eit.words + 1)",
-        "(addr == eit.words)",
+        "(addr == eit.words - 1)",
         "deferral re-merge stops one word early",
         RTL,
     ),
@@ -315,12 +315,14 @@ def check(m: Mutant, timeout: float) -> dict:
         target.write_text(text.replace(m.old, m.new))
         status, secs, tail = run_tests(dest, m.tests, timeout)
     result = {"pass": "survived", "fail": "killed", "hang": "hang"}[status]
+    failed = [ln.split()[1] for ln in tail.splitlines() if ln.startswith("FAILED ")]
     return {
         "mutant": m.name,
         "result": result,
         "what": m.what,
         "seconds": round(secs, 1),
         "tests": list(m.tests),
+        "killed_by": failed[0] if failed else None,
         "detail": tail,
     }
 
@@ -352,8 +354,10 @@ def main(argv=None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for r in pool.map(lambda m: check(m, args.timeout), chosen):
             results.append(r)
+            by = f"\n{'':10}killed by {r['killed_by']}" if r.get("killed_by") else ""
             print(
-                f"{r['result']:9} {r['mutant']:20} {r['seconds']:6.1f} s  {r['what']}", flush=True
+                f"{r['result']:9} {r['mutant']:20} {r['seconds']:6.1f} s  {r['what']}{by}",
+                flush=True,
             )
     counts = {
         k: sum(r["result"] == k for r in results) for k in ("killed", "survived", "hang", "stale")

@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 from fsedp.hw.chiplet_array import ChipletArray
 from fsedp.hw.layouts import dispatch_bits, tokens_bits, unpack_events, unpack_occupancy
 from fsedp.params import DatapathParams, SchedulerParams
-from fsedp.sw.streaming import StreamingArray
+from fsedp.sw.streaming import StepIn, StreamingArray
 from fsedp.tb.datapath_scoreboard import LayerDriver, compare, stall_bits
 from fsedp.tb.scoreboard import random_round
 
@@ -164,21 +164,23 @@ def test_array_2x2_matches_golden(kw):
     assert (res["remote"] > 0) == (p.ddr_channels > 1 and not p.rule5)
 
 
-def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:
-    """``fsedp.experiments.datapath_report.one_expert_cycles`` measured on the RTL."""
+def rtl_one_expert_cycles(p: DatapathParams, tokens, limit: int = 20_000) -> int:
+    """``fsedp.experiments.datapath_report.one_expert_cycles`` measured on the RTL;
+    ``tokens`` is a count for every chiplet or a list, one per chiplet."""
     from fsedp.experiments.datapath_report import full_ring_dispatch
 
     dut = ChipletArray(p)
     n = p.chiplets
+    per = tokens if isinstance(tokens, list) else [tokens] * n
     out = {}
 
     async def bench(ctx):
         for c in range(n):
             ctx.set(dut.tokens.valid, 1)
-            ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, c, 0, tokens))
+            ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, c, 0, per[c]))
             await ctx.tick()
         ctx.set(dut.tokens.valid, 0)
-        beat = full_ring_dispatch(n, tokens)
+        beat = full_ring_dispatch(n, max(per))
         ctx.set(dut.dispatch.valid, 1)
         ctx.set(dut.dispatch.payload.as_value(), dispatch_bits(p, beat))
         ctx.set(dut.done.ready, 1)
@@ -188,6 +190,11 @@ def rtl_one_expert_cycles(p: DatapathParams, tokens: int) -> int:
         while not ctx.get(dut.done.valid):
             await ctx.tick()
             cycles += 1
+            if cycles > limit:
+                raise AssertionError(
+                    f"no done after {limit} cycles: idle={ctx.get(dut.idle)} "
+                    f"occupancy={ctx.get(dut.occupancy)} tokens={per}"
+                )
         out["cycles"] = cycles + 1
 
     sim = Simulator(dut)
@@ -211,6 +218,31 @@ def test_ring_streaming_time_rtl_equals_golden(slots, tokens, link):
         ddr_latency=4,
     )
     assert rtl_one_expert_cycles(p, tokens) == one_expert_cycles(p, tokens)
+
+
+def test_ring_chiplet_without_tokens_computes_one_cycle():
+    """A trajectory chiplet with no tokens of the expert still passes each micro-slice
+    through its PE for one cycle (``max(1, tokens) x cycles_per_token``, [D] of the compute
+    unit): RTL equals golden, and both equal the run where that chiplet has one token."""
+    from fsedp.experiments.datapath_report import full_ring_dispatch
+
+    p = DatapathParams(
+        rows=2, cols=2, slots=6, micro_slices=6, link_cycles=1, ddr_interval=1, ddr_latency=2,
+        cycles_per_token=3,
+    )  # fmt: skip
+
+    def golden(per):
+        arr = StreamingArray(p)
+        for c in range(p.chiplets):
+            arr.step(StepIn(tokens=(c, 0, per[c])))
+        arr.step(StepIn(dispatch=full_ring_dispatch(p.chiplets, max(per))))
+        cycles = 1
+        while not arr.step(StepIn()).done:
+            cycles += 1
+        return cycles + 1
+
+    zero, one = [4, 0, 4, 4], [4, 1, 4, 4]
+    assert rtl_one_expert_cycles(p, zero) == golden(zero) == golden(one)
 
 
 @pytest.mark.parametrize("variant", ["A3", pytest.param("A4", marks=pytest.mark.slow), "A6"])

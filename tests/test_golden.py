@@ -127,9 +127,10 @@ def test_eit_merge_excludes_requests():
 @pytest.mark.parametrize("count_width", [2, 3, 8])
 @pytest.mark.parametrize("seed", range(6))
 def test_eit_merged_equals_per_expert_scans(count_width, seed):
-    """The golden scheduler's all-experts scan (``EIT.merged``) equals the RTL-shaped scan of
-    one expert at a time: counts (saturating sums, small widths fill), masks, present bits,
-    the overflow flag, and the table after a clearing pass."""
+    """The golden scheduler's bulk write and all-experts scan (``EIT.write_many``,
+    ``EIT.merged``) equal the RTL-shaped write and scan of one record / expert at a time:
+    counts (saturating sums, small widths fill), masks, present bits, the overflow flag, and
+    the table after a clearing pass."""
     p = SchedulerParams(experts=16, chiplets=4, requests=4, count_width=count_width, theta_min=1)
     rng = random.Random(seed)
     a, b = EIT(p), EIT(p)
@@ -139,8 +140,9 @@ def test_eit_merged_equals_per_expert_scans(count_width, seed):
             (rng.randrange(p.requests), rng.randrange(p.chiplets), rng.randrange(6))
             for _ in range(rng.randrange(1, 40))
         ]
-        a.write_many(recs)
-        b.write_many(recs)
+        a.write_many(recs)  # the golden scheduler's bulk write ...
+        for rec in recs:  # ... equals the RTL-shaped write of one record at a time
+            b.write(GateRecord(*rec))
         for include, clear in ((rng.randrange(16), False), (rng.randrange(16), True)):
             a.overflow = b.overflow = False
             counts, masks, present = a.merged(include, clear)
