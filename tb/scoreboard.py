@@ -217,8 +217,8 @@ def make_rounds(p: SchedulerParams, k: dict, rng: random.Random) -> list[Round]:
     random rounds where every tenth is a full table (kind 3), an empty-after-buffering round
     (kind 7) or one expert hammered to its count limit (kind 5; with ``hammer`` in one request,
     so that an EIT entry saturates); with ``spread`` kind 1 is every expert on one chiplet, all
-    chiplets used (every slot running at once); ``bad_records`` replaces that fraction of records with
-    random field values (out of range where the field can encode one)."""
+    chiplets used (every slot running at once); ``bad_records`` replaces that fraction of
+    records with random field values (out of range where the field can encode one)."""
     if k.get("rounds_file"):
         with open(k["rounds_file"]) as f:
             data = json.load(f)

@@ -63,6 +63,7 @@ async def chiplet_array(dut):
         "computed": 0,
         "mismatches": 0,
         "first_mismatches": [],
+        "first_mismatch_layer": None,
         "violations": [],
         "deadlocks": 0,
         "resets": 0,
@@ -128,6 +129,8 @@ async def chiplet_array(dut):
                 report["remote_loads"] += sum(h.dest != t for t, _, h, _ in ref.ddr_issues)
                 diffs = compare(cycle, ref, ready, done, events, occ)
                 if diffs:
+                    if not report["mismatches"]:
+                        report["first_mismatch_layer"] = layer
                     report["mismatches"] += len(diffs)
                     report["first_mismatches"] += diffs[: 5 - len(report["first_mismatches"])]
                     lockstep = False  # keep checking conservation on the RTL alone

@@ -365,3 +365,31 @@ def test_failing_cosim_records_its_failing_round(monkeypatch, capsys):
     (first, w1), (again, w2) = calls
     assert (first["rounds"], w1) == (50, False) and (again["rounds"], w2) == (5, True)
     assert again["seed"] == first["seed"] == 7
+
+
+def test_failing_datapath_run_records_its_failing_layer(monkeypatch, capsys):
+    """A chiplet-array run with a lockstep mismatch runs again, same seed, up to the failing
+    layer with waves on, and the report names the waveform."""
+    import fsedp.experiments.datapath_report as dr
+
+    calls = []
+
+    def fake(sp, p, layers, sim="verilator", seed=1, stall=0.25, reset_every=0, opt="-O0",
+             waves=False):  # fmt: skip
+        calls.append((layers, seed, waves))
+        if not waves:
+            return {"mismatches": 2, "first_mismatches": ["x"], "first_mismatch_layer": 6,
+                    "failed": 1, "violations": [], "layers": layers}  # fmt: skip
+        return {"mismatches": 2, "waves": "/tmp/dump.vcd"}
+
+    monkeypatch.setattr(dr, "long_run", fake)
+    import fsedp.cli.rtl as rtl
+
+    monkeypatch.setattr(rtl, "require_simulator", lambda sim: None)
+    rc = main(["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2:30", "--seed", "3",
+               "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert calls == [(30, 3, False), (7, 3, True)]
+    run = doc["runs"][0]
+    assert run["waves"] == "/tmp/dump.vcd" and run["waves_layer"] == 6

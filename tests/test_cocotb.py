@@ -3,6 +3,7 @@
 One build folder per (block, simulator, parameters) under ``build/cocotb``.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,17 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "cocotb"
 
 
 def run(block, p, sim, knobs=None, seed=1):
+    """Run a testbench; ``FSEDP_WAVES=1`` records every signal.  A failing run is run again
+    with waves on (same seed, same knobs) and the failure names the waveform."""
     why = simulator_missing(sim)
     if why:
         pytest.skip(why)
-    res = run_tb(block, p, sim, BUILD, knobs=knobs, seed=seed)
-    assert res["tests"] > 0 and res["failed"] == 0, f"{block} on {sim} failed; see {res['log']}"
+    waves = bool(os.environ.get("FSEDP_WAVES"))
+    res = run_tb(block, p, sim, BUILD, knobs=knobs, seed=seed, waves=waves)
+    if not (res["tests"] > 0 and res["failed"] == 0):
+        if not waves:
+            res = run_tb(block, p, sim, BUILD, knobs=knobs, seed=seed, waves=True)
+        pytest.fail(f"{block} on {sim} failed; see {res['log']}; waveform {res.get('waves')}")
     return res
 
 

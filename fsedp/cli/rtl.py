@@ -569,6 +569,21 @@ def cmd_datapath(args):
             opt=args.build_opt,
             waves=args.waves,
         )
+        bad = res.get("first_mismatch_layer")
+        if bad is not None and not args.waves:
+            # a failing run records itself: the same seed up to the failing layer, waves on
+            again = long_run(
+                sp,
+                p,
+                bad + 1,
+                sim=args.sim,
+                seed=args.seed,
+                stall=args.stall,
+                reset_every=args.reset_every,
+                opt=args.build_opt,
+                waves=True,
+            )
+            res.update(waves=again.get("waves"), waves_layer=bad)
         res.update(
             params=dataclasses.asdict(p),
             sim=args.sim,
