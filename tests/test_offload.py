@@ -303,7 +303,31 @@ def test_algorithm1_vectorized_equals_the_loop(seed, E, K, H, res):
             for i in range(E)
         ]
     )
-    assert np.array_equal(algorithm1_vectorized(S, M, B, H), algorithm1_loop(S, M, B, H))
+    out = algorithm1_vectorized(S, M, B, H)
+    assert np.array_equal(out, algorithm1_loop(S, M, B, H))
+    # and what Algorithm 1 promises, independent of both: resident experts stay, a
+    # substitute is resident and among the first H buddies of the expert it replaces, and a
+    # token never gets one expert twice
+    for t in range(len(S)):
+        assert len(set(out[t].tolist())) == K
+        for k in range(K):
+            e, b = S[t, k], out[t, k]
+            if M[e]:
+                assert b == e
+            elif b != e:
+                assert M[b] and b in B[e, :H].tolist()
+
+
+def test_algorithm1_worked_example():
+    """By hand: experts 0 and 2 are not resident; 0's buddies are 2 (not resident), 1
+    (already chosen by the token), 3; so 0 -> 3.  2's buddies are 3 (now taken) and 4."""
+    S = np.array([[0, 1, 2]])
+    M = np.array([False, True, False, True, True])
+    B = np.array([[2, 1, 3], [0, 2, 3], [3, 4, 1], [0, 1, 2], [0, 1, 2]])
+    for f in (algorithm1_loop, algorithm1_vectorized):
+        assert f(S, M, B, 3).tolist() == [[3, 1, 4]]
+        # H = 2: 3 is 0's third buddy, out of reach, so 0 stays; 2 then takes 3 (still free)
+        assert f(S, M, B, 2).tolist() == [[0, 1, 3]]
 
 
 # -- fsedp offload -------------------------------------------------------------------------
