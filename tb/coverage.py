@@ -26,6 +26,7 @@ STEERING = {
     "bad": {"bad_records": 0.05, "spurious": 0.05, "reset_every": 0},
     "resets": {"reset_every": 1, "stall": 0.1},
     "wide": {"tokens": None, "top_k": None, "stall": 0.0, "max_delay": 40, "hammer": True},
+    "warm": {"warm": True, "reset_every": 0},
     "busy": {"gather": 0.7, "max_delay": 30, "stall": 0.0, "spread": True},
 }
 
@@ -261,6 +262,8 @@ class Coverage:
 #: which steering profile reaches a bin that random rounds missed (first match of the bin's
 #: name; the rest are steered by "base")
 STEER_BY_BIN = (
+    ("refill", "warm"),
+    ("N_threshold", "warm"),
     ("bad record", "bad"),
     ("spurious", "bad"),
     ("reset in", "resets"),

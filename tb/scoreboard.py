@@ -217,7 +217,8 @@ def make_rounds(p: SchedulerParams, k: dict, rng: random.Random) -> list[Round]:
     random rounds where every tenth is a full table (kind 3), an empty-after-buffering round
     (kind 7) or one expert hammered to its count limit (kind 5; with ``hammer`` in one request,
     so that an EIT entry saturates); with ``spread`` kind 1 is every expert on one chiplet, all
-    chiplets used (every slot running at once); ``bad_records`` replaces that fraction of
+    chiplets used (every slot running at once); with ``warm`` the random rounds have no cold
+    expert (T_QoS refills, up to saturation); ``bad_records`` replaces that fraction of
     records with random field values (out of range where the field can encode one)."""
     if k.get("rounds_file"):
         with open(k["rounds_file"]) as f:
@@ -247,6 +248,17 @@ def make_rounds(p: SchedulerParams, k: dict, rng: random.Random) -> list[Round]:
             recs = [(rng.randrange(p.requests), e % p.chiplets, e) for e in range(p.experts)]
             rng.shuffle(recs)
             rounds.append(Round(recs, []))
+        elif k.get("warm") and kind not in (3, 5, 7):
+            # no cold expert (each has theta_min tokens or more): nothing is deferred, C_fw
+            # climbs to N_threshold and refills T_QoS; some requests start at qos_max
+            chosen = rng.sample(range(p.experts), rng.randint(1, min(p.experts, 8)))
+            recs = [
+                (rng.randrange(p.requests), rng.randrange(p.chiplets), e)
+                for e in chosen
+                for _ in range(max(1, p.theta_min) + rng.randrange(3))
+            ]
+            inits = [(r, p.qos_max) for r in range(p.requests) if rng.random() < 0.1]
+            rounds.append(Round(recs, inits))
         elif kind == 5:  # counts at their width limit: one expert hammered
             e = rng.randrange(p.experts)
             r0 = rng.randrange(p.requests)  # with ``hammer``: one entry past its width
