@@ -184,13 +184,27 @@ def _all_to_all(setup: Setup, records, home: list[int]) -> tuple[int, int]:
     return cycles, total
 
 
-def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerResult:
+def ep_layer(
+    setup: Setup, records, home: list[int], name: str = "EP", whole: bool = False
+) -> LayerResult:
+    """Expert parallelism: every expert computed on its home chiplet, tokens moved there by
+    an all-to-all and back.  Ours (``whole=False``) streams each expert's micro-slices
+    through the buffer, so loading and computing overlap inside an expert and across
+    experts, in Johnson's order.  The paper's (``whole=True``, strategy ``EP-paper``)
+    loads a whole expert before computing it and holds whole experts: as many as the buffer
+    takes, at least one (the buffer grows to one expert if it is smaller), so loading the
+    next expert overlaps computing this one only when two fit."""
     n = setup.chiplets
     dp = setup.dp
     counts = np.zeros(setup.sp.experts, dtype=np.int64)
     for _, _, e in records:
         counts[e] += 1
-    slots = max(2, setup.buffer_bytes // setup.microslice_bytes)
+    if whole:
+        slots = max(1, setup.buffer_bytes // setup.expert_bytes)
+        chunk_bytes, per_expert = setup.expert_bytes, 1
+    else:
+        slots = max(2, setup.buffer_bytes // setup.microslice_bytes)
+        chunk_bytes, per_expert = setup.microslice_bytes, dp.micro_slices
     dispatch, a2a_bytes = _all_to_all(setup, records, home)
     finish = [0] * n
     busy = [0] * n
@@ -208,8 +222,10 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
         first = sorted((j for j in jobs if j[0] < j[1]), key=lambda j: j[0])
         last = sorted((j for j in jobs if j[0] >= j[1]), key=lambda j: -j[1])
         order = np.array([e for _, _, e in first + last], np.int64)
-        comp = np.repeat(counts[order] * dp.cycles_per_token, dp.micro_slices).astype(np.int64)
-        load = np.full(len(comp), dp.ddr_interval, np.int64)
+        comp = np.repeat(
+            counts[order] * dp.cycles_per_token * (dp.micro_slices // per_expert), per_expert
+        ).astype(np.int64)
+        load = np.full(len(comp), dp.ddr_interval * (dp.micro_slices // per_expert), np.int64)
         finish[c], b, e, i, ie = flow_shop_arrays(
             load, comp, slots, setup.ddr_access_cycles, dispatch
         )
@@ -235,7 +251,7 @@ def ep_layer(setup: Setup, records, home: list[int], name: str = "EP") -> LayerR
         busy=busy,
         ddr_bytes=active * setup.expert_bytes,
         d2d_bytes=2 * a2a_bytes,
-        peak_weight_bytes=min(slots, max(chunks_per_chiplet)) * setup.microslice_bytes,
+        peak_weight_bytes=min(slots, max(chunks_per_chiplet)) * chunk_bytes,
         peak_token_bytes=max(peak_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_b,
         compute_cycles=comp_b,

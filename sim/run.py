@@ -19,7 +19,10 @@ from fsedp.workload import iterations
 
 __all__ = ["STRATEGIES", "run_experiment", "summarize", "format_table", "write_report"]
 
-STRATEGIES = ("EP", "Hydra", *VARIANTS)
+#: ``EP``: our expert parallelism (micro-slices streamed, loading overlaps computing);
+#: ``EP-paper``: the paper's (a whole expert loaded before it is computed)
+BASELINES = ("EP", "EP-paper", "Hydra")
+STRATEGIES = (*BASELINES, *VARIANTS)
 DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3", "A6")
 
 
@@ -28,8 +31,8 @@ def _layer(setup: Setup, records, strategy: str, home, trace: bool):
     placement ``home``, A1-A4, A6).  Only the traced layer keeps its utilization timeline
     (the report plots that one; the others would only cost time to move between
     processes)."""
-    if strategy in ("EP", "Hydra"):
-        r = ep_layer(setup, records, home, strategy)
+    if strategy in BASELINES:
+        r = ep_layer(setup, records, home, strategy, whole=strategy == "EP-paper")
     else:
         r = fsedp_layer(setup, records, strategy, trace=trace)
     if not trace:
@@ -98,8 +101,9 @@ def run_experiment(
     history: dict = {}  # layer -> counts seen in the last iteration
     for i, lay in enumerate(flat):
         counts = lay.expert_counts(experts)
-        if "EP" in strategies:
-            homes["EP", i] = ep_home(experts, setup.chiplets)
+        for b in ("EP", "EP-paper"):
+            if b in strategies:
+                homes[b, i] = ep_home(experts, setup.chiplets)
         if "Hydra" in strategies:
             pred = history.get(lay.layer)
             if pred is None:
@@ -344,7 +348,7 @@ def format_lost(summary: dict) -> list[str]:
 
 
 def _label(s: str) -> str:
-    return s if s in ("EP", "Hydra") else f"FSE-DP {s}"
+    return s if s in BASELINES else f"FSE-DP {s}"
 
 
 def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[str]:

@@ -121,7 +121,7 @@ def figure9(
     models=TABLE1,
     tokens=(16, 64),
     layers: int = 8,
-    strategies=("EP", "Hydra", "A2", "A3"),
+    strategies=("EP", "EP-paper", "Hydra", "A2", "A3"),
     progress: bool = True,
     seed: int = 1,
     hardware: str = "chip2x2",
@@ -174,12 +174,18 @@ def figure9(
     return [r for r in rows if "infeasible" in r or all(k in r for k in main)]
 
 
-def format_figure9(rows, strategies=("EP", "Hydra", "A2", "A3")) -> str:
-    """Figure 9: each strategy's speedup over EP (MoE-layer latency), x bound, memory."""
+def format_figure9(rows, strategies=("EP", "EP-paper", "Hydra", "A2", "A3")) -> str:
+    """Figure 9: each strategy's speedup over EP (MoE-layer latency) -- ours and, when it is
+    in ``strategies``, the paper's (``EP-paper``) --, x bound, memory."""
     others = [x for x in strategies if x != "EP"]
+    paper = (
+        [x for x in strategies if x not in ("EP", "EP-paper", "Hydra")]
+        if "EP-paper" in strategies
+        else []
+    )
     out = [
         "| model | tokens | M | "
-        + " | ".join(f"{x} vs EP" for x in others)
+        + " | ".join([f"{x} vs EP" for x in others] + [f"{x} vs EP-paper" for x in paper])
         + " | x bound "
         + " / ".join(strategies)
         + " | on-chip MB "
@@ -187,13 +193,17 @@ def format_figure9(rows, strategies=("EP", "Hydra", "A2", "A3")) -> str:
         + " | utilization "
         + " / ".join(strategies)
         + " |",
-        "|---|---:|---:|" + "---:|" * len(others) + "---|---|---|",
+        "|---|---:|---:|" + "---:|" * (len(others) + len(paper)) + "---|---|---|",
     ]
     for r in rows:
         ep = r["EP"]["moe_layer_us"]
+        ep_paper = r["EP-paper"]["moe_layer_us"] if paper else None
         out.append(
             f"| {r['model']} | {r['tokens']} | {r['micro_slices']} | "
-            + " | ".join(f"{ep / r[x]['moe_layer_us']:.3f}" for x in others)
+            + " | ".join(
+                [f"{ep / r[x]['moe_layer_us']:.3f}" for x in others]
+                + [f"{ep_paper / r[x]['moe_layer_us']:.3f}" for x in paper]
+            )
             + " | "
             + " / ".join(str(r[x]["x_bound"]) for x in strategies)
             + " | "
@@ -263,7 +273,7 @@ def format_throughput(rows, strategies) -> str:
 def format_breakdown(rows, strategies) -> str:
     """Each strategy's x bound, and where each FSE-DP strategy's time over the bound goes,
     by cause (% of its MoE-layer time; ``docs/simulator.md#where-the-time-goes``)."""
-    fsedp = [x for x in strategies if x not in ("EP", "Hydra")]
+    fsedp = [x for x in strategies if x not in ("EP", "EP-paper", "Hydra")]
     out = [
         "| model | tokens | M | DDR / compute bound (% of EP) | x bound "
         + " / ".join(strategies)

@@ -130,6 +130,27 @@ def test_ep_compute_imbalance_costs_time():
     assert r.cycles >= r.busy[0] and f.cycles < r.cycles
 
 
+def test_paper_ep_loads_a_whole_expert_before_computing_it():
+    """The paper's EP (``EP-paper``): with one whole expert in the buffer, each expert on a
+    chiplet costs its whole load, the DDR latency and its compute, one after the other;
+    the all-to-all comes before and after.  Ours overlaps them."""
+    from fsedp.sim.baselines import _all_to_all
+
+    s = make_setup(tiny(64))
+    assert s.buffer_bytes // s.expert_bytes == 1
+    recs = [(0, c, e) for c in range(4) for e in (0, 4, 8) for _ in range(5)]  # all on chiplet 0
+    home = ep_home(16, 4)
+    paper = ep_layer(s, recs, home, "EP-paper", whole=True)
+    ours = ep_layer(s, recs, home)
+    dispatch, _ = _all_to_all(s, recs, home)
+    m, cpt = s.dp.micro_slices, s.dp.cycles_per_token
+    per_expert = m * s.dp.ddr_interval + s.ddr_access_cycles + 20 * cpt * m
+    assert paper.cycles == 3 * per_expert + dispatch
+    assert paper.busy == ours.busy == [3 * 20 * cpt * m, 0, 0, 0]
+    assert paper.peak_weight_bytes == s.expert_bytes  # holds a whole expert
+    assert ours.cycles < paper.cycles
+
+
 def test_rtl_check_reports_the_first_difference(tmp_path):
     from fsedp.sim.rtl_check import RTLSchedulerCheck
     from fsedp.tb.runner import simulator_missing
