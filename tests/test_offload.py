@@ -402,3 +402,56 @@ def test_lm_policies_trade_accuracy_for_throughput():
     assert prism["perplexity"] == pytest.approx(full, rel=1e-5)  # all sub-experts: exact
     fewer = run_lm(model, test, prof, OffloadConfig(policy="prism", cache_rate=0.5, active=2))
     assert fewer["bytes_moved_mb"] < prism["bytes_moved_mb"]
+
+
+def _cold_case(tau, theta, seed) -> dict:
+    """One iteration of :func:`substitute_cold`, checked; returns its ``info``."""
+    from fsedp.sw.policies.buddy import BuddyConfig, BuddyProfile, substitute_cold
+
+    rng = np.random.default_rng(seed)
+    E, k, n = 16, 2, 64
+    prof_ids = np.stack([rng.choice(E, k, replace=False) for _ in range(4000)])[:, None, :]
+    w = np.full(prof_ids.shape, 0.5)
+    cfg = BuddyConfig(tau=tau, search=8)  # tau 0.9: the TAE gate blocks most tokens
+    prof = BuddyProfile(prof_ids, w, E, cfg)
+    pop = rng.dirichlet(np.full(E, 0.3))
+    ids = np.stack([rng.choice(E, k, replace=False, p=pop) for _ in range(n)])
+    weights = rng.dirichlet([1.0] * k, size=n)
+    probs = rng.dirichlet([1.0] * E, size=n)
+    new, info = substitute_cold(prof, 0, ids, weights, probs, theta)
+    before = np.bincount(ids.ravel(), minlength=E)
+    after = np.bincount(new.ravel(), minlength=E)
+    cold = (before > 0) & (before <= theta)
+    for t in range(n):
+        assert len(set(new[t].tolist())) == k
+        for j in range(k):
+            e, b = ids[t, j], new[t, j]
+            if b != e:
+                assert cold[e] and before[b] > theta and b in prof.table[0][e, :8].tolist()
+    assert (after[cold] == 0).sum() == info["saved"]
+    assert ((after[cold] == before[cold]) | (after[cold] == 0)).all()  # all or nothing
+    assert info["saved"] + info["kept"] == int(cold.sum())
+    assert int((new != ids).sum()) == info["substituted"]
+    # the experts streamed: the hot ones and the cold ones kept
+    assert int((after > 0).sum()) == int((before > 0).sum()) - info["saved"]
+    return info
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.9])
+@pytest.mark.parametrize("theta", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(4))
+def test_substitute_cold_conserves_every_token(tau, theta, seed):
+    """BuddyMoE on the DDR path: every token keeps k distinct experts, each its own or a
+    named buddy (within the first H of its list) of a cold expert, the buddy streamed
+    anyway; an expert with more than theta tokens is never moved; a cold expert is either
+    saved (none of its tokens left) or kept whole (all of them on it)."""
+    info = _cold_case(tau, theta, seed)
+    if tau == 0.0:  # no gate: cold experts with a resident buddy are saved
+        assert info["saved"] > 0
+
+
+def test_substitute_cold_keeps_the_experts_the_gate_protects():
+    """With a strict TAE gate some tokens of cold experts may not move: those experts are
+    kept whole (loaded, every token on its own expert), the others still saved."""
+    infos = [_cold_case(0.9, theta, seed) for theta in (1, 2, 4) for seed in range(4)]
+    assert sum(i["kept"] for i in infos) > 0 and sum(i["saved"] for i in infos) > 0

@@ -52,6 +52,7 @@ __all__ = [
     "buddy_lists",
     "tae",
     "substitute",
+    "substitute_cold",
     "algorithm1_loop",
     "algorithm1_vectorized",
     "random_substitute",
@@ -301,6 +302,44 @@ def substitute(
         budget[f] -= 1
         info["substituted"] += len(f)
     return ids, info
+
+
+def substitute_cold(
+    prof: BuddyProfile,
+    layer: int,
+    ids: np.ndarray,
+    weights: np.ndarray,
+    probs: np.ndarray,
+    theta: int,
+) -> tuple[np.ndarray, dict]:
+    """BuddyMoE on the chip's DDR path, for the tokens of one iteration at one layer.
+
+    The chip streams every expert its tokens select from DDR.  An expert with more than
+    ``theta`` of the iteration's tokens is streamed anyway: it is *resident* for BuddyMoE.
+    A *cold* one (``1..theta`` tokens) is a miss, and :func:`substitute` (with its TAE,
+    margin and budget ``rho`` gates) may give its tokens a resident buddy instead.  A cold
+    expert is only worth substituting when **all** its tokens move, because one token left
+    on it loads the whole expert: those substitutions are undone [D].  Returns the new ids
+    and ``info``: the gate counts of :func:`substitute`, ``saved`` (cold experts no longer
+    loaded), ``kept`` (cold experts still loaded) and ``substituted`` (token-expert pairs
+    moved to a buddy)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    counts = np.bincount(ids.ravel(), minlength=prof.E)
+    resident = counts > theta
+    new, info = substitute(prof, layer, ids, weights, probs, resident)
+    left = np.bincount(new.ravel(), minlength=prof.E)  # tokens still on each expert
+    cold = np.nonzero((counts > 0) & ~resident)[0]
+    kept = cold[left[cold] > 0]
+    if len(kept):  # a cold expert still loaded: its tokens keep it, no substitution
+        undo = np.isin(ids, kept) & (new != ids)
+        new[undo] = ids[undo]
+    moved = new != ids
+    info = dict(info)
+    info["substituted"] = int(moved.sum())
+    info["saved"] = int(len(cold) - len(kept))
+    info["kept"] = int(len(kept))
+    info["cold"] = int(len(cold))
+    return new, info
 
 
 def random_substitute(
