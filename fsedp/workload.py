@@ -81,13 +81,17 @@ class Layer:
         return per
 
 
-def scenario_trace(cfg: RunConfig, count: int, layers: int) -> RoutingTrace:
-    """The routing of ``count`` iterations: the scenario's trace file, else a seeded
-    synthetic trace of ``layers`` layers with requests of :data:`SYNTHETIC_REQUEST_TOKENS`
-    tokens (at most a request table's worth per iteration)."""
+def scenario_trace(
+    cfg: RunConfig, count: int, layers: int, trace: RoutingTrace | None = None
+) -> RoutingTrace:
+    """The routing of ``count`` iterations: ``trace`` when given (a routing made in this
+    process, e.g. the co-design's substituted one), else the scenario's trace file, else a
+    seeded synthetic trace of ``layers`` layers with requests of
+    :data:`SYNTHETIC_REQUEST_TOKENS` tokens (at most a request table's worth per
+    iteration).  A given or read trace must fit the model."""
     sc, m = cfg.scenario, cfg.model
     path = cfg.trace_path()
-    if path is None:
+    if trace is None and path is None:
         tokens = sc.tokens_per_iteration
         per_iter = max(1, min(cfg.scheduler.requests, tokens // SYNTHETIC_REQUEST_TOKENS))
         return synthetic(
@@ -99,7 +103,8 @@ def scenario_trace(cfg: RunConfig, count: int, layers: int) -> RoutingTrace:
             skew=sc.skew,
             requests=per_iter * count,
         )
-    trace = load_any(path)
+    if trace is None:
+        trace = load_any(path)
     if trace.num_experts > m.experts:
         raise InputError(
             cfg.source,
@@ -127,7 +132,11 @@ def scenario_trace(cfg: RunConfig, count: int, layers: int) -> RoutingTrace:
 
 
 def iterations(
-    cfg: RunConfig, count: int, layers: int | None = None, strict: bool = True
+    cfg: RunConfig,
+    count: int,
+    layers: int | None = None,
+    strict: bool = True,
+    trace: RoutingTrace | None = None,
 ) -> list[list[Layer]]:
     """``count`` iterations of ``scenario.tokens_per_iteration`` tokens, ``layers`` MoE
     layers each (default: the model's).  With ``strict`` a trace with fewer windows is an
@@ -140,7 +149,7 @@ def iterations(
             "--layers",
             f"{layers} exceeds the {cfg.model.layers} layers of model {cfg.model.name}",
         )
-    trace = scenario_trace(cfg, count, layers)
+    trace = scenario_trace(cfg, count, layers, trace)
     out = []
     # only whole iterations: a short last window would be simulated as if it were one
     for i, window in enumerate(iteration_windows(trace, sc.tokens_per_iteration, drop_last=True)):

@@ -60,6 +60,7 @@ def run_experiment(
     on_layer=None,
     workers: int | None = None,
     a5_slack: float | None = None,
+    trace=None,
 ) -> dict:
     """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy
     (``a5_slack``: A5's QoS slack, default 20 %).
@@ -71,13 +72,14 @@ def run_experiment(
     The layers of EP, Hydra (whose placements are computed here first), A1-A4 and A6 are
     independent and run on ``workers`` processes, one task per layer (default: up to 2 CPUs;
     1 runs everything in this process); A5 (carried tokens) runs in order here.  Results do
-    not depend on ``workers``.
+    not depend on ``workers``.  ``trace``: a routing trace to use instead of the scenario's
+    (:func:`fsedp.workload.scenario_trace`).
     """
     for s in strategies:
         if s not in STRATEGIES:
             raise ValueError(f"unknown strategy {s!r}; choose from {', '.join(STRATEGIES)}")
     setup = setup or make_setup(cfg)
-    its = iterations(cfg, n_iter, layers)
+    its = iterations(cfg, n_iter, layers, trace=trace)
     flat = [l for it in its for l in it]
     results = {s: [None] * len(flat) for s in strategies}
     wall = {s: 0.0 for s in strategies}

@@ -4,7 +4,7 @@
 * :mod:`.rtl`: ``rtl rounds|verilog|cosim|report|datapath`` -- the hardware;
 * :mod:`.trace`, :mod:`.lm`: ``trace ...``, ``lm ...`` -- workloads;
 * :mod:`.offload`, :mod:`.prism`, :mod:`.serve`, :mod:`.shuffle` -- the software papers'
-  policies.
+  policies; :mod:`.codesign` -- the chip with them.
 
 Every command that produces results takes ``--json`` and then prints one JSON document on
 stdout.  Anything a user can get wrong (a config, trace, experiment file or option value)
@@ -15,7 +15,7 @@ prints one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits with status 2
 import sys
 from pathlib import Path
 
-from fsedp.cli import lm, offload, prism, rtl, run, serve, shuffle, trace
+from fsedp.cli import codesign, lm, offload, prism, rtl, run, serve, shuffle, trace
 from fsedp.cli.common import Parser, usage
 from fsedp.config import config_path
 from fsedp.errors import COMMAND_LINE, InputError
@@ -24,7 +24,7 @@ from fsedp.files import check_output_file, check_output_folder
 __all__ = ["main", "build_parser"]
 
 #: Command groups in the order ``fsedp --help`` lists them.
-GROUPS = (run, rtl, trace, lm, offload, prism, serve, shuffle)
+GROUPS = (run, rtl, trace, lm, offload, prism, serve, shuffle, codesign)
 
 
 def build_parser() -> Parser:
