@@ -7,17 +7,16 @@ import json
 from fsedp.cli.common import DATA_OR_EMBEDDED, JSON, positive, usage
 
 
-def _thetas(text: str) -> list[int]:
+def _ints(option: str, text: str, hi: int) -> list[int]:
+    """A comma-separated list of integers in ``1..hi`` (empty: none)."""
     out = []
-    for x in text.split(","):
+    for x in filter(None, text.split(",")):
         try:
             v = int(x)
         except ValueError:
-            raise usage(
-                "--theta", f"must be integers separated by commas, not {x[:20]!r}"
-            ) from None
-        if not 1 <= v <= 4096:
-            raise usage("--theta", f"each must be in 1..4096, not {v}")
+            raise usage(option, f"must be integers separated by commas, not {x[:20]!r}") from None
+        if not 1 <= v <= hi:
+            raise usage(option, f"each must be in 1..{hi}, not {v}")
         out.append(v)
     return out
 
@@ -25,19 +24,23 @@ def _thetas(text: str) -> list[int]:
 def cmd_codesign(args):
     from fsedp.config import config_path
     from fsedp.errors import COMMAND_LINE
-    from fsedp.experiments.codesign import buddy_on_chip, format_buddy
+    from fsedp.experiments.codesign import codesign, format_table, techniques
     from fsedp.experiments.offload import lm_data
     from fsedp.files import write_text
 
-    thetas = _thetas(args.theta)
+    thetas = _ints("--theta", args.theta, 4096)
     config_path("models", args.scale_to, COMMAND_LINE, "--scale-to")  # refused before work
     model, test, prof = lm_data(args.max_tokens, weights=args.model, data=args.data)
+    S = args.sub_experts
+    if model.cfg.d_ffn % S:
+        raise usage("--sub-experts", f"must divide the LM's d_ffn {model.cfg.d_ffn}, not {S}")
+    ks = _ints("--prism", args.prism, model.cfg.top_k * S)
     if len(test) - 1 < max(args.tokens, model.cfg.context):
         raise usage("--max-tokens", f"{len(test) - 1} test tokens hold no whole iteration")
-    doc = buddy_on_chip(
-        model, test, prof, thetas=thetas, tokens=args.tokens, scale_to=args.scale_to
+    doc = codesign(
+        model, test, prof, techniques(thetas, ks, S), tokens=args.tokens, scale_to=args.scale_to
     )
-    text = format_buddy(doc)
+    text = format_table(doc)
     out = {k: v for k, v in doc.items() if k not in ("config", "traces")}
     if args.out:
         write_text(args.out, text + "\n")
@@ -49,16 +52,29 @@ def add_parsers(sub):
     c = sub.add_parser(
         "codesign",
         parents=[DATA_OR_EMBEDDED, JSON],
-        help="the chip moving fewer bytes: BuddyMoE on the DDR path, speed and perplexity",
+        help="the chip moving fewer bytes: BuddyMoE and MoE-Prism on the DDR path, "
+        "speed and perplexity",
         description="FSE-DP on the simulated 2x2 chip with buddy substitution of cold "
-        "experts, measured for tokens/s, bound and DDR bytes on the chip and for perplexity "
-        "on the project's MoE LM, from one set of decisions. See docs/codesign.md.",
+        "experts and MoE-Prism sub-experts, alone and combined, measured for tokens/s, "
+        "bound and DDR bytes on the chip and for perplexity on the project's MoE LM, from "
+        "one set of decisions. See docs/codesign.md.",
     )
     c.add_argument(
         "--theta",
-        default="1,2,4",
-        help="cold thresholds: an expert with at most theta of an iteration's tokens may "
-        "be replaced by buddies (default 1,2,4)",
+        default="1,2",
+        help="BuddyMoE cold thresholds: an expert with at most theta of an iteration's "
+        "tokens may be replaced by buddies (default 1,2; empty: none)",
+    )
+    c.add_argument(
+        "--prism",
+        default="6,4",
+        help="MoE-Prism: sub-experts kept per token, of top_k x S (default 6,4; empty: none)",
+    )
+    c.add_argument(
+        "--sub-experts",
+        type=positive("--sub-experts", 64),
+        default=4,
+        help="MoE-Prism: sub-experts S per expert (default 4)",
     )
     c.add_argument(
         "--tokens", type=positive("--tokens", 4096), default=64, help="tokens per iteration"

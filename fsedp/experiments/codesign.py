@@ -23,18 +23,40 @@ from fsedp.lm.model import Hooks, MoELM
 from fsedp.sw.policies.buddy import BuddyConfig, BuddyProfile, substitute_cold
 from fsedp.trace.core import RoutingTrace
 
-__all__ = ["ChipBuddyHook", "deployment_config", "routing_trace", "buddy_on_chip"]
+__all__ = [
+    "ChipHook",
+    "TECHNIQUES",
+    "techniques",
+    "deployment_config",
+    "routing_trace",
+    "codesign",
+    "buddy_on_chip",
+    "format_table",
+]
 
 
-class ChipBuddyHook(Hooks):
-    """Records the LM's routing and, with a profile, substitutes cold experts per iteration
-    of ``tokens`` consecutive tokens (the rows of a forward batch, in text order)."""
+class ChipHook(Hooks):
+    """Applies the chip-side techniques in the LM's forward pass, per iteration of ``tokens``
+    consecutive tokens (the rows of a forward batch, in text order), and records the
+    routing the chip then streams.
 
-    def __init__(self, layers: int, tokens: int, prof: BuddyProfile | None, theta: int):
-        self.tokens, self.prof, self.theta = tokens, prof, theta
+    * with ``prof``: BuddyMoE on the DDR path (:func:`substitute_cold` at ``theta``);
+    * with ``sub`` (a :class:`fsedp.sw.policies.prism.SubExpertHook` on a refactored
+      model): MoE-Prism, each token computing only its ``K`` best sub-experts of its
+      experts (proxy gating); the recorded routing is then over sub-experts, expert ``e``'s
+      sub-expert ``s`` being ``e x S + s``, ``K`` per token, so the chip streams a
+      sub-expert only when some token of the iteration selected it.
+    """
+
+    def __init__(self, layers: int, tokens: int, prof=None, theta: int = 0, sub=None):
+        self.tokens, self.prof, self.theta, self.sub = tokens, prof, theta, sub
         self.ids = [[] for _ in range(layers)]
         self.weights = [[] for _ in range(layers)]
         self.info = {"cold": 0, "saved": 0, "kept": 0, "substituted": 0, "tae_blocked": 0}
+
+    def moe_input(self, layer, h):
+        if self.sub is not None:
+            self.sub._h = h
 
     def route(self, layer, probs, ids, weights, tokens):
         new = np.array(ids, dtype=np.int64, copy=True)
@@ -46,12 +68,26 @@ class ChipBuddyHook(Hooks):
                 )
                 for k in self.info:
                     self.info[k] += info.get(k, 0)
-        self.ids[layer].append(new)
-        self.weights[layer].append(np.asarray(weights))
+        w = np.asarray(weights)
+        if self.sub is None:
+            self.ids[layer].append(new)
+            self.weights[layer].append(w)
+        else:
+            self.sub._select(layer, new, w)
+            keep, S = self.sub._keep, self.sub.S  # [n, k, S], exactly K per token
+            n = len(new)
+            vid = new[:, :, None] * S + np.arange(S)
+            self.ids[layer].append(vid[keep].reshape(n, -1))
+            self.weights[layer].append(
+                np.broadcast_to(w[:, :, None], keep.shape)[keep].reshape(n, -1)
+            )
         return new, weights
 
+    def neurons(self, layer, expert, rows, act):
+        return None if self.sub is None else self.sub._mask(expert, rows, act)
 
-def routing_trace(hook: ChipBuddyHook, token_ids, context: int, experts: int, name: str):
+
+def routing_trace(hook: ChipHook, token_ids, context: int, experts: int, name: str):
     """The routing ``hook`` recorded as a :class:`RoutingTrace`: one request per context
     window, tokens in text order."""
     ex = np.stack([np.concatenate(x) for x in hook.ids], axis=1)
@@ -68,9 +104,15 @@ def routing_trace(hook: ChipBuddyHook, token_ids, context: int, experts: int, na
     )
 
 
-def deployment_config(model: MoELM, scale_to: str, tokens: int, base: RunConfig | None = None):
+def deployment_config(
+    model: MoELM, scale_to: str, tokens: int, sub=None, base: RunConfig | None = None
+):
     """``base`` (default: the embedded 2x2 run) with the LM's routing shape (experts, top-k,
-    layers, no shared expert) and ``scale_to``'s sizes (hidden and expert widths, heads)."""
+    layers, no shared expert) and ``scale_to``'s sizes (hidden and expert widths, heads).
+    With ``sub = (S, K)`` the chip's experts are the sub-experts: ``E x S`` of them,
+    ``K`` per token, each ``d_ffn / S`` wide and cut into ``M / S`` micro-slices, so a
+    micro-slice (and the buffer's slots, the link and DDR times per slot) stays the size
+    it is for whole experts."""
     base = base or default_run()
     size = load_model(config_path("models", scale_to, COMMAND_LINE, "--scale-to"))
     m = dataclasses.replace(
@@ -82,42 +124,89 @@ def deployment_config(model: MoELM, scale_to: str, tokens: int, base: RunConfig 
         shared_experts=0,
     )
     sc = dataclasses.replace(base.scenario, tokens_per_iteration=tokens, trace="model")
-    return dataclasses.replace(base, model=m, scenario=sc)
+    cfg = dataclasses.replace(base, model=m, scenario=sc)
+    if sub is None:
+        return cfg
+    S, K = sub
+    micro = cfg.datapath_params().micro_slices
+    m = dataclasses.replace(
+        m,
+        name=f"{m.name}, {S} sub-experts each",
+        experts=m.experts * S,
+        top_k=K,
+        d_ffn=m.d_ffn // S,
+    )
+    hw = dataclasses.replace(cfg.hardware, microslices_per_expert=max(1, micro // S))
+    return dataclasses.replace(cfg, model=m, hardware=hw)
 
 
-def buddy_on_chip(
+def techniques(thetas=(1, 2), ks=(6, 4), S: int = 4) -> list:
+    """``(name, buddy theta, (S, K) or None)`` of ``fsedp codesign``: FSE-DP alone, buddy
+    substitution at each theta, MoE-Prism at each K (of ``top_k x S`` sub-experts per
+    token), and each K combined with the theta at the same position (or the last)."""
+    out = [("FSE-DP alone", 0, None)]
+    out += [(f"+ buddy (theta {t})", t, None) for t in thetas]
+    out += [(f"+ prism, sub-experts as experts (K {k})", 0, (S, k)) for k in ks]
+    for i, k in enumerate(ks):
+        if thetas:
+            t = thetas[min(i, len(thetas) - 1)]
+            out.append((f"+ buddy (theta {t}) + prism (K {k})", t, (S, k)))
+    return out
+
+
+TECHNIQUES = tuple(techniques())
+
+
+def codesign(
     model: MoELM,
     test_ids: np.ndarray,
     prof_ids: np.ndarray,
-    thetas=(1, 2, 4),
+    plan=TECHNIQUES,
     tokens: int = 64,
     scale_to: str = "qwen3-30b-a3b",
     buddy: BuddyConfig | None = None,
     strategy: str = "A3",
+    prism_iters: int = 3000,
     progress=None,
 ) -> dict:
-    """FSE-DP alone and with buddy substitution at each ``theta``: perplexity on
-    ``test_ids`` and the chip's throughput, bound and DDR bytes on the same routing."""
+    """Each technique of ``plan`` (``(name, theta, (S, K) or None)``, see
+    :func:`techniques`): perplexity on ``test_ids`` with the
+    routing it makes, and the chip's throughput, bound and DDR bytes on that routing.  The
+    first must be FSE-DP alone (theta 0, no sub-experts): the others are relative to it.
+    MoE-Prism runs on the LM refactored into ``S`` sub-experts (annealed partition,
+    ``prism_iters`` steps), which computes what the LM computes when every sub-expert is
+    kept."""
     from fsedp.experiments.offload import profile_routing
+    from fsedp.experiments.prism import refactor_model
     from fsedp.sim.run import run_experiment, summarize
+    from fsedp.sw.policies.prism import Partition, SubExpertHook
 
+    if plan[0][1:] != (0, None):
+        raise ValueError("the first technique must be FSE-DP alone (theta 0, no sub-experts)")
     buddy = buddy or BuddyConfig()
     p_ids, p_w, _ = profile_routing(model, prof_ids)
     prof = BuddyProfile(p_ids, p_w, model.cfg.experts, buddy)
-    cfg = deployment_config(model, scale_to, tokens)
-    ctx = model.cfg.context
+    refactored = {}
     rows, traces = [], {}
-    for theta in (0, *thetas):
-        hook = ChipBuddyHook(model.cfg.layers, tokens, prof if theta else None, theta)
-        ppl = model.perplexity(test_ids, hook)
-        trace = routing_trace(hook, test_ids, ctx, model.cfg.experts, f"<lm theta={theta}>")
+    for name, theta, sub in plan:
+        lm, hook_sub = model, None
+        if sub is not None:
+            S, K = sub
+            if S not in refactored:
+                refactored[S] = refactor_model(model, prof_ids, S=S, iters=prism_iters)[0]
+            lm = refactored[S]
+            hook_sub = SubExpertHook(lm, Partition.of(lm), K)
+        cfg = deployment_config(model, scale_to, tokens, sub)
+        hook = ChipHook(model.cfg.layers, tokens, prof if theta else None, theta, hook_sub)
+        ppl = lm.perplexity(test_ids, hook)
+        trace = routing_trace(hook, test_ids, model.cfg.context, cfg.model.experts, f"<{name}>")
         n_iter = trace.tokens // tokens
         run = run_experiment(
             cfg, (strategy,), n_iter=n_iter, progress=False, trace=trace, workers=1
         )
         s = summarize(run)[strategy]
-        traces[theta] = trace
-        # the bytes the chip must move: every expert an iteration's tokens select, once
+        traces[name] = trace
+        # the bytes the chip must move: every (sub-)expert an iteration's tokens select, once
         active = sum(
             len(np.unique(trace.experts[i * tokens : (i + 1) * tokens, layer]))
             for i in range(n_iter)
@@ -125,8 +214,9 @@ def buddy_on_chip(
         )
         rows.append(
             {
-                "technique": "FSE-DP alone" if theta == 0 else f"+ buddy (theta {theta})",
+                "technique": name,
                 "theta": theta,
+                "sub_experts": list(sub) if sub else None,
                 "perplexity": round(ppl, 3),
                 "tokens_per_s": s["throughput_tok_s"],
                 "moe_layer_us": s["moe_layer_us"],
@@ -145,16 +235,22 @@ def buddy_on_chip(
         r["perplexity_rise"] = round(r["perplexity"] / base["perplexity"] - 1, 4)
         r["speedup"] = round(r["tokens_per_s"] / base["tokens_per_s"], 3)
         r["ddr_saved"] = round(1 - r["ddr_gb"] / base["ddr_gb"], 4) if base["ddr_gb"] else 0
+    cfg = deployment_config(model, scale_to, tokens)
     return {"config": cfg, "rows": rows, "tokens": tokens, "scale_to": scale_to, "traces": traces}
 
 
-def format_buddy(doc: dict) -> str:
+def buddy_on_chip(model, test_ids, prof_ids, thetas=(1, 2, 4), **kw) -> dict:
+    """:func:`codesign` of FSE-DP alone and buddy substitution at each ``theta``."""
+    return codesign(model, test_ids, prof_ids, techniques(thetas, ()), **kw)
+
+
+def format_table(doc: dict) -> str:
     out = [
-        f"Buddy substitution on the chip's DDR path: the project's MoE LM routing, "
-        f"{doc['scale_to']} sizes, {doc['tokens']} tokens per iteration, 2x2 chip, FSE-DP A3",
+        f"The chip moving fewer bytes: the project's MoE LM routing, {doc['scale_to']} sizes, "
+        f"{doc['tokens']} tokens per iteration, 2x2 chip, FSE-DP A3",
         "",
         "| technique | perplexity (rise) | tokens/s (x FSE-DP alone) | MoE layer us | x bound "
-        "| DDR GB (saved) | cold experts saved / kept | tokens moved |",
+        "| DDR GB (saved) | cold experts saved / kept | tokens moved to a buddy |",
         "|---|---|---|---:|---:|---|---|---:|",
     ]
     for r in doc["rows"]:
