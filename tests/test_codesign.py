@@ -77,14 +77,16 @@ def test_hook_records_in_text_order(lm):
 def test_cli_codesign(tmp_path, capsys):
     from fsedp.cli import main
 
-    out = tmp_path / "t.md"
+    out = tmp_path / "report"
     rc = main(
         ["codesign", "--theta", "1", "--prism", "", "--max-tokens", "1024", "--json"]
         + ["--out", str(out)]
     )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and len(doc["rows"]) == 2 and "traces" not in doc
-    assert "| + buddy (theta 1) |" in out.read_text()
+    assert "| + buddy (theta 1) |" in (out / "codesign.md").read_text()
+    assert json.loads((out / "codesign.json").read_text())["rows"] == doc["rows"]
+    assert (out / "codesign.png").read_bytes()[:4] == b"\x89PNG"
     bad = (["--theta", "0"], ["--theta", "x"], ["--scale-to", "nope"], ["--tokens", "0"])
     bad += (["--prism", "9"], ["--sub-experts", "3"])  # 9 > top-2 x 4; 3 does not divide 128
     for b in bad:

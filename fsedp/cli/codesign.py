@@ -2,8 +2,6 @@
 simulated chip and accuracy on the project's MoE LM from one set of decisions
 (``docs/codesign.md``)."""
 
-import json
-
 from fsedp.cli.common import DATA_OR_EMBEDDED, JSON, positive, usage
 
 
@@ -22,11 +20,11 @@ def _ints(option: str, text: str, hi: int) -> list[int]:
 
 
 def cmd_codesign(args):
+    from fsedp.cli.common import report
     from fsedp.config import config_path
     from fsedp.errors import COMMAND_LINE
-    from fsedp.experiments.codesign import codesign, format_table, techniques
+    from fsedp.experiments.codesign import codesign, format_table, plot_tradeoff, techniques
     from fsedp.experiments.offload import lm_data
-    from fsedp.files import write_text
 
     thetas = _ints("--theta", args.theta, 4096)
     config_path("models", args.scale_to, COMMAND_LINE, "--scale-to")  # refused before work
@@ -42,10 +40,7 @@ def cmd_codesign(args):
     )
     text = format_table(doc)
     out = {k: v for k, v in doc.items() if k not in ("config", "traces")}
-    if args.out:
-        write_text(args.out, text + "\n")
-    print(json.dumps(out, indent=1) if args.json else text)
-    return 0
+    return report(args, out, text, "codesign", plot=lambda path: plot_tradeoff(doc, path))
 
 
 def add_parsers(sub):
@@ -91,5 +86,9 @@ def add_parsers(sub):
         help="held-out test tokens evaluated (default: all)",
     )
     c.add_argument("--model", default=None, help="LM weights (default: the committed model)")
-    c.add_argument("--out", default=None, help="also write the table to this file")
-    c.set_defaults(func=cmd_codesign, out_kind="file")
+    c.add_argument(
+        "--out",
+        default=None,
+        help="also write codesign.md, codesign.json and the trade-off plot codesign.png here",
+    )
+    c.set_defaults(func=cmd_codesign, out_kind="folder")

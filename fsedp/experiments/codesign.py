@@ -32,6 +32,7 @@ __all__ = [
     "codesign",
     "buddy_on_chip",
     "format_table",
+    "plot_tradeoff",
 ]
 
 
@@ -261,3 +262,32 @@ def format_table(doc: dict) -> str:
             f"| {r['saved']} / {r['kept']} | {r['substituted']} |"
         )
     return "\n".join(out)
+
+
+def plot_tradeoff(doc: dict, path):
+    """Perplexity against the chip's tokens/s, one point per technique (the trade-off plot
+    of ``fsedp codesign --out DIR``)."""
+    from fsedp.files import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for r in doc["rows"]:
+        color = "k" if r["theta"] == 0 and not r["sub_experts"] else (
+            "tab:purple" if r["sub_experts"] and r["theta"] else
+            "tab:orange" if r["sub_experts"] else "tab:blue"
+        )  # fmt: skip
+        ax.scatter(r["tokens_per_s"], r["perplexity"], color=color)
+        ax.annotate(r["technique"].lstrip("+ "), (r["tokens_per_s"], r["perplexity"]), fontsize=7)
+    base = doc["rows"][0]
+    ax.axhline(base["perplexity"] * 1.05, color="grey", lw=0.8, ls="--")
+    ax.axvline(base["tokens_per_s"] * 1.3, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel(f"tokens/s on the 2x2 chip ({doc['scale_to']} sizes, FSE-DP A3)")
+    ax.set_ylabel("held-out perplexity (project LM)")
+    ax.set_title(
+        "FSE-DP alone (black), buddy (blue), prism (orange), both (purple);\n"
+        "dashed: +5 % perplexity, dotted: 1.3x tokens/s",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
