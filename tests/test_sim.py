@@ -218,13 +218,24 @@ def test_a5_does_not_defer_requests_that_cannot_afford_it():
 
 
 def test_parallel_run_equals_sequential():
+    """The worker pool changes nothing, and both equal each layer simulated on its own in
+    workload order (so no result is lost, duplicated or put in another layer's place)."""
     cfg = tiny(64)
     seq = run_experiment(cfg, ("EP", "A2", "A3"), n_iter=1, progress=False, workers=1)
     par = run_experiment(cfg, ("EP", "A2", "A3"), n_iter=1, progress=False, workers=2)
+    setup = make_setup(cfg)
+    layers = [lay for it in iterations(cfg, 1) for lay in it]
+    direct = {
+        "EP": [ep_layer(setup, lay.records, ep_home(16, 4)) for lay in layers],
+        "A2": [fsedp_layer(setup, lay.records, "A2") for lay in layers],
+        "A3": [fsedp_layer(setup, lay.records, "A3") for lay in layers],
+    }
     for s in ("EP", "A2", "A3"):
-        assert [(r.cycles, r.busy, r.ddr_bytes) for r in seq["results"][s]] == [
-            (r.cycles, r.busy, r.ddr_bytes) for r in par["results"][s]
-        ]
+        want = [(r.cycles, r.busy, r.ddr_bytes) for r in direct[s]]
+        assert [(r.cycles, r.busy, r.ddr_bytes) for r in seq["results"][s]] == want
+        assert [(r.cycles, r.busy, r.ddr_bytes) for r in par["results"][s]] == want
+    # and the layers differ (a run that repeated one layer would not pass)
+    assert len({r.cycles for r in direct["A3"]}) > 1
 
 
 def test_bench_rows_are_consistent():
