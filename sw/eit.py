@@ -45,8 +45,15 @@ class EIT:
     def reset(self):
         self.mask = [[0] * self.p.experts for _ in range(self.p.requests)]
         self.count = [[0] * self.p.experts for _ in range(self.p.requests)]
+        self.clear_flags()
+
+    def clear_flags(self):
+        """Clear the sticky flags (a new round starts).  ``saturated`` says which counts set
+        ``overflow``: ``"entry"`` (a request's count at its width) and/or ``"sum"`` (a merged
+        count)."""
         self.overflow = False
         self.bad_record = False
+        self.saturated: set[str] = set()
 
     def valid(self, rec: GateRecord) -> bool:
         p = self.p
@@ -65,6 +72,7 @@ class EIT:
         self.mask[r][e] |= 1 << rec.chiplet
         if self.count[r][e] == self.p.count_max:
             self.overflow = True
+            self.saturated.add("entry")
         else:
             self.count[r][e] += 1
 
@@ -84,6 +92,7 @@ class EIT:
             mask[r][e] |= 1 << c
             if count[r][e] == cmax:
                 self.overflow = True
+                self.saturated.add("entry")
             else:
                 count[r][e] += 1
 
@@ -115,6 +124,7 @@ class EIT:
             if c > cmax:
                 counts[e] = cmax
                 self.overflow = True
+                self.saturated.add("sum")
         return counts, masks, present
 
     def scan(self, expert: int, include: int, clear: bool = False) -> ScanResult:
@@ -136,4 +146,5 @@ class EIT:
         if total > self.p.count_max:
             total = self.p.count_max
             self.overflow = True
+            self.saturated.add("sum")
         return ScanResult(total, mask, present)

@@ -129,7 +129,8 @@ class Scheduler:
         if self.plan is not None:
             raise RuntimeError("start_round while a round is in progress")
         p = self.p
-        self.eit.overflow = self.eit.bad_record = self.spurious_done = False
+        self.eit.clear_flags()
+        self.spurious_done = False
         self.eit.write_many(records)
         everyone = (1 << p.requests) - 1
         # pass 1 (RTL: a scan of every expert over every request), then pass 2 over the
@@ -189,7 +190,7 @@ class Scheduler:
             out.append(self._beat(DISPATCH, k, entry))
             self.scheduled[k] = True
             self.running[entry] = traj
-            self.icv.update(alloc=1 << entry if self.p.entry_dispatch else traj)
+            self.icv.update(alloc=self.alloc_mask(traj, entry))
             q = partner(k, n) if self.order != "sorted" else None
             if q is not None and not self.scheduled[q] and not self.preloaded[q]:
                 qtraj = self.plan.trajs[self.plan.order[q]]
@@ -197,6 +198,11 @@ class Scheduler:
                     out.append(self._beat(PRELOAD, q, lowest_bit(qtraj)))
                     self.preloaded[q] = True
         return out
+
+    def alloc_mask(self, traj: int, entry: int) -> int:
+        """Chiplets a dispatch makes busy: its whole trajectory, or with ``entry_dispatch``
+        (A6) its entry chiplet only."""
+        return 1 << entry if self.p.entry_dispatch else traj
 
     def complete(self, done: int):
         """Experts in the slots of bit-mask ``done`` completed (one cycle, several allowed)."""

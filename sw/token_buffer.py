@@ -34,6 +34,8 @@ class TokenBuffer:
     def reset(self):
         self.t_qos = [0] * self.p.requests
         self.c_fw = [0] * self.p.requests
+        #: the paths of Algorithm 2 the last :meth:`decide` took (functional coverage)
+        self.paths: set[str] = set()
 
     def init_request(self, request: int, t_qos: int):
         """Admit (or re-admit) a request: ``T_QoS = t_qos`` (saturated), ``C_fw = 0``.
@@ -48,18 +50,23 @@ class TokenBuffer:
         """Run Algorithm 2 for every present request; return the defer bit-mask."""
         p = self.p
         defer = 0
+        self.paths = set()
         for r in range(p.requests):
             if not present >> r & 1:
                 continue
             t, c = self.t_qos[r], self.c_fw[r]
             if c >= p.n_threshold:
+                self.paths.add("refill saturates" if t == p.qos_max else "refill")
                 t = min(t + 1, p.qos_max)
                 c = 0
             if cold_hit >> r & 1 and t > 0:
+                self.paths.add("defer with C_fw > 0" if c else "defer")
                 defer |= 1 << r
                 t -= 1
                 c = 0
             else:
+                if cold_hit >> r & 1:
+                    self.paths.add("cold hit, T_QoS 0")
                 c = min(c + 1, p.cfw_max)
             self.t_qos[r], self.c_fw[r] = t, c
         return defer

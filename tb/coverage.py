@@ -50,8 +50,6 @@ class Coverage:
         self.p = p
         self.states = states if states is not None else fsm_states(p)
         self.hits: dict[str, Counter] = {b: Counter() for b in self.bins()}
-        self._before = None
-        self._entries: dict = {}
         self._preloaded: set = set()
 
     # -- the bins --------------------------------------------------------------------------
@@ -133,49 +131,30 @@ class Coverage:
     def hit(self, block: str, name: str):
         self.hits[block][name] += 1
 
-    def before_start(self, golden, records):
-        p = self.p
-        tb = golden.tb
-        self._before = (list(tb.t_qos), list(tb.c_fw))
-        self._preloaded = set()
-        # the table may hold deferred requests' entries from earlier rounds: count from it
-        per_entry = Counter()
-        for r, c, e in records:
-            if 0 <= r < p.requests and 0 <= c < p.chiplets and 0 <= e < p.experts:
-                per_entry[r, e] += 1
-        for (r, e), n in per_entry.items():
-            if golden.eit.count[r][e] + n > p.count_max:
-                self.hit("eit", "entry saturates at count_max")
-        self._entries = {
-            (r, e): min(golden.eit.count[r][e] + n, p.count_max) for (r, e), n in per_entry.items()
-        }
+    def before_start(self, golden):
+        self._preloaded = set()  # experts pre-loaded in this round
+
+    #: Algorithm 2 paths the golden token buffer reports (``TokenBuffer.paths``) -> bins
+    PATHS = {
+        "refill": ["C_fw reaches N_threshold (T_QoS refilled)"],
+        "refill saturates": ["C_fw reaches N_threshold (T_QoS refilled)", "T_QoS refill saturates"],
+        "defer with C_fw > 0": ["deferral with C_fw > 0"],
+        "cold hit, T_QoS 0": ["cold hit with T_QoS = 0 (not deferred)"],
+    }
 
     def after_start(self, golden, plan):
         p = self.p
-        t_qos, c_fw = self._before
         if plan.defer:
             self.hit("token_buffer", "deferral")
             self.hit("eit", "round with deferred requests re-merged")
             if plan.defer == plan.present:
                 self.hit("token_buffer", "every present request deferred")
-        for r in range(p.requests):
-            if not plan.present >> r & 1:
-                continue
-            t, c = t_qos[r], c_fw[r]
-            if c >= p.n_threshold:
-                self.hit("token_buffer", "C_fw reaches N_threshold (T_QoS refilled)")
-                if t == p.qos_max:
-                    self.hit("token_buffer", "T_QoS refill saturates")
-                t, c = min(t + 1, p.qos_max), 0
-            if plan.defer >> r & 1 and c > 0:
-                self.hit("token_buffer", "deferral with C_fw > 0")
-            if plan.cold_hit >> r & 1 and t == 0:
-                self.hit("token_buffer", "cold hit with T_QoS = 0 (not deferred)")
-        merged = Counter()
-        for (r, e), n in self._entries.items():
-            if not plan.defer >> r & 1:
-                merged[e] += n
-        if any(n > p.count_max for n in merged.values()):
+        for path in golden.tb.paths:
+            for name in self.PATHS.get(path, ()):
+                self.hit("token_buffer", name)
+        if "entry" in golden.eit.saturated:
+            self.hit("eit", "entry saturates at count_max")
+        if "sum" in golden.eit.saturated:
             self.hit("eit", "merged sum saturates")
         active = plan.sorted_keys[: plan.n]
         if plan.n == 0:
@@ -191,10 +170,10 @@ class Coverage:
         if plan.n % 2 == 1 and plan.n > 1:
             self.hit("pairing", "lone middle expert (odd n)")
 
-    def decided(self, icv: int, beats):
-        """The beats the golden model decided from ICV value ``icv`` (the RTL emits the same
-        ones, compared one by one)."""
-        p, C = self.p, self.p.chiplets
+    def decided(self, golden, icv: int, beats):
+        """The beats ``golden`` decided from ICV value ``icv`` (the RTL emits the same ones,
+        compared one by one)."""
+        C = self.p.chiplets
         for beat in beats:
             if beat.kind == BeatKind.PRELOAD:
                 self.hit("pairing", "pre-load beat (Rule 4)")
@@ -203,7 +182,7 @@ class Coverage:
             if beat.expert in self._preloaded:
                 self.hit("pairing", "pre-loaded expert dispatched later")
             self.hit("icv", f"{bin(icv).count('1')} of {C} chiplets idle at a dispatch")
-            icv &= ~((1 << beat.entry) if p.entry_dispatch else beat.traj)
+            icv &= ~golden.alloc_mask(beat.traj, beat.entry)
             if icv == 0:
                 self.hit("icv", "every chiplet busy after a dispatch")
             self.hit("matcher", f"ring of {bin(beat.traj).count('1')} chiplets")

@@ -163,11 +163,11 @@ class RoundChecker:
         beats = self.golden.decide()
         self.pending.extend(beats)
         if self.monitor:
-            self.monitor.decided(icv, beats)
+            self.monitor.decided(self.golden, icv, beats)
 
     def start_round(self, records):
         if self.monitor:
-            self.monitor.before_start(self.golden, records)
+            self.monitor.before_start(self.golden)
         self.plan = self.golden.start_round(records)
         if self.monitor:
             self.monitor.after_start(self.golden, self.plan)
