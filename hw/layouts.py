@@ -1,7 +1,8 @@
 """Stream payload layouts of the scheduler, all derived from :class:`SchedulerParams`.
 
-The testbenches pack and unpack beats with these same layouts (``layout.const(...)`` and
-``layout.from_bits(...)``), so a field moves in one place only.
+The testbenches pack and unpack beats with shifts taken from these same layouts' field
+offsets (``gate_bits``, ``dispatch_decoder``; tested equal to ``layout.const`` and
+``layout.from_bits``), so a field moves in one place only.
 """
 
 from functools import cache
@@ -69,45 +70,28 @@ def dispatch_layout(p: SchedulerParams) -> data.StructLayout:
 
 def dispatch_from_bits(p: SchedulerParams, bits: int):
     """Decode a ``dispatch`` beat into the golden model's :class:`Dispatch`."""
-    from fsedp.sw.scheduler import Dispatch
-
-    v = dispatch_layout(p).from_bits(bits)
-    return Dispatch(
-        BeatKind(int(v.kind)),
-        int(v.expert),
-        int(v.count),
-        int(v.traj),
-        int(v.entry),
-        tuple(int(v.next_hop[c]) for c in range(p.chiplets)),
-    )
+    return dispatch_decoder(p)(bits)
 
 
+@cache
 def dispatch_decoder(p: SchedulerParams):
-    """A fast :func:`dispatch_from_bits` (shifts and masks from the layout's offsets, for
-    regressions of 10^5 rounds); ``tests/test_rtl_amaranth.py`` shows the two equal."""
+    """The decoder of ``dispatch`` beats for ``p``: shifts and masks from the layout's field
+    offsets (fast enough for regressions of 10^5 rounds); ``tests/test_rtl_amaranth.py``
+    shows it equal to Amaranth's view of the layout."""
     from fsedp.sw.scheduler import Dispatch
 
-    lay = dispatch_layout(p)
-
-    def field(name):
-        f = lay[name]
-        return f.offset, (1 << f.width) - 1
-
-    kind, expert, count, traj, entry = (
-        field(n) for n in ("kind", "expert", "count", "traj", "entry")
-    )
-    hop_off, cb = lay["next_hop"].offset, p.chiplet_bits
-    hop_mask = (1 << cb) - 1
-    hops = [hop_off + c * cb for c in range(p.chiplets)]
+    (ko, km), (eo, em), (co, cm), (to, tm), (no, nm), (ho, _) = _fields(dispatch_layout, p)
+    hop_mask = (1 << p.chiplet_bits) - 1
+    hops = [ho + c * p.chiplet_bits for c in range(p.chiplets)]
     kinds = {k.value: k for k in BeatKind}
 
     def decode(bits: int):
         return Dispatch(
-            kinds[bits >> kind[0] & kind[1]],
-            bits >> expert[0] & expert[1],
-            bits >> count[0] & count[1],
-            bits >> traj[0] & traj[1],
-            bits >> entry[0] & entry[1],
+            kinds[bits >> ko & km],
+            bits >> eo & em,
+            bits >> co & cm,
+            bits >> to & tm,
+            bits >> no & nm,
             tuple(bits >> o & hop_mask for o in hops),
         )
 

@@ -200,9 +200,7 @@ def sort_keys(keys: list, kind: str = "parallel") -> list:
     ``fsedp rtl formal`` proves the RTL sorts), so the result is computed with Python's sort
     -- 50x faster than stepping the network, and independent of the network the RTL is
     built from.  Ids are unique, so the order is total."""
-    _check_lanes(len(keys))
-    if kind not in SORTERS:
-        raise ValueError(f"sorter must be one of {', '.join(SORTERS)}, not {kind!r}")
+    network(len(keys), kind)  # the same checks of lanes and variant (cached)
     return sorted(keys, key=_rank)
 
 

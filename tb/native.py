@@ -33,11 +33,12 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from fsedp.files import atomic_path, write_text
 from fsedp.hw.generate import write_verilog
 from fsedp.hw.layouts import dispatch_decoder, dispatch_layout, gate_bits, req_init_bits
 from fsedp.params import SchedulerParams
 from fsedp.tb.runner import verilator_env
-from fsedp.tb.scoreboard import RoundChecker, make_rounds
+from fsedp.tb.scoreboard import RoundChecker, make_rounds, reset_span
 
 __all__ = ["build_native", "write_stimulus", "run_native", "NativeRun"]
 
@@ -108,8 +109,7 @@ def reset_offsets(p: SchedulerParams, rounds, k: dict, rng: random.Random) -> li
     out = []
     for index, rnd in enumerate(rounds):
         if every and index % every == every - 1:
-            items = len(rnd.records) + len(rnd.req_inits)
-            span = int(items * (1 + stall)) + 2 * p.experts + 40
+            span = reset_span(p, len(rnd.records) + len(rnd.req_inits), stall)
             out.append(rng.randrange(1, span))
         else:
             out.append(-1)
@@ -119,8 +119,7 @@ def reset_offsets(p: SchedulerParams, rounds, k: dict, rng: random.Random) -> li
 def write_stimulus(p: SchedulerParams, rounds, resets: list[int], path) -> Path:
     """The driver's input file (format in ``tb/native_scheduler.cpp``)."""
     path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         for rnd, reset in zip(rounds, resets):
             lines = [f"i {req_init_bits(p, *x):x}" for x in rnd.req_inits]
             last = len(rnd.records) - 1
@@ -128,7 +127,6 @@ def write_stimulus(p: SchedulerParams, rounds, resets: list[int], path) -> Path:
             f.write(f"round {len(lines)} {reset}\n")
             f.write("\n".join(lines))
             f.write("\n")
-    tmp.replace(path)
     return path
 
 
@@ -165,13 +163,6 @@ class NativeRun:
         return d
 
 
-def _write_json(path, doc):
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(path)
-
-
 def _driver_args(p: SchedulerParams, k: dict) -> list[str]:
     lay = dispatch_layout(p)
     return [
@@ -183,9 +174,9 @@ def _driver_args(p: SchedulerParams, k: dict) -> list[str]:
         "--gather", repr(float(k.get("gather", 0.0))),
         "--chiplets", str(p.chiplets),
         "--kind-off", str(lay["kind"].offset),
-        "--count", f"{lay['count'].offset}:{p.count_width}",
+        "--count", f"{lay['count'].offset}:{lay['count'].width}",
         "--traj-off", str(lay["traj"].offset),
-        "--entry", f"{lay['entry'].offset}:{p.chiplet_bits}",
+        "--entry", f"{lay['entry'].offset}:{lay['entry'].width}",
     ]  # fmt: skip
 
 
@@ -217,13 +208,13 @@ def run_native(
     rng = random.Random(knobs.get("seed", 1))
     rounds = make_rounds(p, knobs, rng)
     resets = reset_offsets(p, rounds, knobs, random.Random(knobs.get("seed", 1) + 1))
-    tag = hashlib.sha1(json.dumps(knobs, sort_keys=True).encode()).hexdigest()[:10]
-    stim = write_stimulus(p, rounds, resets, work / f"stimulus-{tag}.txt")
+    key = hashlib.sha1(json.dumps(knobs, sort_keys=True).encode()).hexdigest()[:10]
+    stim = write_stimulus(p, rounds, resets, work / f"stimulus-{key}.txt")
     run = NativeRun(rounds_total=len(rounds), build_s=round(t1 - t0, 1))
     run.stimulus_s = round(time.time() - t1, 1)
     args = [str(exe), "--stimulus", str(stim), *_driver_args(p, knobs)]
     if trace_round is not None:
-        vcd = work / f"round{trace_round}-{tag}.vcd"
+        vcd = work / f"round{trace_round}-{key}.vcd"
         args += ["--trace-round", str(trace_round), "--trace-file", str(vcd)]
     decode = dispatch_decoder(p)
     checker = RoundChecker(p, monitor=coverage)
@@ -234,13 +225,13 @@ def run_native(
     try:
         for line in proc.stdout:
             ev = line.split()
-            tag_ = ev[0]
-            if tag_ == "D":
+            kind = ev[0]
+            if kind == "D":
                 checker.on_dispatch(decode(int(ev[2], 16)))
-            elif tag_ == "C":
+            elif kind == "C":
                 checker.on_done(int(ev[2], 16))
                 mark = ("C", int(ev[1]))
-            elif tag_ == "V":
+            elif kind == "V":
                 if mark is not None:
                     lat = int(ev[1]) - mark[1]
                     if mark[0] == "C":
@@ -250,13 +241,13 @@ def run_native(
                     else:
                         run.latency_first_dispatch_plain.append(lat)
                 mark = None
-            elif tag_ == "S":
+            elif kind == "S":
                 rnd = rounds[int(ev[2])]
                 for x in rnd.req_inits:
                     checker.init_request(*x)
                 checker.start_round(rnd.records)
                 mark = ("S", int(ev[1]))
-            elif tag_ == "E":
+            elif kind == "E":
                 checker.end_round(
                     int(ev[3], 16),
                     int(ev[4]),
@@ -265,19 +256,19 @@ def run_native(
                 run.rounds += 1
                 run.cycles = int(ev[1])
                 mark = None
-            elif tag_ == "X":
+            elif kind == "X":
                 checker.reset()
                 if coverage is not None:
                     coverage.reset(int(ev[3]))
                 run.resets += 1
                 run.cycles = int(ev[1])
                 mark = None
-            elif tag_ == "Z":
+            elif kind == "Z":
                 run.cycles = int(ev[1])
                 run.complete = trace_round is None
             if checker.mismatches and run.first_mismatch_round is None:
                 run.first_mismatch_round = checker.mismatches[0].round
-            if tag_ in "EX" and checker.mismatches:
+            if kind in ("E", "X") and checker.mismatches:
                 run.stopped = f"mismatch in round {run.first_mismatch_round}"
                 break
             now = time.time()
@@ -285,7 +276,7 @@ def run_native(
                 last_report = now
                 _update(run, checker, now - t_start)
                 if report:
-                    _write_json(report, run.summary())
+                    write_text(report, json.dumps(run.summary()))
                 if progress:
                     progress(run)
     except KeyboardInterrupt:
@@ -305,7 +296,7 @@ def run_native(
         )
         run.waves = again.waves
     if report:
-        _write_json(report, run.summary())
+        write_text(report, json.dumps(run.summary()))
     if progress:
         progress(run)
     return run

@@ -22,6 +22,7 @@ from fsedp.workload import Round
 __all__ = [
     "random_round",
     "make_rounds",
+    "reset_span",
     "DatapathModel",
     "ScriptedDatapath",
     "RoundChecker",
@@ -209,6 +210,12 @@ class RoundChecker:
             if gflags[name] != value:
                 self._miss(f"flag {name}", gflags[name], value)
         self.round += 1
+
+
+def reset_span(p: SchedulerParams, items: int, stall: float) -> int:
+    """Cycles over which a testbench draws a round's mid-round reset: its ``items`` stream
+    beats at the stall rate, plus two passes over the experts and a margin."""
+    return int(items * (1 + stall)) + 2 * p.experts + 40
 
 
 def make_rounds(p: SchedulerParams, k: dict, rng: random.Random) -> list[Round]:

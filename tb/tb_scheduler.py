@@ -18,7 +18,13 @@ import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import dispatch_from_bits, gate_bits, req_init_bits
-from fsedp.tb.scoreboard import DatapathModel, RoundChecker, ScriptedDatapath, make_rounds
+from fsedp.tb.scoreboard import (
+    DatapathModel,
+    RoundChecker,
+    ScriptedDatapath,
+    make_rounds,
+    reset_span,
+)
 from fsedp.tb.streams import knobs, params, resolved, start, u, write_report
 
 
@@ -75,7 +81,7 @@ async def scheduler_vs_golden(dut):
         done_mask = 0
         t_last = t_done = None
         start_cycle = now
-        span = int(len(queue) * (1 + stall)) + 2 * p.experts + 40
+        span = reset_span(p, len(queue), stall)
         reset_at = (
             start_cycle + rng.randrange(1, span)
             if reset_every and index % reset_every == reset_every - 1
