@@ -65,6 +65,19 @@ def _stats(xs):
     )
 
 
+#: the latency lists a scheduler testbench reports (cycles), summarised by :func:`_stats`
+LATENCIES = (
+    "latency_first_dispatch",
+    "latency_first_dispatch_plain",
+    "latency_first_dispatch_deferral",
+    "latency_done_to_dispatch",
+)
+
+
+def _latency_stats(res: dict) -> dict:
+    return {f"{k}_cycles": _stats(res.get(k, [])) for k in LATENCIES}
+
+
 def cmd_rounds(args):
     from fsedp.workload import rounds as run_rounds
 
@@ -100,12 +113,7 @@ def cmd_rounds(args):
         "beats": res.get("beats", 0),
         "mismatches": res.get("mismatches"),
         "first_mismatches": res.get("first_mismatches", []),
-        "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
-        "latency_first_dispatch_plain_cycles": _stats(res.get("latency_first_dispatch_plain", [])),
-        "latency_first_dispatch_deferral_cycles": _stats(
-            res.get("latency_first_dispatch_deferral", [])
-        ),
-        "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
+        **_latency_stats(res),
         "schedule": res.get("logs", []),
         "wall_s": round(wall, 1),
     }
@@ -261,12 +269,7 @@ def cmd_cosim(args):
         "cycles": res.get("cycles"),
         "mismatches": res.get("mismatches"),
         "first_mismatches": res.get("first_mismatches", []),
-        "latency_first_dispatch_cycles": _stats(res.get("latency_first_dispatch", [])),
-        "latency_first_dispatch_plain_cycles": _stats(res.get("latency_first_dispatch_plain", [])),
-        "latency_first_dispatch_deferral_cycles": _stats(
-            res.get("latency_first_dispatch_deferral", [])
-        ),
-        "latency_done_to_dispatch_cycles": _stats(res.get("latency_done_to_dispatch", [])),
+        **_latency_stats(res),
         "wall_s": round(wall, 1),
         "log": res.get("log"),
         "waves": res.get("waves"),
@@ -353,24 +356,15 @@ def _cosim_native(args, p, knobs):
         )
     finally:
         signal.signal(signal.SIGTERM, old)
+    summary = run.summary()
     doc = {
         "params": dataclasses.asdict(p),
         "simulator": "verilator",
         "driver": "native",
-        **run.summary(),
-        "latency_first_dispatch_cycles": _stats(run.latency_first_dispatch),
-        "latency_first_dispatch_plain_cycles": _stats(run.latency_first_dispatch_plain),
-        "latency_first_dispatch_deferral_cycles": _stats(run.latency_first_dispatch_deferral),
-        "latency_done_to_dispatch_cycles": _stats(run.latency_done_to_dispatch),
+        **{k: v for k, v in summary.items() if k not in LATENCIES},
+        **_latency_stats(summary),
         "report": str(report),
     }
-    for k in (
-        "latency_first_dispatch",
-        "latency_first_dispatch_plain",
-        "latency_first_dispatch_deferral",
-        "latency_done_to_dispatch",
-    ):
-        doc.pop(k)
     rate = f"{run.cycles / run.wall_s:,.0f} cycles/s" if run.wall_s else "-"
     text = (
         f"cosim verilator, native driver: {p.experts} experts, {p.chiplets} chiplets, "
@@ -558,31 +552,18 @@ def cmd_datapath(args):
         require_simulator(args.sim)
         if not args.json:
             print(f"cosimulating {layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)
-        res = long_run(
-            sp,
-            p,
-            layers,
+        same = dict(
             sim=args.sim,
             seed=args.seed,
             stall=args.stall,
             reset_every=args.reset_every,
             opt=args.build_opt,
-            waves=args.waves,
         )
+        res = long_run(sp, p, layers, waves=args.waves, **same)
         bad = res.get("first_mismatch_layer")
         if bad is not None and not args.waves:
             # a failing run records itself: the same seed up to the failing layer, waves on
-            again = long_run(
-                sp,
-                p,
-                bad + 1,
-                sim=args.sim,
-                seed=args.seed,
-                stall=args.stall,
-                reset_every=args.reset_every,
-                opt=args.build_opt,
-                waves=True,
-            )
+            again = long_run(sp, p, bad + 1, waves=True, **same)
             res.update(waves=again.get("waves"), waves_layer=bad)
         res.update(
             params=dataclasses.asdict(p),

@@ -2,12 +2,14 @@
 papers' techniques, each measured for speed on the simulated chip and for accuracy on the
 project's MoE LM (``docs/codesign.md``).
 
-So far: **buddy substitution on the DDR path** (BuddyMoE).  The LM runs the held-out text;
-every ``tokens`` consecutive tokens are one iteration of the chip; per iteration and layer,
-:func:`fsedp.sw.policies.buddy.substitute_cold` moves the tokens of a cold expert (at most
-``theta`` of the iteration's tokens) to buddies the chip streams anyway, all of them or
-none.  The routing the LM then uses -- the perplexity is measured with it -- is the routing
-the chip simulates (FSE-DP A3), so both numbers come from one set of decisions.  Routing
+The LM runs the held-out text; every ``tokens`` consecutive tokens are one iteration of the
+chip (:class:`ChipHook`).  Per iteration and layer, **buddy substitution on the DDR path**
+(BuddyMoE, :func:`fsedp.sw.policies.buddy.substitute_cold`) moves the tokens of a cold
+expert (at most ``theta`` of the iteration's tokens) to buddies the chip streams anyway,
+all of them or none; **MoE-Prism** keeps each token's ``K`` best sub-experts, streamed as
+experts of the chip.  The routing the LM then uses -- the perplexity is measured with
+it -- is the routing the chip simulates (FSE-DP A3), so both numbers come from one set of
+decisions.  Routing
 and accuracy are the LM's (16 experts, top-2, 4 layers); byte and FLOP sizes come from a
 deployment model config (``scale_to``, as ``fsedp offload --scale-to``), with the LM's
 expert count, top-k and layers.
@@ -30,7 +32,6 @@ __all__ = [
     "deployment_config",
     "routing_trace",
     "codesign",
-    "buddy_on_chip",
     "format_table",
     "plot_tradeoff",
 ]
@@ -188,7 +189,7 @@ def codesign(
     p_ids, p_w, _ = profile_routing(model, prof_ids)
     prof = BuddyProfile(p_ids, p_w, model.cfg.experts, buddy)
     refactored = {}
-    rows, traces = [], {}
+    rows, traces, configs = [], {}, []
     for name, theta, sub in plan:
         lm, hook_sub = model, None
         if sub is not None:
@@ -198,6 +199,7 @@ def codesign(
             lm = refactored[S]
             hook_sub = SubExpertHook(lm, Partition.of(lm), K)
         cfg = deployment_config(model, scale_to, tokens, sub)
+        configs.append(cfg)
         hook = ChipHook(model.cfg.layers, tokens, prof if theta else None, theta, hook_sub)
         ppl = lm.perplexity(test_ids, hook)
         trace = routing_trace(hook, test_ids, model.cfg.context, cfg.model.experts, f"<{name}>")
@@ -236,13 +238,13 @@ def codesign(
         r["perplexity_rise"] = round(r["perplexity"] / base["perplexity"] - 1, 4)
         r["speedup"] = round(r["tokens_per_s"] / base["tokens_per_s"], 3)
         r["ddr_saved"] = round(1 - r["ddr_gb"] / base["ddr_gb"], 4) if base["ddr_gb"] else 0
-    cfg = deployment_config(model, scale_to, tokens)
-    return {"config": cfg, "rows": rows, "tokens": tokens, "scale_to": scale_to, "traces": traces}
-
-
-def buddy_on_chip(model, test_ids, prof_ids, thetas=(1, 2, 4), **kw) -> dict:
-    """:func:`codesign` of FSE-DP alone and buddy substitution at each ``theta``."""
-    return codesign(model, test_ids, prof_ids, techniques(thetas, ()), **kw)
+    return {
+        "config": configs[0],
+        "rows": rows,
+        "tokens": tokens,
+        "scale_to": scale_to,
+        "traces": traces,
+    }
 
 
 def format_table(doc: dict) -> str:
