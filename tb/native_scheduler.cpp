@@ -150,7 +150,7 @@ class Bench {
         }
     }
 
-    // one round; returns false when it was cut by a reset
+    // one round, up to its end (idle after the last record) or its mid-round reset
     void round(long index, const std::vector<Item>& items, long reset_offset) {
         std::size_t qi = 0;
         bool sent_last = false, want_valid = false;

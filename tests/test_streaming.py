@@ -415,27 +415,6 @@ def test_stream_one_expert_near_ideal(rows, cols, tokens, link):
     assert ideal <= got <= ideal + 2 * fill, (got, ideal, fill)
 
 
-def stream_one(p: DatapathParams, tokens: int, chips: list[int]) -> int:
-    """Cycles from the dispatch beat of one expert on the ring ``chips`` (``tokens`` tokens
-    on each, entering at the first) to its ``done``, both cycles counted (the convention of
-    :func:`one_expert_cycles`)."""
-    arr = StreamingArray(p)
-    for c in chips:
-        arr.step(StepIn(tokens=(c, 0, tokens)))
-    hops = [0] * p.chiplets
-    for i, c in enumerate(chips):
-        hops[c] = chips[(i + 1) % len(chips)]
-    traj = sum(1 << c for c in chips)
-    arr.step(
-        StepIn(dispatch=Dispatch(DISPATCH, 0, tokens * len(chips), traj, chips[0], tuple(hops)))
-    )
-    cycles = 1
-    while not arr.step(StepIn()).done:
-        cycles += 1
-        assert cycles < 10_000, "the expert never completed"
-    return cycles + 1
-
-
 #: (ddr_interval I, ddr_latency L, tokens, cycles_per_token): DDR-bound (I > T), compute-bound
 #: (T > I), balanced, and T from two cycles per token
 EXACT = [(5, 3, 1, 1), (7, 9, 3, 2), (1, 3, 4, 1), (1, 2, 2, 2), (2, 6, 2, 1), (3, 1, 2, 1)]
@@ -460,7 +439,7 @@ def test_stream_time_exact_on_one_chiplet(interval, latency, tokens, cpt, micro_
     t = tokens * cpt
     assert 6 * max(interval, t) > latency + interval
     want = latency + t + 4 + (micro_slices - 1) * max(interval, t)
-    assert stream_one(p, tokens, [chiplet]) == want
+    assert one_expert_cycles(p, tokens, [chiplet]) == want
 
 
 @pytest.mark.parametrize("interval,latency,tokens,link", [(8, 4, 1, 2), (8, 4, 2, 3), (9, 2, 3, 1)])
@@ -475,7 +454,7 @@ def test_stream_time_exact_ring_of_two_ddr_bound(interval, latency, tokens, link
     )  # fmt: skip
     assert p.distance(0, 1) == 1 and interval > link + 2 * tokens
     want = latency + tokens + link + 4 + (micro_slices - 1) * interval
-    assert stream_one(p, tokens, [0, 1]) == want
+    assert one_expert_cycles(p, tokens, [0, 1]) == want
 
 
 # -- event skipping and DDR channels -------------------------------------------------------

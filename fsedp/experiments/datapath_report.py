@@ -30,20 +30,35 @@ __all__ = [
 
 def full_ring_dispatch(n: int, tokens: int) -> Dispatch:
     """The dispatch of expert 0 on a trajectory of all ``n`` chiplets, entering at 0."""
-    return Dispatch(DISPATCH, 0, tokens * n, (1 << n) - 1, 0, tuple((c + 1) % n for c in range(n)))
+    return ring_dispatch(n, range(n), tokens)
 
 
-def one_expert_cycles(p: DatapathParams, tokens: int) -> int:
-    """Cycles from the dispatch of one expert whose trajectory is every chiplet (``tokens``
-    tokens on each) to its completion on the ``done`` port."""
+def ring_dispatch(n: int, chips, tokens: int) -> Dispatch:
+    """The dispatch of expert 0 on the ring ``chips`` (ascending chiplet ids) of an
+    ``n``-chiplet array, entering at the first, ``tokens`` on each of its chiplets."""
+    chips = list(chips)
+    hops = [0] * n
+    for i, c in enumerate(chips):
+        hops[c] = chips[(i + 1) % len(chips)]
+    traj = sum(1 << c for c in chips)
+    return Dispatch(DISPATCH, 0, tokens * len(chips), traj, chips[0], tuple(hops))
+
+
+def one_expert_cycles(p: DatapathParams, tokens, chips=None, limit: int = 1_000_000) -> int:
+    """Cycles from the dispatch of one expert on the ring ``chips`` (default: every chiplet)
+    to its completion on the ``done`` port, both cycles counted.  ``tokens``: the tokens of
+    the expert on each chiplet of the ring, one count or a list indexed by chiplet."""
     arr = StreamingArray(p)
-    n = p.chiplets
-    for c in range(n):
-        arr.step(StepIn(tokens=(c, 0, tokens)))
-    arr.step(StepIn(dispatch=full_ring_dispatch(n, tokens)))
+    chips = list(range(p.chiplets)) if chips is None else list(chips)
+    per = tokens if isinstance(tokens, list) else [tokens] * p.chiplets
+    for c in chips:
+        arr.step(StepIn(tokens=(c, 0, per[c])))
+    arr.step(StepIn(dispatch=ring_dispatch(p.chiplets, chips, max(per[c] for c in chips))))
     cycles = 1
     while not arr.step(StepIn()).done:
         cycles += 1
+        if cycles > limit:
+            raise RuntimeError(f"one expert on ring {chips} not done after {limit} cycles")
     return cycles + 1
 
 
