@@ -327,6 +327,11 @@ class DatapathParams:
         A *compute-heavy* running expert (one micro-slice takes longer to compute on some
         chiplet of its trajectory than a DDR interval) may have at most this many
         micro-slices loaded and not yet retired; 0: no limit ([D12]).
+    slice_table : bool
+        A per-expert table of micro-slice counts ``1 .. micro_slices`` in the DDR
+        controller, written before a layer like the token tables: an expert streams only
+        the micro-slices of the sub-experts its tokens selected (MoE-Prism on the chip,
+        ``docs/codesign.md`` [D13]).  Without it every expert streams ``micro_slices``.
     """
 
     rows: int = spec(int, 1, 16, default=2, doc="mesh rows")
@@ -357,6 +362,7 @@ class DatapathParams:
     hot_window: int = spec(
         int, 0, 256, default=0, doc="loaded, unretired micro-slices of a compute-heavy expert"
     )
+    slice_table: bool = spec(bool, default=False, doc="per-expert micro-slice counts [D13]")
 
     def __post_init__(self):
         _check_all(self)
@@ -413,6 +419,11 @@ class DatapathParams:
     @property
     def slot_bits(self) -> int:
         return bits_for(self.slots)
+
+    @property
+    def slice_count_bits(self) -> int:
+        """Width of a micro-slice count ``1 .. micro_slices`` (the slice table's entries)."""
+        return bits_for(self.micro_slices + 1)
 
     @property
     def free_bits(self) -> int:

@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 from fsedp.hw.chiplet import Chiplet
 from fsedp.hw.common import check_chiplet
 from fsedp.hw.ddr_ctrl import DDRController
-from fsedp.hw.layouts import dispatch_layout, event_layout, tokens_layout
+from fsedp.hw.layouts import dispatch_layout, event_layout, slices_layout, tokens_layout
 from fsedp.params import OPPOSITE, DatapathParams
 
 __all__ = ["ChipletArray"]
@@ -29,6 +29,8 @@ class ChipletArray(wiring.Component):
         Completion masks for the scheduler's ``done`` stream.
     tokens : In(stream.Signature(tokens_layout)), always ready
         Token-table writes (tokens of ``expert`` held on ``chiplet``) before a layer.
+    slices : In(stream.Signature(slices_layout)), always ready; only with ``slice_table``
+        Slice-table writes ([D13]): how many micro-slices ``expert`` streams, before a layer.
     stall : In(4 * chiplets)
         Bit ``4 c + d``: chiplet ``c``'s output link ``d`` (N/E/S/W) may not start a transfer
         this cycle.  Test hook; tie to 0 in a product.
@@ -53,6 +55,7 @@ class ChipletArray(wiring.Component):
                 "dispatch": In(stream.Signature(dispatch_layout(p))),
                 "done": Out(stream.Signature(n)),
                 "tokens": In(stream.Signature(tokens_layout(p))),
+                **({"slices": In(stream.Signature(slices_layout(p)))} if p.slice_table else {}),
                 "stall": In(4 * n),
                 "ddr_stall": In(1),
                 "events": Out(n * event_layout(p).size),
@@ -75,6 +78,8 @@ class ChipletArray(wiring.Component):
             chips.append(ch)
         wiring.connect(m, wiring.flipped(self.dispatch), ddr.dispatch)
         wiring.connect(m, ddr.done, wiring.flipped(self.done))
+        if p.slice_table:
+            wiring.connect(m, wiring.flipped(self.slices), ddr.slices)
         m.d.comb += [
             self.tokens.ready.eq(1),
             ddr.ddr_stall.eq(self.ddr_stall),

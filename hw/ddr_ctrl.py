@@ -13,7 +13,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from fsedp.hw.common import check_chiplet, first_set, lowest_bit, ring_next_hops, rr_pick
-from fsedp.hw.layouts import delivery_layout, dispatch_layout, tokens_layout
+from fsedp.hw.layouts import delivery_layout, dispatch_layout, slices_layout, tokens_layout
 from fsedp.params import BeatKind, DatapathParams, bits_for
 
 __all__ = ["DDRController", "path_hops", "remote_entry"]
@@ -71,6 +71,17 @@ def remote_entry(m: Module, p: DatapathParams, traj, hops: list, name: str) -> t
     return dests, paths
 
 
+class _Fixed:
+    """A table every entry of which is one constant (``micro_slices`` without
+    ``slice_table``)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __getitem__(self, index):
+        return self.value
+
+
 class DDRController(wiring.Component):
     """Jobs, loads and completions of the chiplet array.
 
@@ -95,8 +106,8 @@ class DDRController(wiring.Component):
     retire_valid, retire_expert : In x chiplets
         A micro-slice finished its last station.
     done : Out(stream.Signature(chiplets))
-        Mask of entry slots whose expert retired all ``micro_slices`` micro-slices; bits
-        collect while ``ready`` is low.
+        Mask of entry slots whose expert retired all its micro-slices (``micro_slices``, or
+        its slice-table entry); bits collect while ``ready`` is low.
     ddr_stall : In(1)
         DDR busy this cycle (every channel): no issue, no delivery (test hook).
     bad_dispatch, orphan : Out(1)
@@ -106,6 +117,12 @@ class DDRController(wiring.Component):
     tokens : In(stream.Signature(tokens_layout)), always ready; only with ``hot_window``
         The token-table writes of the array: which (chiplet, expert) pairs make an expert
         compute-heavy there ([D12]: one micro-slice computes longer than a DDR interval).
+    slices : In(stream.Signature(slices_layout)), always ready; only with ``slice_table``
+        Slice-table writes ([D13]): ``expert`` streams ``count`` micro-slices.  A write with
+        ``count`` outside ``1 .. micro_slices`` (or an expert out of range) is ignored; reset
+        returns every entry to ``micro_slices``.  A job or pre-load takes its count from the
+        table at its beat (a dispatch that takes over a pre-load keeps the pre-load's), so a
+        write changes the experts dispatched after it.
 
     Throughput: one load per ``ddr_interval`` cycles per channel; latency ``ddr_latency``
     cycles from issue to delivery (more while stalled).  One channel (``ddr_channels = 1``)
@@ -143,6 +160,7 @@ class DDRController(wiring.Component):
                 "orphan": Out(1),
                 "busy": Out(1),
                 **({"tokens": In(stream.Signature(tokens_layout(p)))} if p.hot_window else {}),
+                **({"slices": In(stream.Signature(slices_layout(p)))} if p.slice_table else {}),
             }
         )
 
@@ -177,13 +195,13 @@ class DDRController(wiring.Component):
         then the pre-loads: one load per cycle.  Returns ``(w_en, entry, target, after)``
         with ``after(k)`` the pre-load ``k``'s loaded count after this cycle's issue."""
         p = self.p
-        n, M, P = p.chiplets, p.micro_slices, p.preload_entries
+        n, P = p.chiplets, p.preload_entries
         window_ok = [self._window(m, t, hot, j, None, f"job_window_ok{j}") for j in range(n)]
         job_ok, job_tgt, job_need = [], [], []
         for j in range(n):
             ok = Signal(name=f"job_ok{j}")
             tgt = Signal(p.chiplet_bits, name=f"job_tgt{j}")
-            room = t.jvalid[j] & (t.jloaded[j] < M) & window_ok[j]
+            room = t.jvalid[j] & (t.jloaded[j] < t.jcount[j]) & window_ok[j]
             if not p.rule5:
                 m.d.comb += [
                     ok.eq(room & (Array(free2)[t.jnext[j]] > t.jneed[j][t.jnext[j]])),
@@ -202,7 +220,9 @@ class DDRController(wiring.Component):
         pre_ok = [Signal(name=f"pre_ok{k}") for k in range(P)]
         for k in range(P):
             m.d.comb += pre_ok[k].eq(
-                t.pvalid[k] & (t.pload[k] < M) & (Array(free2)[t.pchip[k]] > p.max_hops + 1)
+                t.pvalid[k]
+                & (t.pload[k] < t.pcount[k])
+                & (Array(free2)[t.pchip[k]] > p.max_hops + 1)
             )
         pre_vec = Cat(*pre_ok) if P else Const(0, 1)
         ppick = Signal(max(1, bits_for(P)))
@@ -280,7 +300,7 @@ class DDRController(wiring.Component):
         may load several micro-slices in one cycle: ``extra[j]`` counts the ones issued by the
         chiplets before.  Returns ``(w_en, entry)`` per channel and ``after(k)``."""
         p = self.p
-        n, M, P, cb = p.chiplets, p.micro_slices, p.preload_entries, p.chiplet_bits
+        n, P, cb = p.chiplets, p.preload_entries, p.chiplet_bits
         ew = bits_for(n + 1)
         # updated in place by every stage
         extra = [Const(0, ew)] * n
@@ -315,7 +335,7 @@ class DDRController(wiring.Component):
                 m.d.comb += e.eq(
                     t.jvalid[j]
                     & covers(j)
-                    & (t.jloaded[j] + extra[j] < M)
+                    & (t.jloaded[j] + extra[j] < t.jcount[j])
                     & (free2[c] > hops[j])
                     & self._window(m, t, hot, j, extra[j], f"{tag}{c}_window{j}")
                 )
@@ -335,7 +355,9 @@ class DDRController(wiring.Component):
             """A held load on chiplet ``c`` for the lowest pre-load entry that ``covers(k)``
             it and has micro-slices left, into room for ``H + 1``; ``hops``/``dests`` as in
             :func:`job_load`."""
-            elig = [t.pvalid[k] & covers(k) & (t.pload[k] + pext[k] < M) for k in range(P)]
+            elig = [
+                t.pvalid[k] & covers(k) & (t.pload[k] + pext[k] < t.pcount[k]) for k in range(P)
+            ]
             anyp, pick = first_set(elig)
             iss, sel = Signal(name=f"{tag}{c}_issue"), Signal(bits_for(P), name=f"{tag}{c}_pre")
             m.d.comb += [iss.eq(enable & (free2[c] > p.max_hops + 1) & anyp), sel.eq(pick)]
@@ -371,7 +393,9 @@ class DDRController(wiring.Component):
                 cand = [traj[a] & can_issue[a] & ~used[a] & (free2[a] > need[a]) for a in range(n)]
                 anyc, tgt = self._emptiest(m, cand, free2, f"r5_{k}_")
                 iss = Signal(name=f"r5_{k}_issue")
-                m.d.comb += iss.eq(t.jvalid[sel] & (t.jloaded[sel] < M) & Array(win)[sel] & anyc)
+                m.d.comb += iss.eq(
+                    t.jvalid[sel] & (t.jloaded[sel] < t.jcount[sel]) & Array(win)[sel] & anyc
+                )
                 for a in range(n):
                     hit = iss & (tgt == a)
                     cands[a].append((hit, job_fields(sel, t.jloaded[sel], a, need[a])))
@@ -493,6 +517,21 @@ class DDRController(wiring.Component):
         t.pvalid, t.pexpert = table("pre_valid", P, 1), table("pre_expert", P, p.expert_bits)
         t.ptraj, t.plegs = table("pre_traj", P, n), table("pre_legs", P, p.chiplet_bits)
         t.pload = table("pre_loaded", P, ld_bits)
+        # micro-slices per job and pre-load: the slice table's entry at its beat [D13]
+        if p.slice_table:
+            t.jcount, t.pcount = table("job_count", n, ld_bits), table("pre_count", P, ld_bits)
+            slc = Array(Signal(ld_bits, init=M, name=f"slices{e}") for e in range(p.experts))
+            sw = self.slices.payload
+            m.d.comb += self.slices.ready.eq(1)
+            ok = self.slices.valid & (sw.count != 0) & (sw.count <= M)
+            if p.experts < 2**p.expert_bits:
+                ok = ok & (sw.expert < p.experts)
+            with m.If(ok):
+                m.d.sync += slc[sw.expert].eq(sw.count)
+            b_count = slc[b.expert]
+        else:
+            t.jcount = t.pcount = _Fixed(Const(M, ld_bits))
+            b_count = Const(M, ld_bits)
         if nc == 1:
             # chiplet of the job's next load: Rule 4 stripes an expert's loads over its ring
             t.jnext = table("job_next", n, p.chiplet_bits)
@@ -587,6 +626,8 @@ class DDRController(wiring.Component):
                             t.pload[pslot].eq(0),
                             t.plegs[pslot].eq(b_legs),
                         ]
+                        if p.slice_table:
+                            m.d.sync += t.pcount[pslot].eq(b_count)
                         if nc == 1:
                             m.d.sync += [
                                 t.pchip[pslot].eq(b.entry),
@@ -605,8 +646,13 @@ class DDRController(wiring.Component):
                 m.d.sync += bad.eq(1)
             with m.Else():
                 loaded = Signal(ld_bits)
+                count = Signal(ld_bits)
+                m.d.comb += count.eq(b_count)
                 if P:
                     m.d.comb += loaded.eq(Mux(hit_vec.any(), after(hit), 0))
+                    if p.slice_table:
+                        # taking over a pre-load: the count its loads were made for
+                        m.d.comb += count.eq(Mux(hit_vec.any(), t.pcount[hit], b_count))
                     with m.If(hit_vec.any()):
                         m.d.sync += t.pvalid[hit].eq(0)
                         m.d.comb += [
@@ -626,6 +672,8 @@ class DDRController(wiring.Component):
                                 t.jloaded[j].eq(loaded),
                                 t.jretired[j].eq(0),
                             ]
+                            if p.slice_table:
+                                m.d.sync += t.jcount[j].eq(count)
                             m.d.sync += [t.jneed[j][a].eq(b_hops[a]) for a in range(n)]
                             if nc == 1:
                                 m.d.sync += t.jnext[j].eq(j)
@@ -651,7 +699,7 @@ class DDRController(wiring.Component):
             m.d.comb += total.eq(t.jretired[j] + inc)
             with m.If(t.jvalid[j] & (inc != 0)):
                 m.d.sync += t.jretired[j].eq(total)
-                with m.If(total >= M):
+                with m.If(total >= t.jcount[j]):
                     m.d.sync += t.jvalid[j].eq(0)
                     m.d.comb += done_new[j].eq(1)
         pending = Signal(n)

@@ -159,6 +159,12 @@ def tokens_layout(p) -> data.StructLayout:
     )
 
 
+def slices_layout(p) -> data.StructLayout:
+    """Slice-table write ([D13]): ``expert`` streams ``count`` micro-slices (1 ..
+    ``micro_slices``) from now on."""
+    return data.StructLayout({"expert": p.expert_bits, "count": p.slice_count_bits})
+
+
 def event_layout(p) -> data.StructLayout:
     """A chiplet's compute-completion event (observation port)."""
     return data.StructLayout(
@@ -186,6 +192,10 @@ def dispatch_bits(p, b) -> int:
 
 def tokens_bits(p, chiplet: int, expert: int, count: int) -> int:
     return tokens_layout(p).const({"chiplet": chiplet, "expert": expert, "count": count}).as_bits()
+
+
+def slices_bits(p, expert: int, count: int) -> int:
+    return slices_layout(p).const({"expert": expert, "count": count}).as_bits()
 
 
 def unpack_events(p, bits: int) -> list:

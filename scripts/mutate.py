@@ -134,6 +134,23 @@ MUTANTS = [
         DATAPATH,
     ),
     M(
+        "slices-ignored-rtl",
+        "hw/ddr_ctrl.py",
+        "b_count = slc[b.expert]",
+        "b_count = Const(M, ld_bits)",
+        "datapath RTL: the slice table is written but every expert streams M micro-slices",
+        DATAPATH,
+    ),
+    M(
+        "preload-count-golden",
+        "sw/streaming/ddr.py",
+        "loaded, count = q.loaded, q.count",
+        "loaded = q.loaded",
+        "golden model: a dispatch that takes over a pre-load uses the table, not the "
+        "pre-load's count",
+        DATAPATH,
+    ),
+    M(
         "pe-time-rtl",
         "hw/chiplet.py",
         "return Mux(count == 0, 1, count) * p.cycles_per_token",

@@ -91,7 +91,7 @@ def bench(points=POINTS, layers: int = 3, engines=("python", "compiled")) -> lis
                 "model": model,
                 "experts": setup.sp.experts,
                 "micro_slices": setup.dp.micro_slices,
-                "s_per_layer": {e: round(per[e][0], 4) for e in engines},
+                "s_per_layer": {e: round(per[e][0], 6) for e in engines},
                 "events_per_s": {e: round(events / (per[e][0] * len(lays))) for e in engines},
                 "ratio": round(per["python"][0] / per["compiled"][0], 1)
                 if "compiled" in per

@@ -122,6 +122,7 @@ class _Arrays:
         self.FQ = np.zeros((chans, 2), np.int64)
         self.GP = np.zeros(chans, np.int64)
         self.TK = np.zeros((n, p.experts), np.int64)
+        self.MS = np.full(p.experts, p.micro_slices, np.int64)
         self.SC = np.zeros(k.NX, np.int64)
         self.SC[k.X_NTL] = 1
         self.DI = np.zeros(len(DDR_CAUSES), np.int64)
@@ -149,7 +150,13 @@ class _Arrays:
 
 
 def run_layer(
-    dp: DatapathParams, sched, plan, tokens: dict, log: bool = False, trace: bool = False
+    dp: DatapathParams,
+    sched,
+    plan,
+    tokens: dict,
+    log: bool = False,
+    trace: bool = False,
+    slices: dict | None = None,
 ) -> dict:
     """The cycle loop of :func:`fsedp.sim.fsedp.fsedp_layer` on the compiled engine: the
     same bookkeeping (``busy``, ``peak``, ``timeline``, counts, idle causes, completion
@@ -158,10 +165,13 @@ def run_layer(
         raise RuntimeError("the compiled streaming engine needs numba")
     k = _kernel
     n = dp.chiplets
+    per = np.full(dp.experts, dp.micro_slices, np.int64)
+    for e, m in (slices or {}).items():
+        per[e] = m  # the slice table [D13]
     expected = np.zeros(n, np.int64)
-    for (c, _), t in tokens.items():
+    for (c, e), t in tokens.items():
         if t:
-            expected[c] += dp.micro_slices
+            expected[c] += per[e]
     total = int(expected.sum())
     # each micro-slice is loaded once and crosses at most H links
     log = log or trace
@@ -170,6 +180,7 @@ def run_layer(
     S, B = a.tuples()
     for (c, e), t in tokens.items():
         a.TK[c, e] = t  # the gate fills the tables with the records
+    a.MS[:] = per
     beats = deque(sched.decide())
     made, script = [], []
     # every expert is dispatched once and pre-loaded at most once per layer

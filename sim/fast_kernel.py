@@ -15,6 +15,7 @@ State arrays (int64):
   remote entry (dest, hops) from ``a``; ``QH``/``QRD`` the same for pre-loads;
 * ``FF[ch, q, f]`` the DDR delivery queues (``F_*``) with ``FQ[ch, 0]`` head and
   ``FQ[ch, 1]`` length; ``GP[ch]`` the channels' gaps; ``TK[c, e]`` the token tables;
+  ``MS[e]`` the slice table (micro-slices expert ``e`` streams, [D13]);
 * ``SC[f]`` scalars (``X_*``); ``P[f]`` the parameters (``P_*``).
 
 They travel as two tuples, in the orders :data:`STATE` and :data:`BOOKS` name.
@@ -25,7 +26,7 @@ from numba import njit
 
 #: the state tuple ``S`` of :func:`step` and :func:`run`
 STATE = ("P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH", "QRD")
-STATE += ("FF", "FQ", "GP", "TK", "SC")
+STATE += ("FF", "FQ", "GP", "TK", "MS", "SC")
 #: the bookkeeping tuple ``B`` of :func:`run`
 BOOKS = ("DI", "PI", "DW", "PW", "started", "computed", "expected", "peak", "links")
 BOOKS += ("ddr_per", "busy", "TL", "EVL")
@@ -43,10 +44,10 @@ NS = 18
 C_RR, C_CNT, C_CSLOT, C_CEXPERT, C_CINDEX, C_CFINAL, C_LB = 0, 1, 2, 3, 4, 5, 6  # C_LB..+3
 NC = 10
 # -- jobs, pre-loads, DDR queue entries ------------------------------------------------------
-J_VALID, J_EXPERT, J_TRAJ, J_LOADED, J_RETIRED, J_TARGET = range(6)
-NJ = 6
-Q_VALID, Q_EXPERT, Q_TRAJ, Q_CHIPLET, Q_LOADED = range(5)
-NQ = 5
+J_VALID, J_EXPERT, J_TRAJ, J_LOADED, J_RETIRED, J_TARGET, J_COUNT = range(7)
+NJ = 7
+Q_VALID, Q_EXPERT, Q_TRAJ, Q_CHIPLET, Q_LOADED, Q_COUNT = range(6)
+NQ = 6
 F_TARGET, F_SLOT, F_EXPERT, F_INDEX, F_TRAJ, F_DEST, F_LEGS, F_R, F_HELD, F_TS = range(10)
 NF = 10
 # -- scalars --------------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def step(S, beat, ddr_stall, st, ws):
     """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle:
     ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj)``, ``st``
     the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run."""
-    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, SC = S
+    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, MS, SC = S
     n, K = P[P_N], P[P_K]
     chans = P[P_CHAN]
     W, OFF, ISS, REL, HX = ws
@@ -264,7 +265,6 @@ def step(S, beat, ddr_stall, st, ws):
     npre = P[P_NPRE]
     pre_extra = W[9, : max(1, npre)]
     pre_extra[:] = 0
-    M = P[P_M]
     if chans > 1 and not P[P_RULE5]:
         idle_channel = W[10, :n]
         nidle = 0
@@ -279,7 +279,7 @@ def step(S, beat, ddr_stall, st, ws):
                 if (
                     JB[j, J_VALID]
                     and (JB[j, J_TRAJ] >> c) & 1
-                    and JB[j, J_LOADED] + extra[j] < M
+                    and JB[j, J_LOADED] + extra[j] < JB[j, J_COUNT]
                     and free2[c] > need(P, JH, j, c)
                     and within_window(P, JB, TK, j, extra[j])
                 ):
@@ -300,7 +300,11 @@ def step(S, beat, ddr_stall, st, ws):
             j = SC[X_DDR_RR] + k
             if j >= n:
                 j -= n
-            if not JB[j, J_VALID] or JB[j, J_LOADED] >= M or not within_window(P, JB, TK, j, 0):
+            if (
+                not JB[j, J_VALID]
+                or JB[j, J_LOADED] >= JB[j, J_COUNT]
+                or not within_window(P, JB, TK, j, 0)
+            ):
                 continue
             # ddr_target: Rule 4 striping, or Rule 5's emptiest chiplet
             target = -1
@@ -333,7 +337,7 @@ def step(S, beat, ddr_stall, st, ws):
                 if (
                     PR[k, Q_VALID]
                     and (PR[k, Q_TRAJ] >> c) & 1
-                    and PR[k, Q_LOADED] + pre_extra[k] < M
+                    and PR[k, Q_LOADED] + pre_extra[k] < PR[k, Q_COUNT]
                 ):
                     iss[ni, 0], iss[ni, 1], iss[ni, 2] = 1, k, c
                     iss[ni, 3], iss[ni, 4] = PR[k, Q_EXPERT], PR[k, Q_TRAJ]
@@ -353,7 +357,7 @@ def step(S, beat, ddr_stall, st, ws):
                     j = SC[X_DDR_RR] + k
                     if j >= n:
                         j -= n
-                    if not JB[j, J_VALID] or JB[j, J_LOADED] + extra[j] >= M:
+                    if not JB[j, J_VALID] or JB[j, J_LOADED] + extra[j] >= JB[j, J_COUNT]:
                         continue
                     if not within_window(P, JB, TK, j, extra[j]):
                         continue
@@ -372,7 +376,7 @@ def step(S, beat, ddr_stall, st, ws):
                     if free2[c] <= H + 1:
                         continue
                     for k in range(npre):
-                        if not PR[k, Q_VALID] or PR[k, Q_LOADED] + pre_extra[k] >= M:
+                        if not PR[k, Q_VALID] or PR[k, Q_LOADED] + pre_extra[k] >= PR[k, Q_COUNT]:
                             continue
                         dest = QRD[k, c]
                         iss[ni, 0], iss[ni, 1], iss[ni, 2] = 1, k, c
@@ -388,7 +392,7 @@ def step(S, beat, ddr_stall, st, ws):
             q = PR[k, Q_CHIPLET]
             if (
                 PR[k, Q_VALID]
-                and PR[k, Q_LOADED] < M
+                and PR[k, Q_LOADED] < PR[k, Q_COUNT]
                 and channel_ok(P, GP, FQ, used, ddr_stall, q)
                 and free2[q] > H + 1
             ):
@@ -505,13 +509,13 @@ def step(S, beat, ddr_stall, st, ws):
     n_left = 0
     n_jobs = 0
     for j in range(n):
-        if JB[j, J_VALID] and JB[j, J_LOADED] + issued_job[j] < M:
+        if JB[j, J_VALID] and JB[j, J_LOADED] + issued_job[j] < JB[j, J_COUNT]:
             n_left += 1
             if within_window(P, JB, TK, j, issued_job[j]):
                 n_jobs += 1
     n_pres = 0
     for k in range(npre):
-        if PR[k, Q_VALID] and PR[k, Q_LOADED] + issued_pre[k] < M:
+        if PR[k, Q_VALID] and PR[k, Q_LOADED] + issued_pre[k] < PR[k, Q_COUNT]:
             n_pres += 1
     for ch in range(chans):
         if used[ch] or GP[ch]:
@@ -531,7 +535,7 @@ def step(S, beat, ddr_stall, st, ws):
                 for j in range(n):
                     if (
                         JB[j, J_VALID]
-                        and JB[j, J_LOADED] + issued_job[j] < M
+                        and JB[j, J_LOADED] + issued_job[j] < JB[j, J_COUNT]
                         and within_window(P, JB, TK, j, issued_job[j])
                         and free2[JB[j, J_TARGET]] != 0
                     ):
@@ -540,7 +544,7 @@ def step(S, beat, ddr_stall, st, ws):
                 for k in range(npre):
                     if (
                         PR[k, Q_VALID]
-                        and PR[k, Q_LOADED] + issued_pre[k] < M
+                        and PR[k, Q_LOADED] + issued_pre[k] < PR[k, Q_COUNT]
                         and free2[PR[k, Q_CHIPLET]] != 0
                     ):
                         all_full = False
@@ -786,13 +790,13 @@ def step(S, beat, ddr_stall, st, ws):
             CH[c, C_CNT] -= 1
     # dispatch beat (sees the jobs as registered)
     if beat[0]:
-        take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, SC, beat, W[23, :n])
+        take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, W[23, :n])
     # jobs retire
     done_new = 0
     for j in range(n):
         if retired[j]:
             JB[j, J_RETIRED] += retired[j]
-            if JB[j, J_RETIRED] >= M:
+            if JB[j, J_RETIRED] >= JB[j, J_COUNT]:
                 JB[j, J_VALID] = 0
                 done_new |= 1 << j
     SC[X_DONE] = (0 if done_out != 0 else SC[X_DONE]) | done_new
@@ -807,7 +811,7 @@ def step(S, beat, ddr_stall, st, ws):
 
 
 @njit(cache=True)
-def take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, SC, beat, tmp):
+def take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, tmp):
     """``ddr.take_dispatch``."""
     n, K = P[P_N], P[P_K]
     kind, expert, entry, traj = beat[1], beat[2], beat[3], beat[4]
@@ -824,17 +828,17 @@ def take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, SC, beat, tmp):
         for k in range(P[P_NPRE]):
             if not PR[k, Q_VALID]:
                 PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
-                PR[k, Q_CHIPLET], PR[k, Q_LOADED] = entry, 0
+                PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, 0, MS[expert]
                 route_tables(traj, n, DIST, QH[k], QRD[k], tmp)
                 break
         return
     if JB[entry, J_VALID]:
         SC[X_BAD] = 1
         return
-    loaded = 0
+    loaded, count = 0, MS[expert]
     for k in range(P[P_NPRE]):
         if PR[k, Q_VALID] and PR[k, Q_EXPERT] == expert:
-            loaded = PR[k, Q_LOADED]
+            loaded, count = PR[k, Q_LOADED], PR[k, Q_COUNT]
             PR[k, Q_VALID] = 0
             if P[P_CHAN] > 1:
                 for c in range(n):
@@ -849,6 +853,7 @@ def take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, SC, beat, tmp):
             break
     JB[entry, J_VALID], JB[entry, J_EXPERT], JB[entry, J_TRAJ] = 1, expert, traj
     JB[entry, J_LOADED], JB[entry, J_RETIRED], JB[entry, J_TARGET] = loaded, 0, entry
+    JB[entry, J_COUNT] = count
     route_tables(traj, n, DIST, JH[entry], JRD[entry], JRR[entry])
 
 
@@ -967,7 +972,7 @@ def run(S, B, BT, nbeats, in_round, plan_n):
     asked for more beats) or the layer ends (returns 0).  ``BT[b] = (kind, expert, entry,
     traj)`` are the beats to present, one per cycle from ``SC[X_BPOS]`` on; ``S`` is the
     state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
-    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, SC = S
+    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, MS, SC = S
     DI, PI, DW, PW, started, computed, expected, peak, links, ddr_per, busy, TL, EVL = B
     n = P[P_N]
     ddr_why = np.zeros(P[P_CHAN], np.int64)

@@ -94,15 +94,28 @@ def fsedp_layer(
     trace: bool = False,
     streaming: str | None = None,
     log: bool = False,
+    slices: dict | None = None,
 ) -> LayerResult:
     """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
     table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
     requests Algorithm 2 deferred.  ``streaming``: ``"compiled"`` or ``"python"`` (default:
     :func:`fsedp.sim.fast.streaming_engine`);
     ``log`` keeps every micro-slice event in ``result.log``
-    (:func:`fsedp.sim.fast.python_events`)."""
+    (:func:`fsedp.sim.fast.python_events`).  ``slices`` (expert -> ``0 .. micro_slices``,
+    the others stream all) turns the slice table on: an expert streams only the micro-slices
+    of the sub-experts its tokens selected; one with 0 (its tokens kept none of its
+    sub-experts) is not routed at all ([D13], ``docs/codesign.md``; not with A1, whose
+    expert is one unit)."""
     sp = sched.p if sched is not None else setup.sp
     dp = variant_params(setup, "A3" if variant == "A5" else variant)
+    if slices is not None:
+        if variant == "A1":
+            raise ValueError("A1 streams an expert as one unit: no slice table")
+        bad = {e: v for e, v in slices.items() if not 0 <= v <= dp.micro_slices}
+        if bad:
+            raise ValueError(f"slices {bad} outside 0..{dp.micro_slices}")
+        dp = dataclasses.replace(dp, slice_table=True)
+        records = [r for r in records if slices.get(r[2], 1)]
     if sched is None:
         sched = make_scheduler(sp, dp, variant)
     plan = sched.start_round(records)
@@ -124,9 +137,9 @@ def fsedp_layer(
     if streaming is None:
         streaming = streaming_engine()
     if streaming == "compiled":
-        loop = run_layer(dp, sched, plan, tokens, log=log, trace=trace)
+        loop = run_layer(dp, sched, plan, tokens, log=log, trace=trace, slices=slices)
     else:
-        loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log)
+        loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log, slices=slices)
     n = dp.chiplets
     slot_bytes = setup.expert_bytes // dp.micro_slices
     counts = np.zeros(sp.experts, dtype=np.int64)
@@ -134,7 +147,7 @@ def fsedp_layer(
     for (c, e), t in tokens.items():
         counts[e] += t
         per_chiplet_tokens[c] += t
-    ddr_cycles, compute_cycles = bounds(setup, counts)
+    ddr_cycles, compute_cycles = bounds(setup, counts, slices)
     result = LayerResult(
         strategy=f"FSE-DP {variant}",
         cycles=loop["cycles"],
@@ -162,13 +175,17 @@ def fsedp_layer(
     return result
 
 
-def python_loop(dp, sched, plan, tokens: dict, trace: bool = False, log: bool = False) -> dict:
+def python_loop(
+    dp, sched, plan, tokens: dict, trace: bool = False, log: bool = False, slices=None
+) -> dict:
     """The cycle loop of one layer on the Python golden model (:class:`StreamingArray`, the
     specification): the scheduler's beats in, the bookkeeping of every cycle out; the
     compiled engine (:func:`fsedp.sim.fast.run_layer`) returns the same."""
     arr = StreamingArray(dp, probes=True)
     for (c, e), t in tokens.items():
         arr.tokens[c][e] = t  # the gate fills the tables with the records
+    for e, m in (slices or {}).items():
+        arr.slices[e] = m  # and the slice table [D13]
     beats = deque(sched.decide())
     n = dp.chiplets
     busy = [0] * n
@@ -183,7 +200,7 @@ def python_loop(dp, sched, plan, tokens: dict, trace: bool = False, log: bool = 
     steps = 0
     # the breakdown: why each DDR channel and compute unit idles, cycle by cycle
     expected = [
-        dp.micro_slices * sum(1 for (c2, _), t in tokens.items() if c2 == c and t) for c in range(n)
+        sum(arr.slices[e] for (c2, e), t in tokens.items() if c2 == c and t) for c in range(n)
     ]
     computed = [0] * n
     started = [False] * n

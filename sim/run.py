@@ -26,7 +26,7 @@ STRATEGIES = (*BASELINES, *VARIANTS)
 DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3", "A6")
 
 
-def _layer(setup: Setup, records, strategy: str, home, trace: bool):
+def _layer(setup: Setup, records, strategy: str, home, trace: bool, slices=None):
     """One layer under a strategy whose layers are independent (EP and Hydra with their
     placement ``home``, A1-A4, A6).  Only the traced layer keeps its utilization timeline
     (the report plots that one; the others would only cost time to move between
@@ -34,18 +34,18 @@ def _layer(setup: Setup, records, strategy: str, home, trace: bool):
     if strategy in BASELINES:
         r = ep_layer(setup, records, home, strategy, whole=strategy == "EP-paper")
     else:
-        r = fsedp_layer(setup, records, strategy, trace=trace)
+        r = fsedp_layer(setup, records, strategy, trace=trace, slices=slices)
     if not trace:
         r.timeline = []
     return r
 
 
-def _layer_task(setup: Setup, records, jobs, trace: bool):
+def _layer_task(setup: Setup, records, jobs, trace: bool, slices=None):
     """A worker's share: one layer under every independent strategy, timed."""
     out = []
     for s, home in jobs:
         t0 = time.perf_counter()
-        r = _layer(setup, records, s, home, trace)
+        r = _layer(setup, records, s, home, trace, slices)
         out.append((s, r, time.perf_counter() - t0))
     return out
 
@@ -61,6 +61,7 @@ def run_experiment(
     workers: int | None = None,
     a5_slack: float | None = None,
     trace=None,
+    slices: dict | None = None,
 ) -> dict:
     """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy
     (``a5_slack``: A5's QoS slack, default 20 %).
@@ -73,11 +74,15 @@ def run_experiment(
     independent and run on ``workers`` processes, one task per layer (default: up to 2 CPUs;
     1 runs everything in this process); A5 (carried tokens) runs in order here.  Results do
     not depend on ``workers``.  ``trace``: a routing trace to use instead of the scenario's
-    (:func:`fsedp.workload.scenario_trace`).
+    (:func:`fsedp.workload.scenario_trace`).  ``slices``: per ``(iteration, layer)`` the
+    micro-slices each expert streams (the slice table, [D13]; FSE-DP A2, A3, A4 and A6 only).
     """
     for s in strategies:
         if s not in STRATEGIES:
             raise ValueError(f"unknown strategy {s!r}; choose from {', '.join(STRATEGIES)}")
+        if slices is not None and s not in ("A2", "A3", "A4", "A6"):
+            raise ValueError(f"a slice table applies to A2, A3, A4 and A6, not {s}")
+    slices = slices or {}
     setup = setup or make_setup(cfg)
     its = iterations(cfg, n_iter, layers, trace=trace)
     flat = [l for it in its for l in it]
@@ -129,6 +134,7 @@ def run_experiment(
                 lay.records,
                 [(s, homes.get((s, i))) for s in parallel],
                 traced[i],
+                slices.get((lay.iteration, lay.layer)),
             ): i
             for i, lay in enumerate(flat)
         }
@@ -142,7 +148,8 @@ def run_experiment(
                 if s == "A5":
                     r = a5.layer(lay)
                 else:
-                    r = _layer(setup, lay.records, s, homes.get((s, i)), traced[i])
+                    sl = slices.get((lay.iteration, lay.layer))
+                    r = _layer(setup, lay.records, s, homes.get((s, i)), traced[i], sl)
                 wall[s] += time.perf_counter() - t0
                 results[s][i] = r
                 if on_layer is not None:

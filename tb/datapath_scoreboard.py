@@ -2,8 +2,9 @@
 Amaranth-simulator tests and the cocotb testbench (``tb/tb_chiplet_array.py``).
 
 * :class:`LayerDriver` couples the scheduler golden model to a datapath (the golden
-  :class:`~.streaming.StreamingArray` or the RTL): it writes the layer's token tables,
-  presents the scheduler's dispatch beats (with random valid gaps), feeds accepted
+  :class:`~.streaming.StreamingArray` or the RTL): it writes the layer's token tables
+  (and, with ``slice_table``, the micro-slice count of every expert, [D13]), presents the
+  scheduler's dispatch beats (with random valid gaps), feeds accepted
   completions back into the scheduler and draws the random link and DDR stalls.
 * :class:`Conservation` checks, from the datapath's outputs alone, that every micro-slice of
   every dispatched expert is computed exactly once on every chiplet of its trajectory, that
@@ -32,11 +33,13 @@ class Conservation:
         self.expected: set[tuple[int, int, int]] = set()  # (expert, index, chiplet)
         self.computed = 0
         self.peak = [0] * p.chiplets
+        #: micro-slices each expert streams in this layer ([D13]; default ``micro_slices``)
+        self.counts: dict[int, int] = {}
 
     def on_dispatch(self, b: Dispatch):
         if b.kind != DISPATCH:
             return
-        for i in range(self.p.micro_slices):
+        for i in range(self.counts.get(b.expert, self.p.micro_slices)):
             for c in range(self.p.chiplets):
                 if b.traj >> c & 1:
                     key = (b.expert, i, c)
@@ -97,6 +100,7 @@ class LayerDriver:
         self.sched = Scheduler(sp, **policy)
         self.check = Conservation(p)
         self.token_writes: deque = deque()
+        self.slice_writes: deque = deque()
         self.beats: deque = deque()
         self.cur: StepIn | None = None
         self.dispatched = 0
@@ -106,11 +110,17 @@ class LayerDriver:
         and the scoreboard of the layer start afresh (counts and peaks are kept)."""
         self.sched.reset()
         self.token_writes.clear()
+        self.slice_writes.clear()
         self.beats.clear()
         self.check.expected.clear()
+        # a reset returns every slice-table entry to micro_slices
+        self.check.counts.clear()
 
-    def start_layer(self, records, req_inits=()):
-        """Front half of a round in the scheduler; queue the token tables and dispatches."""
+    def start_layer(self, records, req_inits=(), slices: dict | None = None):
+        """Front half of a round in the scheduler; queue the token tables, the slice table
+        and the dispatches.  With ``slice_table``, ``slices`` gives an expert's micro-slice
+        count for this layer (default: a random ``1 .. micro_slices`` for every expert with
+        tokens, some of them written after a rejected out-of-range write)."""
         for r, t in req_inits:
             self.sched.init_request(r, t)
         plan = self.sched.start_round(records)
@@ -118,12 +128,28 @@ class LayerDriver:
         if self.check.expected:
             raise Violation("a layer started before the previous one completed")
         self.token_writes.extend((c, e, n) for (c, e), n in sorted(tok.items()))
+        if self.p.slice_table:
+            M, rng = self.p.micro_slices, self.rng
+            if slices is None:
+                slices = {e: rng.randint(1, M) for e in sorted({e for _, e in tok})}
+            for e, cnt in sorted(slices.items()):
+                if rng.random() < 0.2:  # ignored by the table: 0 or one past the end
+                    bad = rng.choice([0, M + 1])
+                    if bad < 2**self.p.slice_count_bits:
+                        self.slice_writes.append((e, bad))
+                self.slice_writes.append((e, cnt))
+                self.check.counts[e] = cnt
         self.beats.extend(self.sched.decide())
         return plan
 
     @property
     def layer_done(self) -> bool:
-        return not self.sched.in_round and not self.beats and not self.token_writes
+        return (
+            not self.sched.in_round
+            and not self.beats
+            and not self.token_writes
+            and not self.slice_writes
+        )
 
     def inputs(self) -> StepIn:
         rng, n = self.rng, self.p.chiplets
@@ -134,11 +160,13 @@ class LayerDriver:
         )
         ddr_stall = bool(self.stall) and rng.random() < self.stall
         tokens = self.token_writes[0] if self.token_writes else None
+        slices = self.slice_writes[0] if self.slice_writes else None
         beat = None
-        if not self.token_writes and self.beats and not (self.gap and rng.random() < self.gap):
+        writing = self.token_writes or self.slice_writes
+        if not writing and self.beats and not (self.gap and rng.random() < self.gap):
             beat = self.beats[0]
         ready = not (self.done_stall and rng.random() < self.done_stall)
-        self.cur = StepIn(beat, ready, stall, ddr_stall, tokens)
+        self.cur = StepIn(beat, ready, stall, ddr_stall, tokens, slices)
         return self.cur
 
     def outputs(self, cycle: int, dispatch_ready: bool, done: int, events, occupancy):
@@ -146,6 +174,8 @@ class LayerDriver:
         cur = self.cur
         if cur.tokens is not None:
             self.token_writes.popleft()
+        if cur.slices is not None:
+            self.slice_writes.popleft()
         if cur.dispatch is not None and dispatch_ready:
             self.check.on_dispatch(self.beats.popleft())
             self.dispatched += cur.dispatch.kind == DISPATCH

@@ -20,7 +20,13 @@ import time
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from fsedp.hw.layouts import dispatch_bits, tokens_bits, unpack_events, unpack_occupancy
+from fsedp.hw.layouts import (
+    dispatch_bits,
+    slices_bits,
+    tokens_bits,
+    unpack_events,
+    unpack_occupancy,
+)
 from fsedp.params import DatapathParams, SchedulerParams
 from fsedp.sw.streaming import StreamingArray
 from fsedp.tb.datapath_scoreboard import LayerDriver, Violation, compare, stall_bits
@@ -75,6 +81,8 @@ async def chiplet_array(dut):
 
     dut.dispatch__valid.value = 0
     dut.tokens__valid.value = 0
+    if p.slice_table:
+        dut.slices__valid.value = 0
     dut.done__ready.value = 0
     dut.stall.value = 0
     dut.ddr_stall.value = 0
@@ -101,6 +109,8 @@ async def chiplet_array(dut):
                 dut.rst.value = 1
                 dut.dispatch__valid.value = 0
                 dut.tokens__valid.value = 0
+                if p.slice_table:
+                    dut.slices__valid.value = 0
                 await RisingEdge(dut.clk)
                 dut.rst.value = 0
                 model.reset()
@@ -118,6 +128,10 @@ async def chiplet_array(dut):
             dut.tokens__valid.value = int(inp.tokens is not None)
             if inp.tokens is not None:
                 dut.tokens__payload.value = tokens_bits(p, *inp.tokens)
+            if p.slice_table:
+                dut.slices__valid.value = int(inp.slices is not None)
+                if inp.slices is not None:
+                    dut.slices__payload.value = slices_bits(p, *inp.slices)
             await ReadOnly()
             idle = u(dut.idle)  # a function of the registered state only
             ready = bool(u(dut.dispatch__ready))

@@ -69,6 +69,18 @@ def test_array_2x2_a6_rules_in_rtl():
     assert res["computed"] > 0 and max(res["peak_rtl"]) <= p.slots
 
 
+@pytest.mark.parametrize("sim", ["verilator", "icarus"])
+def test_array_2x2_slice_table(sim):
+    """[D13] A micro-slice count per expert and layer (sub-expert streaming), random
+    1..M with rejected out-of-range writes, under stalls and resets (which return the
+    table to M), cycle for cycle against the golden model; Rule 5 and pre-loads on."""
+    p = dataclasses.replace(ARRAY_2X2, slice_table=True, micro_slices=5, rule5=True)
+    layers = 12 if sim == "icarus" else 30
+    res = run("chiplet_array", p, sim, knobs=knobs(SP4, layers=layers, reset_every=4))
+    assert res["mismatches"] == 0 and not res["violations"] and res["deadlocks"] == 0
+    assert res["resets"] >= 2 and res["computed"] > 0
+
+
 def test_array_2x2_flame_trace(tmp_path):
     """Layers of real routing (FLAME-MoE-290M, 64 experts, top-6) through the 2x2 array."""
     from test_cocotb import flame_config, flame_rounds

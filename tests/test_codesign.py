@@ -1,5 +1,6 @@
 """Co-design (``fsedp/experiments/codesign.py``, ``fsedp codesign``): buddy substitution on
-the chip's DDR path, measured on the simulated chip and on the project's MoE LM."""
+the chip's DDR path and MoE-Prism sub-experts streamed through the slice table, measured on
+the simulated chip and on the project's MoE LM."""
 
 import json
 
@@ -18,8 +19,9 @@ def lm():
 @pytest.fixture(scope="module")
 def doc(lm):
     model, test, prof = lm
-    # FSE-DP alone, buddy at theta 1 and 2, prism K 6 of 8, buddy 1 + prism 6
-    return codesign(model, test, prof, techniques((1, 2), (6,), 4), prism_iters=300)
+    # FSE-DP alone, buddy at theta 1 and 2, prism K 6 of 8, prism budget 2 of 4, and
+    # buddy 1 + prism K 6, buddy 2 + budget 2
+    return codesign(model, test, prof, techniques((1, 2), (6,), (2,), 4), prism_iters=300)
 
 
 def test_fsedp_alone_is_the_plain_model(lm, doc):
@@ -32,8 +34,10 @@ def test_fsedp_alone_is_the_plain_model(lm, doc):
 
 
 def test_every_row_moves_exactly_the_bytes_of_its_routing(doc):
-    """The chip loads each expert an iteration selects once per layer: the simulator's DDR
-    bytes equal that count times the expert size, and no layer beats its bound."""
+    """The chip loads each micro-slice an iteration selects once per layer (every
+    micro-slice of a whole expert, those of the kept sub-experts under MoE-Prism): the
+    simulator's DDR bytes equal that count times the micro-slice size, and no layer beats
+    its bound."""
     for r in doc["rows"]:
         assert r["ddr_gb"] == pytest.approx(r["ddr_lower_bound_gb"], abs=1e-3)
         assert r["x_bound"] >= 1.0
@@ -42,8 +46,11 @@ def test_every_row_moves_exactly_the_bytes_of_its_routing(doc):
     assert b1["saved"] > 0 and b2["saved"] >= b1["saved"]
     assert b2["ddr_gb"] < b1["ddr_gb"] < alone["ddr_gb"]
     assert b1["tokens_per_s"] > alone["tokens_per_s"]
-    # sub-experts: only the selected ones are streamed, fewer bytes than whole experts
-    assert rows["+ prism, sub-experts as experts (K 6)"]["ddr_gb"] < alone["ddr_gb"]
+    # sub-experts: only the selected ones are streamed, fewer bytes than whole experts; the
+    # budget streams at most half of every expert
+    k6, j2 = rows["+ prism (K 6)"], rows["+ prism (budget 2 of 4)"]
+    assert j2["ddr_gb"] <= alone["ddr_gb"] / 2 + 1e-3 and k6["ddr_gb"] < alone["ddr_gb"]
+    assert j2["tokens_per_s"] > k6["tokens_per_s"] > alone["tokens_per_s"] * 0.99
 
 
 def test_substituted_routing_keeps_every_token(doc):
@@ -79,7 +86,8 @@ def test_cli_codesign(tmp_path, capsys):
 
     out = tmp_path / "report"
     rc = main(
-        ["codesign", "--theta", "1", "--prism", "", "--max-tokens", "1024", "--json"]
+        ["codesign", "--theta", "1", "--prism", "", "--budget", "", "--max-tokens", "1024"]
+        + ["--json"]
         + ["--out", str(out)]
     )
     doc = json.loads(capsys.readouterr().out)
@@ -88,26 +96,56 @@ def test_cli_codesign(tmp_path, capsys):
     assert json.loads((out / "codesign.json").read_text())["rows"] == doc["rows"]
     assert (out / "codesign.png").read_bytes()[:4] == b"\x89PNG"
     bad = (["--theta", "0"], ["--theta", "x"], ["--scale-to", "nope"], ["--tokens", "0"])
-    bad += (["--prism", "9"], ["--sub-experts", "3"])  # 9 > top-2 x 4; 3 does not divide 128
+    # 9 > top-2 x 4; 5 > S = 4; 3 does not divide d_ffn 128; 16 divides it but not M = 8
+    bad += (["--prism", "9"], ["--budget", "5"], ["--sub-experts", "3"], ["--sub-experts", "16"])
     for b in bad:
         assert main(["codesign", "--max-tokens", "1024", *b]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fsedp: <")]
     assert len(err) == len(bad)
 
 
-def test_prism_routing_streams_only_selected_sub_experts(doc, lm):
-    """MoE-Prism on the chip: every token keeps K distinct sub-experts, each of one of its
-    own experts (at layer 0 the inputs are the plain model's), and the chip's experts are
-    the E x S sub-experts."""
+def test_prism_streams_the_union_of_kept_sub_experts(doc, lm):
+    """MoE-Prism on the chip: the routing over experts is the plain model's at layer 0;
+    each expert streams the micro-slices of the sub-experts its iteration's tokens kept
+    (K of top_k x S per token: at least ceil(K / top_k) of S for some expert of every
+    token), never more than the budget, and 0 only for an expert none of its tokens kept."""
     model, _, _ = lm
-    base = doc["traces"]["FSE-DP alone"]
-    pr = doc["traces"]["+ prism, sub-experts as experts (K 6)"]
-    S = 4
-    assert pr.num_experts == model.cfg.experts * S and pr.top_k == 6
-    for t in range(len(base.experts)):
-        subs = pr.experts[t, 0].tolist()
-        assert len(set(subs)) == 6
-        assert {v // S for v in subs} <= set(base.experts[t, 0].tolist())
+    base, pr = doc["traces"]["FSE-DP alone"], doc["traces"]["+ prism (K 6)"]
+    assert pr.num_experts == model.cfg.experts and np.array_equal(
+        base.experts[:, 0], pr.experts[:, 0]
+    )
+    M = doc["config"].datapath_params().micro_slices
+    S, tokens = 4, doc["tokens"]
+    k6, j2 = doc["slices"]["+ prism (K 6)"], doc["slices"]["+ prism (budget 2 of 4)"]
+    assert doc["slices"]["FSE-DP alone"] is None
+    for (i, layer), per in k6.items():
+        active = set(np.unique(pr.experts[i * tokens : (i + 1) * tokens, layer]).tolist())
+        assert set(per) == active
+        assert all(v % (M // S) == 0 and 0 <= v <= M for v in per.values())
+        # 6 of 8 per token: each token keeps at least 2 sub-experts of one of its experts
+        assert max(per.values()) >= 2 * M // S
+    assert any(v < M for per in k6.values() for v in per.values())
+    assert all(0 < v <= 2 * M // S for per in j2.values() for v in per.values())
     rows = {r["technique"]: r for r in doc["rows"]}
-    # with all sub-experts kept the refactored LM is the LM: K < 8 costs some perplexity
-    assert rows["+ prism, sub-experts as experts (K 6)"]["perplexity_rise"] > 0
+    # with all sub-experts kept the refactored LM is the LM: keeping fewer costs perplexity
+    assert rows["+ prism (K 6)"]["perplexity_rise"] > 0
+    assert rows["+ prism (budget 2 of 4)"]["perplexity_rise"] > 0
+
+
+def test_slice_plan_is_the_union_of_masks():
+    """``slice_plan`` on a hand-made hook: per iteration and expert, the OR of the tokens'
+    sub-expert masks, times M / S micro-slices."""
+    from types import SimpleNamespace
+
+    from fsedp.experiments.codesign import slice_plan
+
+    hook = SimpleNamespace(
+        sub=SimpleNamespace(S=4),
+        ids=[[np.array([[0, 1], [0, 2], [1, 2], [0, 3]])]],
+        masks=[[np.array([[0b0001, 0b0011], [0b0100, 0b1000], [0b0000, 0b1000], [0b1111, 0]])]],
+    )
+    plan = slice_plan(hook, tokens=2, n_iter=2, M=8)
+    assert plan[0, 0] == {0: 4, 1: 4, 2: 2}
+    assert plan[1, 0] == {1: 0, 2: 2, 0: 8, 3: 0}
+    with pytest.raises(ValueError, match="divide"):
+        slice_plan(hook, tokens=2, n_iter=2, M=6)

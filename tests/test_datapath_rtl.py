@@ -7,8 +7,15 @@ import pytest
 from amaranth.sim import Simulator
 
 from fsedp.hw.chiplet_array import ChipletArray
-from fsedp.hw.layouts import dispatch_bits, tokens_bits, unpack_events, unpack_occupancy
+from fsedp.hw.layouts import (
+    dispatch_bits,
+    slices_bits,
+    tokens_bits,
+    unpack_events,
+    unpack_occupancy,
+)
 from fsedp.params import DatapathParams, SchedulerParams
+from fsedp.sw.scheduler import DISPATCH, Dispatch
 from fsedp.sw.streaming import StreamingArray
 from fsedp.tb.datapath_scoreboard import LayerDriver, compare, stall_bits
 from fsedp.tb.scoreboard import random_round
@@ -56,6 +63,10 @@ def run_array(
                 ctx.set(dut.tokens.valid, inp.tokens is not None)
                 if inp.tokens is not None:
                     ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, *inp.tokens))
+                if p.slice_table:
+                    ctx.set(dut.slices.valid, inp.slices is not None)
+                    if inp.slices is not None:
+                        ctx.set(dut.slices.payload.as_value(), slices_bits(p, *inp.slices))
                 ready = bool(ctx.get(dut.dispatch.ready))
                 done = ctx.get(dut.done.payload) if ctx.get(dut.done.valid) else 0
                 events = unpack_events(p, ctx.get(dut.events))
@@ -137,6 +148,11 @@ SP4 = SchedulerParams(
         ),
         dict(ddr_channels=4, rule5=True, ddr_interval=2, ddr_latency=5, slots=6),
         dict(ddr_channels=4, preempt=True, hot_window=2, cycles_per_token=2, ddr_interval=3),
+        # [D13] a micro-slice count per expert and layer (sub-expert streaming)
+        dict(slice_table=True, micro_slices=6, ddr_interval=1, ddr_latency=3),
+        dict(slice_table=True, micro_slices=5, rule5=True, preload_entries=2, link_cycles=1),
+        dict(slice_table=True, ddr_channels=4, micro_slices=8, ddr_interval=3, ddr_latency=5),
+        dict(slice_table=True, ddr_channels=4, micro_slices=4, hot_window=1, cycles_per_token=3),
     ],
     ids=[
         "default",
@@ -150,6 +166,10 @@ SP4 = SchedulerParams(
         "ch4-fast-min-slots",
         "ch4-rule5",
         "ch4-a6",
+        "slices",
+        "slices-rule5",
+        "ch4-slices",
+        "ch4-slices-hot",
     ],
 )
 def test_array_2x2_matches_golden(kw):
@@ -269,3 +289,70 @@ def test_simulator_layer_replays_on_rtl(variant):
     assert rtl["beats"] == res.beats and rtl["script"] == res.script
     # the layer exercises what the DDR channels add: loads outside the expert's trajectory
     assert (rtl["remote"] > 0) == (not dp.rule5)
+
+
+def lockstep(p: DatapathParams, script: list, tail: int = 400) -> tuple[list, list]:
+    """A scripted list of :class:`StepIn` (then ``tail`` idle cycles) through the RTL and
+    the golden model: the differences and the golden model's events."""
+    from fsedp.sw.streaming import StepIn
+
+    dut, model = ChipletArray(p), StreamingArray(p)
+    diffs, events = [], []
+
+    async def bench(ctx):
+        for cycle, inp in enumerate(script + [StepIn()] * tail):
+            ctx.set(dut.done.ready, inp.done_ready)
+            ctx.set(dut.dispatch.valid, inp.dispatch is not None)
+            if inp.dispatch is not None:
+                ctx.set(dut.dispatch.payload.as_value(), dispatch_bits(p, inp.dispatch))
+            ctx.set(dut.tokens.valid, inp.tokens is not None)
+            if inp.tokens is not None:
+                ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, *inp.tokens))
+            ctx.set(dut.slices.valid, inp.slices is not None)
+            if inp.slices is not None:
+                ctx.set(dut.slices.payload.as_value(), slices_bits(p, *inp.slices))
+            ready = bool(ctx.get(dut.dispatch.ready))
+            done = ctx.get(dut.done.payload) if ctx.get(dut.done.valid) else 0
+            ev = unpack_events(p, ctx.get(dut.events))
+            occ = unpack_occupancy(p, ctx.get(dut.occupancy))
+            ref = model.step(inp)
+            diffs.extend(compare(cycle, ref, ready, done, ev, occ))
+            events.extend((c, e) for c, e in enumerate(ref.events) if e is not None)
+            await ctx.tick()
+        diffs.extend([] if ctx.get(dut.idle) and model.idle else ["not idle at the end"])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return diffs, events
+
+
+@pytest.mark.parametrize("channels", [1, 4])
+def test_slice_table_count_is_fixed_at_the_first_beat(channels):
+    """[D13] directed: expert 1 is pre-loaded while its table entry is 3 of 4, the entry is
+    rewritten to 1 (and a write of 0 and one of 5 are ignored) before its DISPATCH takes the
+    pre-load over: it streams the pre-load's 3; expert 2, dispatched after its entry became
+    2, streams 2.  RTL equals golden, cycle for cycle."""
+    from fsedp.sw.scheduler import PRELOAD
+    from fsedp.sw.streaming import StepIn
+
+    p = DatapathParams(
+        rows=2, cols=2, experts=8, slots=8, micro_slices=4, preload_entries=2, ddr_interval=1,
+        ddr_latency=2, slice_table=True, ddr_channels=channels,
+    )  # fmt: skip
+    traj = 0b0011
+    hop = (1, 0, 0, 0)
+    script = [StepIn(tokens=(c, e, 2)) for c in (0, 1) for e in (1, 2)]
+    script += [StepIn(slices=(1, 3)), StepIn(slices=(2, 2))]
+    script += [StepIn(dispatch=Dispatch(PRELOAD, 1, 2, traj, 0, hop))]
+    script += [StepIn()] * 6
+    script += [StepIn(slices=(1, 1)), StepIn(slices=(1, 0)), StepIn(slices=(1, 5))]
+    script += [StepIn(dispatch=Dispatch(DISPATCH, 1, 2, traj, 1, hop))]
+    script += [StepIn(dispatch=Dispatch(DISPATCH, 2, 2, traj, 0, hop))]
+    diffs, events = lockstep(p, script)
+    assert not diffs, "\n".join(diffs[:5])
+    per = {
+        (c, e): sum(1 for x in events if x[0] == c and x[1][0] == e) for c in (0, 1) for e in (1, 2)
+    }
+    assert per == {(0, 1): 3, (1, 1): 3, (0, 2): 2, (1, 2): 2}

@@ -23,7 +23,13 @@ def cmd_codesign(args):
     from fsedp.cli.common import report
     from fsedp.config import config_path
     from fsedp.errors import COMMAND_LINE
-    from fsedp.experiments.codesign import codesign, format_table, plot_tradeoff, techniques
+    from fsedp.experiments.codesign import (
+        codesign,
+        deployment_config,
+        format_table,
+        plot_tradeoff,
+        techniques,
+    )
     from fsedp.experiments.offload import lm_data
 
     thetas = _ints("--theta", args.theta, 4096)
@@ -32,14 +38,23 @@ def cmd_codesign(args):
     S = args.sub_experts
     if model.cfg.d_ffn % S:
         raise usage("--sub-experts", f"must divide the LM's d_ffn {model.cfg.d_ffn}, not {S}")
+    M = deployment_config(model, args.scale_to, args.tokens).datapath_params().micro_slices
+    if M % S:
+        raise usage("--sub-experts", f"must divide the chip's {M} micro-slices per expert, not {S}")
     ks = _ints("--prism", args.prism, model.cfg.top_k * S)
+    budgets = _ints("--budget", args.budget, S)
     if len(test) - 1 < max(args.tokens, model.cfg.context):
         raise usage("--max-tokens", f"{len(test) - 1} test tokens hold no whole iteration")
     doc = codesign(
-        model, test, prof, techniques(thetas, ks, S), tokens=args.tokens, scale_to=args.scale_to
+        model,
+        test,
+        prof,
+        techniques(thetas, ks, budgets, S),
+        tokens=args.tokens,
+        scale_to=args.scale_to,
     )
     text = format_table(doc)
-    out = {k: v for k, v in doc.items() if k not in ("config", "traces")}
+    out = {k: v for k, v in doc.items() if k not in ("config", "traces", "slices")}
     return report(args, out, text, "codesign", plot=lambda path: plot_tradeoff(doc, path))
 
 
@@ -62,8 +77,14 @@ def add_parsers(sub):
     )
     c.add_argument(
         "--prism",
-        default="6,4",
-        help="MoE-Prism: sub-experts kept per token, of top_k x S (default 6,4; empty: none)",
+        default="6",
+        help="MoE-Prism: sub-experts kept per token, of top_k x S (default 6; empty: none)",
+    )
+    c.add_argument(
+        "--budget",
+        default="3,2",
+        help="MoE-Prism: sub-experts of an expert streamed per iteration, of S, the ones its "
+        "tokens score highest (default 3,2; empty: none)",
     )
     c.add_argument(
         "--sub-experts",

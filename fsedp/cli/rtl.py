@@ -518,10 +518,12 @@ def cmd_datapath(args):
     doc, runs = {}, []
     if args.ring:
         doc["ring"] = ring_table()
-    # A6's datapath rules (--hot-window, --preempt) apply to the cells and to every mesh
+    # A6's datapath rules (--hot-window, --preempt) and the slice table ([D13]) apply to
+    # the cells and to every mesh
     rules = dict(
         hot_window=args.hot_window,
         preempt=args.preempt or None,
+        slice_table=args.slice_table or None,
         cycles_per_token=args.cycles_per_token,
     )
     # [D10] a DDR channel per chiplet (remote loads) on every mesh and in the cells
@@ -574,9 +576,10 @@ def cmd_datapath(args):
             + "".join(
                 f" --{k.replace('_', '-')} {v}"
                 for k, v in rules.items()
-                if v is not None and k != "preempt"
+                if v is not None and k not in ("preempt", "slice_table")
             )
             + (" --preempt" if args.preempt else "")
+            + (" --slice-table" if args.slice_table else "")
             + (" --rule5" if args.rule5 else "")
             + (" --ddr-per-chiplet" if args.ddr_per_chiplet else ""),
         )
@@ -887,6 +890,11 @@ def add_parsers(sub):
     )
     d.add_argument(
         "--preempt", action="store_true", help="compute preemption ([D11], A6) in the ring buffers"
+    )
+    d.add_argument(
+        "--slice-table",
+        action="store_true",
+        help="a micro-slice count per expert in the DDR controller ([D13], sub-expert streaming)",
     )
     d.add_argument("--build-opt", default="-O0", choices=opts)
     d.add_argument(

@@ -6,10 +6,12 @@ The LM runs the held-out text; every ``tokens`` consecutive tokens are one itera
 chip (:class:`ChipHook`).  Per iteration and layer, **buddy substitution on the DDR path**
 (BuddyMoE, :func:`fsedp.sw.policies.buddy.substitute_cold`) moves the tokens of a cold
 expert (at most ``theta`` of the iteration's tokens) to buddies the chip streams anyway,
-all of them or none; **MoE-Prism** keeps each token's ``K`` best sub-experts, streamed as
-experts of the chip.  The routing the LM then uses -- the perplexity is measured with
-it -- is the routing the chip simulates (FSE-DP A3), so both numbers come from one set of
-decisions.  Routing
+all of them or none; **MoE-Prism** keeps each token's ``K`` best sub-experts (and, with a
+budget ``J``, only the ``J`` sub-experts of an expert that its iteration's tokens score
+highest), and the chip streams of each expert only the micro-slices of the sub-experts
+some token of the iteration kept (the slice table, [D13]).  The routing the LM then uses --
+the perplexity is measured with it -- is the routing the chip simulates (FSE-DP A3), so
+both numbers come from one set of decisions.  Routing
 and accuracy are the LM's (16 experts, top-2, 4 layers); byte and FLOP sizes come from a
 deployment model config (``scale_to``, as ``fsedp offload --scale-to``), with the LM's
 expert count, top-k and layers.
@@ -31,6 +33,7 @@ __all__ = [
     "techniques",
     "deployment_config",
     "routing_trace",
+    "slice_plan",
     "codesign",
     "format_table",
     "plot_tradeoff",
@@ -45,15 +48,21 @@ class ChipHook(Hooks):
     * with ``prof``: BuddyMoE on the DDR path (:func:`substitute_cold` at ``theta``);
     * with ``sub`` (a :class:`fsedp.sw.policies.prism.SubExpertHook` on a refactored
       model): MoE-Prism, each token computing only its ``K`` best sub-experts of its
-      experts (proxy gating); the recorded routing is then over sub-experts, expert ``e``'s
-      sub-expert ``s`` being ``e x S + s``, ``K`` per token, so the chip streams a
-      sub-expert only when some token of the iteration selected it.
+      experts (proxy gating); with ``budget`` J, only the ``J`` sub-experts of each
+      expert with the highest proxy score summed over the iteration's tokens of that
+      expert are streamed, and a token keeps only those.  ``masks[layer]`` records, per
+      token and expert slot, the bit mask of the sub-experts it computes: the chip streams
+      the union over the iteration (:func:`slice_plan`).
     """
 
-    def __init__(self, layers: int, tokens: int, prof=None, theta: int = 0, sub=None):
+    def __init__(
+        self, layers: int, tokens: int, prof=None, theta: int = 0, sub=None, budget: int = 0
+    ):
         self.tokens, self.prof, self.theta, self.sub = tokens, prof, theta, sub
+        self.budget = budget
         self.ids = [[] for _ in range(layers)]
         self.weights = [[] for _ in range(layers)]
+        self.masks = [[] for _ in range(layers)]
         self.info = {"cold": 0, "saved": 0, "kept": 0, "substituted": 0, "tae_blocked": 0}
 
     def moe_input(self, layer, h):
@@ -71,22 +80,49 @@ class ChipHook(Hooks):
                 for k in self.info:
                     self.info[k] += info.get(k, 0)
         w = np.asarray(weights)
-        if self.sub is None:
-            self.ids[layer].append(new)
-            self.weights[layer].append(w)
-        else:
+        self.ids[layer].append(new)
+        self.weights[layer].append(w)
+        if self.sub is not None:
             self.sub._select(layer, new, w)
-            keep, S = self.sub._keep, self.sub.S  # [n, k, S], exactly K per token
-            n = len(new)
-            vid = new[:, :, None] * S + np.arange(S)
-            self.ids[layer].append(vid[keep].reshape(n, -1))
-            self.weights[layer].append(
-                np.broadcast_to(w[:, :, None], keep.shape)[keep].reshape(n, -1)
-            )
+            keep, S = self.sub._keep, self.sub.S  # [n, k, S], K per token
+            if self.budget:
+                score = self.sub._score
+                for s in range(0, len(new), self.tokens):
+                    rows = slice(s, s + self.tokens)
+                    ids_i, keep_i = new[rows], keep[rows]  # views: keep_i edits keep
+                    for e in np.unique(ids_i):
+                        sel = ids_i == e
+                        total = score[rows][sel].sum(axis=0)
+                        drop = np.argsort(-total, kind="stable")[self.budget :]
+                        k = keep_i[sel]
+                        k[:, drop] = False
+                        keep_i[sel] = k
+            self.masks[layer].append((keep * (1 << np.arange(S))).sum(axis=2))
         return new, weights
 
     def neurons(self, layer, expert, rows, act):
         return None if self.sub is None else self.sub._mask(expert, rows, act)
+
+
+def slice_plan(hook: ChipHook, tokens: int, n_iter: int, M: int) -> dict:
+    """Per ``(iteration, layer)``: the micro-slices each expert streams, the union of the
+    sub-experts its tokens of the iteration kept (``hook.masks``) times ``M / S`` each
+    (sub-expert ``s`` of ``S`` is micro-slices ``s M / S .. (s + 1) M / S - 1``, [D13]);
+    0 when its tokens kept none."""
+    S = hook.sub.S
+    if M % S:
+        raise ValueError(f"{S} sub-experts do not divide {M} micro-slices per expert")
+    out = {}
+    for layer, parts in enumerate(hook.masks):
+        ids = np.concatenate(hook.ids[layer])
+        masks = np.concatenate(parts)
+        for i in range(n_iter):
+            rows = slice(i * tokens, (i + 1) * tokens)
+            union: dict = {}
+            for e, m in zip(ids[rows].ravel().tolist(), masks[rows].ravel().tolist()):
+                union[e] = union.get(e, 0) | m
+            out[i, layer] = {e: m.bit_count() * (M // S) for e, m in union.items()}
+    return out
 
 
 def routing_trace(hook: ChipHook, token_ids, context: int, experts: int, name: str):
@@ -106,15 +142,9 @@ def routing_trace(hook: ChipHook, token_ids, context: int, experts: int, name: s
     )
 
 
-def deployment_config(
-    model: MoELM, scale_to: str, tokens: int, sub=None, base: RunConfig | None = None
-):
+def deployment_config(model: MoELM, scale_to: str, tokens: int, base: RunConfig | None = None):
     """``base`` (default: the embedded 2x2 run) with the LM's routing shape (experts, top-k,
-    layers, no shared expert) and ``scale_to``'s sizes (hidden and expert widths, heads).
-    With ``sub = (S, K)`` the chip's experts are the sub-experts: ``E x S`` of them,
-    ``K`` per token, each ``d_ffn / S`` wide and cut into ``M / S`` micro-slices, so a
-    micro-slice (and the buffer's slots, the link and DDR times per slot) stays the size
-    it is for whole experts."""
+    layers, no shared expert) and ``scale_to``'s sizes (hidden and expert widths, heads)."""
     base = base or default_run()
     size = load_model(config_path("models", scale_to, COMMAND_LINE, "--scale-to"))
     m = dataclasses.replace(
@@ -126,33 +156,24 @@ def deployment_config(
         shared_experts=0,
     )
     sc = dataclasses.replace(base.scenario, tokens_per_iteration=tokens, trace="model")
-    cfg = dataclasses.replace(base, model=m, scenario=sc)
-    if sub is None:
-        return cfg
-    S, K = sub
-    micro = cfg.datapath_params().micro_slices
-    m = dataclasses.replace(
-        m,
-        name=f"{m.name}, {S} sub-experts each",
-        experts=m.experts * S,
-        top_k=K,
-        d_ffn=m.d_ffn // S,
-    )
-    hw = dataclasses.replace(cfg.hardware, microslices_per_expert=max(1, micro // S))
-    return dataclasses.replace(cfg, model=m, hardware=hw)
+    return dataclasses.replace(base, model=m, scenario=sc)
 
 
-def techniques(thetas=(1, 2), ks=(6, 4), S: int = 4) -> list:
-    """``(name, buddy theta, (S, K) or None)`` of ``fsedp codesign``: FSE-DP alone, buddy
-    substitution at each theta, MoE-Prism at each K (of ``top_k x S`` sub-experts per
-    token), and each K combined with the theta at the same position (or the last)."""
+def techniques(thetas=(1, 2), ks=(6,), budgets=(3, 2), S: int = 4) -> list:
+    """``(name, buddy theta, (S, K, J) or None)`` of ``fsedp codesign``: FSE-DP alone,
+    buddy substitution at each theta, MoE-Prism keeping ``K`` sub-experts per token (of
+    ``top_k x S``), MoE-Prism streaming a budget of ``J`` sub-experts per expert and
+    iteration (``K = None``: a token keeps all that are streamed), and each Prism setting
+    combined with the theta at the same position (or the last)."""
     out = [("FSE-DP alone", 0, None)]
     out += [(f"+ buddy (theta {t})", t, None) for t in thetas]
-    out += [(f"+ prism, sub-experts as experts (K {k})", 0, (S, k)) for k in ks]
-    for i, k in enumerate(ks):
+    prism = [(f"prism (K {k})", (S, k, 0)) for k in ks]
+    prism += [(f"prism (budget {j} of {S})", (S, None, j)) for j in budgets]
+    out += [(f"+ {name}", 0, p) for name, p in prism]
+    for i, (name, p) in enumerate(prism):
         if thetas:
             t = thetas[min(i, len(thetas) - 1)]
-            out.append((f"+ buddy (theta {t}) + prism (K {k})", t, (S, k)))
+            out.append((f"+ buddy (theta {t}) + {name}", t, p))
     return out
 
 
@@ -171,13 +192,13 @@ def codesign(
     prism_iters: int = 3000,
     progress=None,
 ) -> dict:
-    """Each technique of ``plan`` (``(name, theta, (S, K) or None)``, see
-    :func:`techniques`): perplexity on ``test_ids`` with the
-    routing it makes, and the chip's throughput, bound and DDR bytes on that routing.  The
-    first must be FSE-DP alone (theta 0, no sub-experts): the others are relative to it.
-    MoE-Prism runs on the LM refactored into ``S`` sub-experts (annealed partition,
-    ``prism_iters`` steps), which computes what the LM computes when every sub-expert is
-    kept."""
+    """Each technique of ``plan`` (``(name, theta, (S, K, J) or None)``, see
+    :func:`techniques`): perplexity on ``test_ids`` with the routing it makes, and the
+    chip's throughput, bound and DDR bytes on that routing.  The first must be FSE-DP alone
+    (theta 0, no sub-experts): the others are relative to it.  MoE-Prism runs on the LM
+    refactored into ``S`` sub-experts (annealed partition, ``prism_iters`` steps), which
+    computes what the LM computes when every sub-expert is kept; the chip streams the
+    sub-experts kept through its slice table (:func:`slice_plan`)."""
     from fsedp.experiments.offload import profile_routing
     from fsedp.experiments.prism import refactor_model
     from fsedp.sim.run import run_experiment, summarize
@@ -188,33 +209,39 @@ def codesign(
     buddy = buddy or BuddyConfig()
     p_ids, p_w, _ = profile_routing(model, prof_ids)
     prof = BuddyProfile(p_ids, p_w, model.cfg.experts, buddy)
+    cfg = deployment_config(model, scale_to, tokens)
+    M = cfg.datapath_params().micro_slices
+    slot_bytes = cfg.model.expert_bytes // M
     refactored = {}
-    rows, traces, configs = [], {}, []
+    rows, traces, plans = [], {}, {}
     for name, theta, sub in plan:
-        lm, hook_sub = model, None
+        lm, hook_sub, budget = model, None, 0
         if sub is not None:
-            S, K = sub
+            S, K, budget = sub
+            if M % S:
+                raise ValueError(f"{S} sub-experts do not divide the chip's {M} micro-slices")
             if S not in refactored:
                 refactored[S] = refactor_model(model, prof_ids, S=S, iters=prism_iters)[0]
             lm = refactored[S]
-            hook_sub = SubExpertHook(lm, Partition.of(lm), K)
-        cfg = deployment_config(model, scale_to, tokens, sub)
-        configs.append(cfg)
-        hook = ChipHook(model.cfg.layers, tokens, prof if theta else None, theta, hook_sub)
+            hook_sub = SubExpertHook(lm, Partition.of(lm), K or model.cfg.top_k * S)
+        hook = ChipHook(model.cfg.layers, tokens, prof if theta else None, theta, hook_sub, budget)
         ppl = lm.perplexity(test_ids, hook)
         trace = routing_trace(hook, test_ids, model.cfg.context, cfg.model.experts, f"<{name}>")
         n_iter = trace.tokens // tokens
+        slices = slice_plan(hook, tokens, n_iter, M) if sub is not None else None
         run = run_experiment(
-            cfg, (strategy,), n_iter=n_iter, progress=False, trace=trace, workers=1
-        )
+            cfg, (strategy,), n_iter=n_iter, progress=False, trace=trace, workers=1,
+            slices=slices,
+        )  # fmt: skip
         s = summarize(run)[strategy]
-        traces[name] = trace
-        # the bytes the chip must move: every (sub-)expert an iteration's tokens select, once
-        active = sum(
-            len(np.unique(trace.experts[i * tokens : (i + 1) * tokens, layer]))
-            for i in range(n_iter)
-            for layer in range(trace.layers)
-        )
+        traces[name], plans[name] = trace, slices
+        # the bytes the chip must move: every micro-slice an iteration's tokens select, once
+        moved = 0
+        for i in range(n_iter):
+            for layer in range(trace.layers):
+                active = np.unique(trace.experts[i * tokens : (i + 1) * tokens, layer])
+                per = slices[i, layer] if slices else {}
+                moved += sum(per.get(int(e), M) for e in active)
         rows.append(
             {
                 "technique": name,
@@ -226,8 +253,8 @@ def codesign(
                 "x_bound": s["x_bound"],
                 "ddr_gb": s["ddr_gb"],
                 "iterations": n_iter,
-                "experts_loaded": active,
-                "ddr_lower_bound_gb": round(active * cfg.model.expert_bytes / 1e9, 3),
+                "micro_slices_loaded": moved,
+                "ddr_lower_bound_gb": round(moved * slot_bytes / 1e9, 3),
                 **hook.info,
             }
         )
@@ -239,11 +266,12 @@ def codesign(
         r["speedup"] = round(r["tokens_per_s"] / base["tokens_per_s"], 3)
         r["ddr_saved"] = round(1 - r["ddr_gb"] / base["ddr_gb"], 4) if base["ddr_gb"] else 0
     return {
-        "config": configs[0],
+        "config": cfg,
         "rows": rows,
         "tokens": tokens,
         "scale_to": scale_to,
         "traces": traces,
+        "slices": plans,
     }
 
 

@@ -292,6 +292,7 @@ class SubExpertHook:
         mask = np.zeros((n, k * S), dtype=bool)
         np.put_along_axis(mask, keep, True, axis=1)
         self._keep = mask.reshape(n, k, S)
+        self._score = score
         self._ids = ids
 
     def _mask(self, expert, rows, act):

@@ -23,6 +23,7 @@ class StepIn:
     stall: tuple[int, ...] = ()  # per chiplet, 4-bit mask of stalled output links
     ddr_stall: bool = False
     tokens: tuple[int, int, int] | None = None  # (chiplet, expert, count) table write
+    slices: tuple[int, int] | None = None  # (expert, micro-slices) slice-table write [D13]
 
 
 @dataclass
@@ -71,9 +72,12 @@ class StreamingArray:
         self.reset()
 
     def reset(self):
-        """Synchronous reset: empty buffers, no jobs, DDR pipeline flushed (the token tables
-        are memories and keep their contents)."""
+        """Synchronous reset: empty buffers, no jobs, DDR pipeline flushed, every expert's
+        slice-table entry back to ``micro_slices`` (the token tables are memories and keep
+        their contents)."""
         p = self.p
+        #: micro-slices each expert streams ([D13]; ``micro_slices`` without ``slice_table``)
+        self.slices = [p.micro_slices] * p.experts
         self.chips = [Chiplet([Slot() for _ in range(p.slots)]) for _ in range(p.chiplets)]
         self.jobs = [Job() for _ in range(p.chiplets)]
         self.pre = [Preload() for _ in range(p.preload_entries)]
@@ -146,6 +150,7 @@ class StreamingArray:
             or done_valid
             or inp.dispatch is not None
             or inp.tokens is not None
+            or inp.slices is not None
             or any(any(r) for r in release)
         )
         if not self.last_active:
@@ -166,6 +171,12 @@ class StreamingArray:
             c, e, cnt = inp.tokens
             if 0 <= c < n and 0 <= e < p.experts:
                 self.tokens[c][e] = cnt & (2**p.count_width - 1)
+        # slice table [D13]: a write of an expert out of range, or of a count outside
+        # 1 .. micro_slices, is ignored
+        if inp.slices is not None and p.slice_table:
+            e, cnt = inp.slices
+            if 0 <= e < p.experts and 1 <= cnt <= p.micro_slices:
+                self.slices[e] = cnt
         self.now = (self.now + 1) % (1 << self.age_bits)
         self.cycle += 1
         return out

@@ -31,6 +31,7 @@ class Job:
     loaded: int = 0
     retired: int = 0
     target: int = 0  # chiplet of the next load (Rule 4 striping), starts at the entry
+    count: int = 0  # micro-slices it streams (the slice table's entry, [D13])
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Preload:
     traj: int = 0
     chiplet: int = 0
     loaded: int = 0
+    count: int = 0  # micro-slices it streams (the slice table's entry, [D13])
 
 
 def issue(arr, inp, free2):
@@ -76,7 +78,7 @@ def issue(arr, inp, free2):
                 if (
                     job.valid
                     and job.traj >> c & 1
-                    and job.loaded + extra[j] < p.micro_slices
+                    and job.loaded + extra[j] < job.count
                     and free2[c] > need(arr, job.traj, c)
                     and within_window(arr, job, extra[j])
                 ):
@@ -91,7 +93,7 @@ def issue(arr, inp, free2):
         for k in range(n):
             j = (arr.ddr_rr + k) % n
             job = arr.jobs[j]
-            if not job.valid or job.loaded >= p.micro_slices or not within_window(arr, job, 0):
+            if not job.valid or job.loaded >= job.count or not within_window(arr, job, 0):
                 continue
             target = ddr_target(arr, j, job, free2, channel_ok)
             if target is not None:
@@ -107,7 +109,7 @@ def issue(arr, inp, free2):
             if not channel_ok(c) or free2[c] <= p.max_hops + 1:
                 continue
             for k, q in enumerate(arr.pre):
-                if q.valid and q.traj >> c & 1 and q.loaded + pre_extra[k] < p.micro_slices:
+                if q.valid and q.traj >> c & 1 and q.loaded + pre_extra[k] < q.count:
                     issues.append(("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k], c))
                     pre_extra[k] += 1
                     used[c] = True
@@ -120,7 +122,7 @@ def issue(arr, inp, free2):
                 for k in range(n):
                     j = (arr.ddr_rr + k) % n
                     job = arr.jobs[j]
-                    if not job.valid or job.loaded + extra[j] >= p.micro_slices:
+                    if not job.valid or job.loaded + extra[j] >= job.count:
                         continue
                     if not within_window(arr, job, extra[j]):
                         continue
@@ -137,7 +139,7 @@ def issue(arr, inp, free2):
                     if free2[c] <= p.max_hops + 1:
                         continue
                     for k, q in enumerate(arr.pre):
-                        if not q.valid or q.loaded + pre_extra[k] >= p.micro_slices:
+                        if not q.valid or q.loaded + pre_extra[k] >= q.count:
                             continue
                         dest, _ = p.remote_entry(q.traj, c)
                         issues.append(
@@ -151,7 +153,7 @@ def issue(arr, inp, free2):
         for k, q in enumerate(arr.pre):
             if (
                 q.valid
-                and q.loaded < p.micro_slices
+                and q.loaded < q.count
                 and channel_ok(q.chiplet)
                 and free2[q.chiplet] > p.max_hops + 1
             ):
@@ -233,7 +235,7 @@ def retire_jobs(arr, retired) -> int:
         if retired[j]:
             job = arr.jobs[j]
             job.retired += retired[j]
-            if job.retired >= p.micro_slices:
+            if job.retired >= job.count:
                 job.valid = False
                 done_new |= 1 << j
     return done_new
@@ -286,19 +288,20 @@ def take_dispatch(arr, b: Dispatch):
     if b.kind == PRELOAD:
         k = next((k for k, q in enumerate(arr.pre) if not q.valid), None)
         if k is not None:
-            arr.pre[k] = Preload(True, b.expert, b.traj, b.entry, 0)
+            arr.pre[k] = Preload(True, b.expert, b.traj, b.entry, 0, arr.slices[b.expert])
         return
     if arr.jobs[b.entry].valid:
         arr.bad_dispatch = True
         return
-    loaded = 0
+    loaded, count = 0, arr.slices[b.expert]
     k = next((k for k, q in enumerate(arr.pre) if q.valid and q.expert == b.expert), None)
     if k is not None:
         q = arr.pre[k]
-        loaded = q.loaded  # already includes an issue of this cycle
+        # already includes an issue of this cycle; the count its loads were made for [D13]
+        loaded, count = q.loaded, q.count
         q.valid = False
         for c in range(n) if arr.channels > 1 else (q.chiplet,):
             for s in arr.chips[c].slots:
                 if s.busy and s.held and s.expert == b.expert:
                     s.held = False
-    arr.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0, b.entry)
+    arr.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0, b.entry, count)

@@ -38,7 +38,6 @@ def ddr_idle(arr, inp, used, issues, free2) -> list:
     """Per DDR channel: ``None`` if it issues or streams this cycle, else the reason it
     idles (:data:`DDR_REASONS`); ``free2`` are the free slots left after this cycle's
     accepts and issues."""
-    p = arr.p
     issued_job = [0] * len(arr.jobs)
     issued_pre = [0] * len(arr.pre)
     for kind, idx, *_ in issues:
@@ -47,14 +46,10 @@ def ddr_idle(arr, inp, used, issues, free2) -> list:
         else:
             issued_pre[idx] += 1
     left = [
-        j
-        for j, job in enumerate(arr.jobs)
-        if job.valid and job.loaded + issued_job[j] < p.micro_slices
+        j for j, job in enumerate(arr.jobs) if job.valid and job.loaded + issued_job[j] < job.count
     ]
     jobs = [j for j in left if within_window(arr, arr.jobs[j], issued_job[j])]
-    pres = [
-        k for k, q in enumerate(arr.pre) if q.valid and q.loaded + issued_pre[k] < p.micro_slices
-    ]
+    pres = [k for k, q in enumerate(arr.pre) if q.valid and q.loaded + issued_pre[k] < q.count]
     out = []
     for ch in range(arr.channels):
         if used[ch] or arr.gaps[ch]:
