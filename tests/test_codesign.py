@@ -87,15 +87,23 @@ def test_cli_codesign(tmp_path, capsys):
     out = tmp_path / "report"
     rc = main(
         ["codesign", "--theta", "1", "--prism", "", "--budget", "", "--max-tokens", "1024"]
-        + ["--json"]
+        + ["--tokens", "32,64", "--scale-to", "qwen3-30b-a3b,olmoe-1b-7b", "--json"]
         + ["--out", str(out)]
     )
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 0 and len(doc["rows"]) == 2 and "traces" not in doc
-    assert "| + buddy (theta 1) |" in (out / "codesign.md").read_text()
-    assert json.loads((out / "codesign.json").read_text())["rows"] == doc["rows"]
+    runs = doc["runs"]
+    assert rc == 0 and [(r["tokens"], r["scale_to"]) for r in runs] == [
+        (32, "qwen3-30b-a3b"), (32, "olmoe-1b-7b"), (64, "qwen3-30b-a3b"), (64, "olmoe-1b-7b")
+    ]  # fmt: skip
+    assert all(len(r["rows"]) == 2 and "traces" not in r for r in runs)
+    # the LM's side depends on the tokens per iteration only, the chip's on the sizes too
+    assert runs[0]["rows"][1]["perplexity"] == runs[1]["rows"][1]["perplexity"]
+    assert runs[0]["rows"][0]["tokens_per_s"] != runs[1]["rows"][0]["tokens_per_s"]
+    assert (out / "codesign.md").read_text().count("| + buddy (theta 1) |") == 4
+    assert json.loads((out / "codesign.json").read_text())["runs"] == runs
     assert (out / "codesign.png").read_bytes()[:4] == b"\x89PNG"
     bad = (["--theta", "0"], ["--theta", "x"], ["--scale-to", "nope"], ["--tokens", "0"])
+    bad += (["--scale-to", "qwen3-30b-a3b,nope"], ["--tokens", ""], ["--tokens", "64,x"])
     # 9 > top-2 x 4; 5 > S = 4; 3 does not divide d_ffn 128; 16 divides it but not M = 8
     bad += (["--prism", "9"], ["--budget", "5"], ["--sub-experts", "3"], ["--sub-experts", "16"])
     for b in bad:

@@ -77,7 +77,9 @@ def check_common(args):
         raise usage("--data", f"{data[:200]} is not a folder")
     scale = getattr(args, "scale_to", None)
     if scale is not None:
-        config_path("models", scale, COMMAND_LINE, "--scale-to")
+        # codesign takes a comma-separated list; the other commands one config
+        for name in scale.split(",") if args.cmd == "codesign" else [scale]:
+            config_path("models", name, COMMAND_LINE, "--scale-to")
 
 
 def main(argv=None) -> int:

@@ -21,8 +21,6 @@ def _ints(option: str, text: str, hi: int) -> list[int]:
 
 def cmd_codesign(args):
     from fsedp.cli.common import report
-    from fsedp.config import config_path
-    from fsedp.errors import COMMAND_LINE
     from fsedp.experiments.codesign import (
         codesign,
         deployment_config,
@@ -33,29 +31,37 @@ def cmd_codesign(args):
     from fsedp.experiments.offload import lm_data
 
     thetas = _ints("--theta", args.theta, 4096)
-    config_path("models", args.scale_to, COMMAND_LINE, "--scale-to")  # refused before work
+    tokens = _ints("--tokens", args.tokens, 4096)
+    if not tokens:
+        raise usage("--tokens", "needs at least one count of tokens per iteration")
+    scales = [x for x in args.scale_to.split(",") if x]
+    if not scales:
+        raise usage("--scale-to", "needs at least one model config")
     model, test, prof = lm_data(args.max_tokens, weights=args.model, data=args.data)
     S = args.sub_experts
     if model.cfg.d_ffn % S:
         raise usage("--sub-experts", f"must divide the LM's d_ffn {model.cfg.d_ffn}, not {S}")
-    M = deployment_config(model, args.scale_to, args.tokens).datapath_params().micro_slices
-    if M % S:
-        raise usage("--sub-experts", f"must divide the chip's {M} micro-slices per expert, not {S}")
+    for name in scales:
+        M = deployment_config(model, name, tokens[0]).datapath_params().micro_slices
+        if M % S:
+            raise usage(
+                "--sub-experts", f"must divide {name}'s {M} micro-slices per expert, not {S}"
+            )
     ks = _ints("--prism", args.prism, model.cfg.top_k * S)
     budgets = _ints("--budget", args.budget, S)
-    if len(test) - 1 < max(args.tokens, model.cfg.context):
+    if len(test) - 1 < max(max(tokens), model.cfg.context):
         raise usage("--max-tokens", f"{len(test) - 1} test tokens hold no whole iteration")
-    doc = codesign(
-        model,
-        test,
-        prof,
-        techniques(thetas, ks, budgets, S),
-        tokens=args.tokens,
-        scale_to=args.scale_to,
-    )
-    text = format_table(doc)
-    out = {k: v for k, v in doc.items() if k not in ("config", "traces", "slices")}
-    return report(args, out, text, "codesign", plot=lambda path: plot_tradeoff(doc, path))
+    plan, cache, docs = techniques(thetas, ks, budgets, S), {}, []
+    for t in tokens:
+        for name in scales:
+            docs.append(codesign(model, test, prof, plan, tokens=t, scale_to=name, cache=cache))
+    text = "\n\n".join(format_table(d) for d in docs)
+    out = {
+        "runs": [
+            {k: v for k, v in d.items() if k not in ("config", "traces", "slices")} for d in docs
+        ]
+    }
+    return report(args, out, text, "codesign", plot=lambda path: plot_tradeoff(docs, path))
 
 
 def add_parsers(sub):
@@ -93,12 +99,15 @@ def add_parsers(sub):
         help="MoE-Prism: sub-experts S per expert (default 4)",
     )
     c.add_argument(
-        "--tokens", type=positive("--tokens", 4096), default=64, help="tokens per iteration"
+        "--tokens",
+        default="64",
+        help="tokens per iteration, one table each (comma-separated; default 64)",
     )
     c.add_argument(
         "--scale-to",
         default="qwen3-30b-a3b",
-        help="model config whose expert and hidden sizes the chip moves (default qwen3-30b-a3b)",
+        help="model configs whose expert and hidden sizes the chip moves, one table each "
+        "(comma-separated; default qwen3-30b-a3b)",
     )
     c.add_argument(
         "--max-tokens",

@@ -191,6 +191,7 @@ def codesign(
     strategy: str = "A3",
     prism_iters: int = 3000,
     progress=None,
+    cache: dict | None = None,
 ) -> dict:
     """Each technique of ``plan`` (``(name, theta, (S, K, J) or None)``, see
     :func:`techniques`): perplexity on ``test_ids`` with the routing it makes, and the
@@ -198,7 +199,10 @@ def codesign(
     (theta 0, no sub-experts): the others are relative to it.  MoE-Prism runs on the LM
     refactored into ``S`` sub-experts (annealed partition, ``prism_iters`` steps), which
     computes what the LM computes when every sub-expert is kept; the chip streams the
-    sub-experts kept through its slice table (:func:`slice_plan`)."""
+    sub-experts kept through its slice table (:func:`slice_plan`).  ``cache`` (a dict kept
+    between calls) reuses the LM's side -- profile, refactored models, perplexities and
+    routings, which do not depend on ``scale_to`` -- when only the deployment sizes
+    change."""
     from fsedp.experiments.offload import profile_routing
     from fsedp.experiments.prism import refactor_model
     from fsedp.sim.run import run_experiment, summarize
@@ -206,27 +210,37 @@ def codesign(
 
     if plan[0][1:] != (0, None):
         raise ValueError("the first technique must be FSE-DP alone (theta 0, no sub-experts)")
+    cache = {} if cache is None else cache
     buddy = buddy or BuddyConfig()
-    p_ids, p_w, _ = profile_routing(model, prof_ids)
-    prof = BuddyProfile(p_ids, p_w, model.cfg.experts, buddy)
+    if "profile" not in cache:
+        p_ids, p_w, _ = profile_routing(model, prof_ids)
+        cache["profile"] = BuddyProfile(p_ids, p_w, model.cfg.experts, buddy)
+    prof = cache["profile"]
     cfg = deployment_config(model, scale_to, tokens)
     M = cfg.datapath_params().micro_slices
     slot_bytes = cfg.model.expert_bytes // M
-    refactored = {}
     rows, traces, plans = [], {}, {}
     for name, theta, sub in plan:
-        lm, hook_sub, budget = model, None, 0
-        if sub is not None:
-            S, K, budget = sub
-            if M % S:
-                raise ValueError(f"{S} sub-experts do not divide the chip's {M} micro-slices")
-            if S not in refactored:
-                refactored[S] = refactor_model(model, prof_ids, S=S, iters=prism_iters)[0]
-            lm = refactored[S]
-            hook_sub = SubExpertHook(lm, Partition.of(lm), K or model.cfg.top_k * S)
-        hook = ChipHook(model.cfg.layers, tokens, prof if theta else None, theta, hook_sub, budget)
-        ppl = lm.perplexity(test_ids, hook)
-        trace = routing_trace(hook, test_ids, model.cfg.context, cfg.model.experts, f"<{name}>")
+        if sub is not None and M % sub[0]:
+            raise ValueError(f"{sub[0]} sub-experts do not divide the chip's {M} micro-slices")
+        key = (name, theta, sub, tokens)
+        if key not in cache:
+            lm, hook_sub, budget = model, None, 0
+            if sub is not None:
+                S, K, budget = sub
+                if ("refactored", S) not in cache:
+                    cache["refactored", S] = refactor_model(
+                        model, prof_ids, S=S, iters=prism_iters
+                    )[0]
+                lm = cache["refactored", S]
+                hook_sub = SubExpertHook(lm, Partition.of(lm), K or model.cfg.top_k * S)
+            hook = ChipHook(
+                model.cfg.layers, tokens, prof if theta else None, theta, hook_sub, budget
+            )
+            ppl = lm.perplexity(test_ids, hook)
+            trace = routing_trace(hook, test_ids, model.cfg.context, model.cfg.experts, f"<{name}>")
+            cache[key] = (ppl, trace, hook, hook.info)
+        ppl, trace, hook, info = cache[key]
         n_iter = trace.tokens // tokens
         slices = slice_plan(hook, tokens, n_iter, M) if sub is not None else None
         run = run_experiment(
@@ -255,7 +269,7 @@ def codesign(
                 "iterations": n_iter,
                 "micro_slices_loaded": moved,
                 "ddr_lower_bound_gb": round(moved * slot_bytes / 1e9, 3),
-                **hook.info,
+                **info,
             }
         )
         if progress:
@@ -294,27 +308,37 @@ def format_table(doc: dict) -> str:
     return "\n".join(out)
 
 
-def plot_tradeoff(doc: dict, path):
-    """Perplexity against the chip's tokens/s, one point per technique (the trade-off plot
-    of ``fsedp codesign --out DIR``)."""
+def plot_tradeoff(docs: list, path):
+    """Perplexity against the chip's tokens/s, one point per technique, one panel per
+    deployment size and tokens per iteration (the trade-off plot of ``fsedp codesign
+    --out DIR``), with the issue's target lines (+5 % perplexity, 1.3x tokens/s)."""
     from fsedp.files import pyplot
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for r in doc["rows"]:
-        color = "k" if r["theta"] == 0 and not r["sub_experts"] else (
-            "tab:purple" if r["sub_experts"] and r["theta"] else
-            "tab:orange" if r["sub_experts"] else "tab:blue"
-        )  # fmt: skip
-        ax.scatter(r["tokens_per_s"], r["perplexity"], color=color)
-        ax.annotate(r["technique"].lstrip("+ "), (r["tokens_per_s"], r["perplexity"]), fontsize=7)
-    base = doc["rows"][0]
-    ax.axhline(base["perplexity"] * 1.05, color="grey", lw=0.8, ls="--")
-    ax.axvline(base["tokens_per_s"] * 1.3, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel(f"tokens/s on the 2x2 chip ({doc['scale_to']} sizes, FSE-DP A3)")
-    ax.set_ylabel("held-out perplexity (project LM)")
-    ax.set_title(
-        "FSE-DP alone (black), buddy (blue), prism (orange), both (purple);\n"
+    cols = min(2, len(docs))
+    rows = -(-len(docs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.6 * rows), squeeze=False)
+    for ax in axes.ravel()[len(docs) :]:
+        ax.set_visible(False)
+    for ax, doc in zip(axes.ravel(), docs):
+        for r in doc["rows"]:
+            color = "k" if r["theta"] == 0 and not r["sub_experts"] else (
+                "tab:purple" if r["sub_experts"] and r["theta"] else
+                "tab:orange" if r["sub_experts"] else "tab:blue"
+            )  # fmt: skip
+            ax.scatter(r["tokens_per_s"], r["perplexity"], color=color)
+            ax.annotate(
+                r["technique"].lstrip("+ "), (r["tokens_per_s"], r["perplexity"]), fontsize=7
+            )
+        base = doc["rows"][0]
+        ax.axhline(base["perplexity"] * 1.05, color="grey", lw=0.8, ls="--")
+        ax.axvline(base["tokens_per_s"] * 1.3, color="grey", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens/s, 2x2 chip, FSE-DP A3")
+        ax.set_ylabel("held-out perplexity (project LM)")
+        ax.set_title(f"{doc['scale_to']} sizes, {doc['tokens']} tokens per iteration", fontsize=9)
+    fig.suptitle(
+        "FSE-DP alone (black), buddy (blue), prism (orange), both (purple); "
         "dashed: +5 % perplexity, dotted: 1.3x tokens/s",
         fontsize=9,
     )
