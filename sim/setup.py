@@ -57,13 +57,30 @@ class Setup:
         """Cycles one chiplet needs to run ``tokens`` tokens through a whole expert."""
         return self.dp.micro_slices * max(1, tokens) * self.dp.cycles_per_token
 
-    def _overlapped(self, macs_per_chiplet: float, weight_bytes: int) -> int:
-        """Compute of ``macs_per_chiplet`` MACs against loading ``weight_bytes`` over all DDR
-        channels, overlapped, plus one DDR access."""
+    def _phases(self, macs_per_chiplet: float, weight_bytes: int) -> tuple[int, int]:
+        """``(compute, load)`` cycles: ``macs_per_chiplet`` MACs on one chiplet, and
+        ``weight_bytes`` loaded over every DDR channel."""
         n, hw = self.chiplets, self.cfg.hardware
         compute = math.ceil(macs_per_chiplet / hw.macs_per_chiplet)
         load = math.ceil(weight_bytes / self.microslice_bytes / n) * self.dp.ddr_interval
-        return max(compute, load) + self.ddr_access_cycles
+        return compute, load
+
+    def _overlapped(self, macs_per_chiplet: float, weight_bytes: int) -> int:
+        """Compute of ``macs_per_chiplet`` MACs against loading ``weight_bytes`` over all DDR
+        channels, overlapped, plus one DDR access."""
+        return max(self._phases(macs_per_chiplet, weight_bytes)) + self.ddr_access_cycles
+
+    def _attention_macs(self, tokens: int) -> float:
+        m = self.cfg.model
+        share = math.ceil(m.heads / self.chiplets) / m.heads
+        return tokens * 4 * m.d_model * m.d_model * share
+
+    def attention_ddr_idle_cycles(self, tokens: int) -> int:
+        """Cycles each DDR channel idles during one attention block: its compute beyond the
+        loading of its weights (0 when the block is DDR-bound), the window in which weights
+        of the next MoE layer could be pre-loaded."""
+        compute, load = self._phases(self._attention_macs(tokens), self.attention_weight_bytes)
+        return max(0, compute - load)
 
     def attention_cycles(self, tokens: int) -> int:
         """One attention block with its ``heads`` split over the chiplets (head parallelism:
@@ -71,11 +88,7 @@ class Setup:
         (``4 d_model^2`` MACs per token; the score part, which depends on the context length,
         is left out) against the loading of their weights over all DDR channels.  The same
         for every strategy."""
-        m = self.cfg.model
-        share = math.ceil(m.heads / self.chiplets) / m.heads
-        return self._overlapped(
-            tokens * 4 * m.d_model * m.d_model * share, self.attention_weight_bytes
-        )
+        return self._overlapped(self._attention_macs(tokens), self.attention_weight_bytes)
 
     def shared_expert_cycles(self, tokens: int) -> int:
         """The model's ``shared_experts`` (as large as a routed expert; every token goes

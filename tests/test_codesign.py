@@ -99,7 +99,8 @@ def test_cli_codesign(tmp_path, capsys):
     # the LM's side depends on the tokens per iteration only, the chip's on the sizes too
     assert runs[0]["rows"][1]["perplexity"] == runs[1]["rows"][1]["perplexity"]
     assert runs[0]["rows"][0]["tokens_per_s"] != runs[1]["rows"][0]["tokens_per_s"]
-    assert (out / "codesign.md").read_text().count("| + buddy (theta 1) |") == 4
+    # a row in each run's table and in its pre-load table
+    assert (out / "codesign.md").read_text().count("| + buddy (theta 1) |") == 8
     assert json.loads((out / "codesign.json").read_text())["runs"] == runs
     assert (out / "codesign.png").read_bytes()[:4] == b"\x89PNG"
     bad = (["--theta", "0"], ["--theta", "x"], ["--scale-to", "nope"], ["--tokens", "0"])
@@ -157,3 +158,38 @@ def test_slice_plan_is_the_union_of_masks():
     assert plan[1, 0] == {1: 0, 2: 2, 0: 8, 3: 0}
     with pytest.raises(ValueError, match="divide"):
         slice_plan(hook, tokens=2, n_iter=2, M=6)
+
+
+def test_preload_bound_is_a_bound(doc):
+    """Predicted pre-loads across layers (an upper bound): the oracle never loads in vain
+    when whole experts are needed; the transition predictor's useful bytes never exceed the
+    oracle's; what is hidden fits the windows and the buffers; the attention block of these
+    64-token iterations is DDR-bound, so only the MoE drain leaves room."""
+    for r in doc["rows"]:
+        p, o = r["preload"], r["preload_oracle"]
+        assert p["attention_window_micro_slices"] == 0
+        assert p["buffer_micro_slices"] == 4 * (7 - 3 - 1)
+        assert p["useful_mb"] <= o["useful_mb"] + 1e-9
+        assert 1.0 <= p["speedup_at_most"] <= o["speedup_at_most"] < 1.05
+        if not r["sub_experts"]:
+            assert o["vain_mb"] == 0
+
+
+def test_attention_ddr_idle_window():
+    """The DDR idles during attention only when the block is compute-bound: 0 at 64 tokens
+    on the 2x2 chip with Qwen3 sizes, compute minus load at 256."""
+    from fsedp.experiments.codesign import deployment_config
+    from fsedp.experiments.offload import lm_data
+    from fsedp.sim.setup import make_setup
+
+    model = lm_data(1024)[0]
+    for tokens in (64, 256):
+        s = make_setup(deployment_config(model, "qwen3-30b-a3b", tokens))
+        compute, load = s._phases(s._attention_macs(tokens), s.attention_weight_bytes)
+        assert s.attention_ddr_idle_cycles(tokens) == max(0, compute - load)
+        assert s.attention_cycles(tokens) == max(compute, load) + s.ddr_access_cycles
+    assert (
+        make_setup(deployment_config(model, "qwen3-30b-a3b", 64)).attention_ddr_idle_cycles(64)
+        == 0
+        < s.attention_ddr_idle_cycles(256)
+    )

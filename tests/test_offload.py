@@ -11,6 +11,7 @@ from fsedp.errors import InputError
 from fsedp.sw.policies.buddy import (
     BuddyConfig,
     BuddyProfile,
+    algorithm1_compiled,
     algorithm1_loop,
     algorithm1_vectorized,
     buddy_lists,
@@ -305,6 +306,7 @@ def test_algorithm1_vectorized_equals_the_loop(seed, E, K, H, res):
     )
     out = algorithm1_vectorized(S, M, B, H)
     assert np.array_equal(out, algorithm1_loop(S, M, B, H))
+    assert np.array_equal(algorithm1_compiled(S, M, B, H), out)
     # and what Algorithm 1 promises, independent of both: resident experts stay, a
     # substitute is resident and among the first H buddies of the expert it replaces, and a
     # token never gets one expert twice
@@ -318,13 +320,24 @@ def test_algorithm1_vectorized_equals_the_loop(seed, E, K, H, res):
                 assert M[b] and b in B[e, :H].tolist()
 
 
+def test_algorithm1_compiled_checks_its_inputs():
+    S, M, B = np.array([[0, 1]]), np.array([False, True]), np.array([[1], [0]])
+    assert algorithm1_compiled(S, M, B, 1).tolist() == [[0, 1]]  # 1 is taken: 0 stays
+    with pytest.raises(ValueError, match="expert ids"):
+        algorithm1_compiled(np.array([[0, 2]]), M, B, 1)
+    with pytest.raises(ValueError, match="buddy ids"):
+        algorithm1_compiled(S, M, np.array([[5], [0]]), 1)
+    with pytest.raises(ValueError, match="shapes"):
+        algorithm1_compiled(S, M, B[:1], 1)
+
+
 def test_algorithm1_worked_example():
     """By hand: experts 0 and 2 are not resident; 0's buddies are 2 (not resident), 1
     (already chosen by the token), 3; so 0 -> 3.  2's buddies are 3 (now taken) and 4."""
     S = np.array([[0, 1, 2]])
     M = np.array([False, True, False, True, True])
     B = np.array([[2, 1, 3], [0, 2, 3], [3, 4, 1], [0, 1, 2], [0, 1, 2]])
-    for f in (algorithm1_loop, algorithm1_vectorized):
+    for f in (algorithm1_loop, algorithm1_vectorized, algorithm1_compiled):
         assert f(S, M, B, 3).tolist() == [[3, 1, 4]]
         # H = 2: 3 is 0's third buddy, out of reach, so 0 stays; 2 then takes 3 (still free)
         assert f(S, M, B, 2).tolist() == [[0, 1, 3]]
@@ -455,3 +468,19 @@ def test_substitute_cold_keeps_the_experts_the_gate_protects():
     kept whole (loaded, every token on its own expert), the others still saved."""
     infos = [_cold_case(0.9, theta, seed) for theta in (1, 2, 4) for seed in range(4)]
     assert sum(i["kept"] for i in infos) > 0 and sum(i["saved"] for i in infos) > 0
+
+
+def test_bench_substitution_cli():
+    """``fsedp offload --bench-substitution``: the three versions agree (checked inside),
+    the rates follow from the substitution count, and the decode step is the deployment
+    model's layers x the offload model's compute with every expert resident."""
+    import json
+
+    r = cli("--bench-substitution", "--batch", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)
+    assert b["substitutions"] > 0 and b["tokens"] == 4096 and b["top_k"] == 6
+    assert min(b["loop_per_s"], b["vectorized_per_s"], b["compiled_per_s"]) > 0
+    st = b["step"]
+    assert st["batch"] == 8 and st["model"] == "deepseek-v2-lite" and st["layers"] == 27
+    assert st["share"] == pytest.approx(st["substitution_us"] / 1e3 / st["compute_ms"], rel=0.01)

@@ -84,13 +84,18 @@ def cmd_offload(args):
     cfg = _offload_config(args)
     t0 = time.time()
     if args.bench_substitution:
-        r = bench_substitution()
+        r = bench_substitution(cfg=cfg)
+        st = r["step"]
         print(
             json.dumps(r)
             if args.json
             else f"Algorithm 1 on {r['tokens']} tokens, top-{r['top_k']} of {r['experts']}, "
             f"{r['substitutions']} substitutions: loop {r['loop_per_s']}/s, vectorised "
-            f"{r['vectorized_per_s']}/s ({r['speedup']}x)"
+            f"{r['vectorized_per_s']}/s ({r['speedup']}x), compiled {r['compiled_per_s']}/s "
+            f"({r['compiled_speedup']}x)\n"
+            f"one decode step ({st['batch']} tokens x {st['layers']} layers of {st['model']}): "
+            f"substitution {st['substitution_us']} us against {st['compute_ms']} ms of "
+            f"compute with every expert resident ({st['share'] * 100:.3f} %)"
         )
         return 0
     if args.trace:

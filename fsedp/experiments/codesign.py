@@ -34,6 +34,9 @@ __all__ = [
     "deployment_config",
     "routing_trace",
     "slice_plan",
+    "preload_bound",
+    "transition_rank",
+    "oracle_rank",
     "codesign",
     "format_table",
     "plot_tradeoff",
@@ -123,6 +126,91 @@ def slice_plan(hook: ChipHook, tokens: int, n_iter: int, M: int) -> dict:
                 union[e] = union.get(e, 0) | m
             out[i, layer] = {e: m.bit_count() * (M // S) for e, m in union.items()}
     return out
+
+
+def preload_bound(run: dict, trace, tokens: int, rank, slices: dict | None = None) -> dict:
+    """**An upper bound** on predicted pre-loads across layers (issue 17, deliverable 3), from
+    a simulated run on ``trace``: the DDR channels idle in the drain of MoE layer ``l - 1``
+    (the simulator's idle breakdown) and, while the attention block before MoE layer ``l``
+    (``l >= 1``) computes, for ``Setup.attention_ddr_idle_cycles`` each; in those windows
+    the chip could pre-load micro-slices of the experts ``rank(i, l)`` expects (best
+    first, whole experts), into free slots only: a chiplet keeps the ``H + 1`` slots a
+    Rule 4 pre-load needs free ([D3]), so at most ``C x (K - H - 1)`` micro-slices wait.  A
+    pre-loaded micro-slice of an expert the layer really uses (up to its slice-table count)
+    is one DDR load the layer no longer makes: at best ``ddr_interval / channels`` cycles
+    of a DDR-bound layer; one of an expert it does not use was loaded in vain.  Not a
+    simulation of the binding: the bound assumes every useful micro-slice shortens the layer
+    and sits where its trajectory starts."""
+    setup = run["setup"]
+    dp = setup.dp
+    n, M, ch = dp.chiplets, dp.micro_slices, dp.ddr_channels
+    cap = n * max(0, dp.slots - dp.max_hops - 1)
+    attention = setup.attention_ddr_idle_cycles(tokens) // dp.ddr_interval * ch
+    results = {(lay.iteration, lay.layer): r for lay, r in zip(run["layers"], run["results"]["A3"])}
+    n_iter = len({lay.iteration for lay in run["layers"]})
+    useful = vain = windows = 0
+    for i in range(n_iter):
+        for layer in range(1, trace.layers):
+            used = np.unique(trace.experts[i * tokens : (i + 1) * tokens, layer]).tolist()
+            need = {e: (slices[i, layer].get(e, M) if slices else M) for e in used}
+            drain = results[i, layer - 1].idle["ddr"].get("drain", 0) // dp.ddr_interval
+            windows += attention + drain
+            left = min(cap, attention + drain)
+            for e in rank(i, layer):
+                if left <= 0:
+                    break
+                take = min(M, left)
+                left -= take
+                got = min(take, need.get(int(e), 0))
+                useful += got
+                vain += take - got
+    moe = sum(r.cycles for r in run["results"]["A3"])
+    total = moe + sum(run["attention"])
+    saved = useful * dp.ddr_interval / ch
+    boundaries = n_iter * (trace.layers - 1)
+    return {
+        "attention_window_micro_slices": attention,
+        "mean_window_micro_slices": round(windows / boundaries, 1) if boundaries else 0,
+        "buffer_micro_slices": cap,
+        "useful_mb": round(useful * setup.microslice_bytes / 2**20, 1),
+        "vain_mb": round(vain * setup.microslice_bytes / 2**20, 1),
+        "precision": round(useful / (useful + vain), 3) if useful + vain else None,
+        "moe_time_hidden": round(saved / moe, 4) if moe else 0,
+        "speedup_at_most": round(total / (total - saved), 4) if total > saved else None,
+    }
+
+
+def transition_rank(prof_ids: np.ndarray, trace, tokens: int, experts: int):
+    """The inter-layer predictor of the offload model (``TransitionPrefetcher``): layer
+    ``l``'s experts ranked by the profile's transition counts from the iteration's experts
+    at layer ``l - 1`` (popularity as tie-break)."""
+    from fsedp.sw.policies.offload import TransitionPrefetcher, popularity_order
+    from fsedp.trace.core import pair_counts
+
+    layers = prof_ids.shape[1]
+    orders = [popularity_order(prof_ids[:, l], experts) for l in range(layers)]
+    trans = [None] + [
+        pair_counts(prof_ids[:, l - 1], prof_ids[:, l], experts) for l in range(1, layers)
+    ]
+    pred = TransitionPrefetcher(trans, orders)
+
+    def rank(i, layer):
+        prev = trace.experts[i * tokens : (i + 1) * tokens, layer - 1]
+        return pred.predict(layer, prev, tokens, experts)
+
+    return rank
+
+
+def oracle_rank(trace, tokens: int):
+    """The experts layer ``l`` really uses, most tokens first (the best any predictor can
+    do)."""
+
+    def rank(i, layer):
+        ids = trace.experts[i * tokens : (i + 1) * tokens, layer].ravel()
+        counts = np.bincount(ids, minlength=trace.num_experts)
+        return [int(e) for e in np.argsort(-counts, kind="stable") if counts[e]]
+
+    return rank
 
 
 def routing_trace(hook: ChipHook, token_ids, context: int, experts: int, name: str):
@@ -215,6 +303,7 @@ def codesign(
     if "profile" not in cache:
         p_ids, p_w, _ = profile_routing(model, prof_ids)
         cache["profile"] = BuddyProfile(p_ids, p_w, model.cfg.experts, buddy)
+        cache["profile_ids"] = p_ids
     prof = cache["profile"]
     cfg = deployment_config(model, scale_to, tokens)
     M = cfg.datapath_params().micro_slices
@@ -270,6 +359,16 @@ def codesign(
                 "micro_slices_loaded": moved,
                 "ddr_lower_bound_gb": round(moved * slot_bytes / 1e9, 3),
                 **info,
+                "preload": preload_bound(
+                    run,
+                    trace,
+                    tokens,
+                    transition_rank(cache["profile_ids"], trace, tokens, model.cfg.experts),
+                    slices,
+                ),
+                "preload_oracle": preload_bound(
+                    run, trace, tokens, oracle_rank(trace, tokens), slices
+                ),
             }
         )
         if progress:
@@ -304,6 +403,25 @@ def format_table(doc: dict) -> str:
             f"| {r['tokens_per_s']} ({r['speedup']:.3f}x) | {r['moe_layer_us']} "
             f"| {r['x_bound']} | {r['ddr_gb']} ({r['ddr_saved'] * 100:.1f} %) "
             f"| {r['saved']} / {r['kept']} | {r['substituted']} |"
+        )
+    first = doc["rows"][0]["preload"]
+    out += [
+        "",
+        "Predicted pre-loads across layers, an upper bound (`preload_bound`): between two MoE "
+        f"layers the idle DDR could load {first['mean_window_micro_slices']} micro-slices on "
+        f"average ({first['attention_window_micro_slices']} of them during attention), the "
+        f"buffers hold {first['buffer_micro_slices']} beside the room Rule 4 pre-loads keep",
+        "",
+        "| technique | transition predictor: useful / vain MiB (precision) | MoE time hidden "
+        "| tokens/s at most | oracle predictor: tokens/s at most |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in doc["rows"]:
+        p, o = r["preload"], r["preload_oracle"]
+        out.append(
+            f"| {r['technique']} | {p['useful_mb']} / {p['vain_mb']} ({p['precision']}) "
+            f"| {p['moe_time_hidden'] * 100:.1f} % | {p['speedup_at_most']}x "
+            f"| {o['speedup_at_most']}x |"
         )
     return "\n".join(out)
 

@@ -526,25 +526,53 @@ def plot_tradeoff(buddy_rows, prism_rows, path):
     plt.close(fig)
 
 
-def bench_substitution(tokens: int = 4096, experts: int = 64, k: int = 6, seed: int = 0) -> dict:
-    """Substitutions per second of Algorithm 1: vectorised against the paper's plain loop."""
+def bench_substitution(
+    tokens: int = 4096, experts: int = 64, k: int = 6, seed: int = 0, cfg=None
+) -> dict:
+    """Substitutions per second of Algorithm 1: the paper's plain loop, the vectorised
+    version and the compiled one (numba), on ``tokens`` random tokens (top-``k`` of
+    ``experts``, half of them resident, 16 buddies each); and the compiled one's time for one
+    decode step (``cfg.batch`` tokens through every layer of ``cfg.scale_to``, one call per
+    layer) against that step's compute time in the offload model with every expert resident
+    (the shortest a step can be, so the largest share substitution can take)."""
     import time
 
-    from fsedp.sw.policies.buddy import algorithm1_loop, algorithm1_vectorized
+    from fsedp.sw.policies.buddy import (
+        algorithm1_compiled,
+        algorithm1_loop,
+        algorithm1_vectorized,
+    )
 
+    cfg = cfg or OffloadConfig()
     rng = np.random.default_rng(seed)
     S = np.stack([rng.choice(experts, k, replace=False) for _ in range(tokens)])
     M = rng.random(experts) < 0.5
     B = np.stack([rng.permutation(np.delete(np.arange(experts), i))[:16] for i in range(experts)])
-    t0 = time.perf_counter()
-    a = algorithm1_loop(S, M, B, 16)
-    loop = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(10):
-        b = algorithm1_vectorized(S, M, B, 16)
-    vec = (time.perf_counter() - t0) / 10
+
+    def best_of(f, repeat):
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = f()
+            times.append(time.perf_counter() - t0)
+        return min(times), out
+
+    loop, a = best_of(lambda: algorithm1_loop(S, M, B, 16), 1)
+    vec, b = best_of(lambda: algorithm1_vectorized(S, M, B, 16), 10)
+    algorithm1_compiled(S[:2], M, B, 16)  # compiles (or loads the cache) outside the timing
+    comp, c = best_of(lambda: algorithm1_compiled(S, M, B, 16), 50)
     n = int((a != S).sum())
-    assert np.array_equal(a, b)
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+    # one decode step: batch tokens, one call per layer
+    model = load_section(
+        ModelConfig, config_path("models", cfg.scale_to, COMMAND_LINE, "--scale-to")
+    )
+    step_rows = S[: cfg.batch]
+    call, _ = best_of(lambda: algorithm1_compiled(step_rows, M, B, 16), 200)
+    cost = deployment_cost(cfg)
+    per_unit = np.bincount(step_rows.ravel(), minlength=experts)
+    step_s = model.layers * cost.compute_s(per_unit[per_unit > 0], cfg.batch)
+    sub_s = model.layers * call
     return {
         "tokens": tokens,
         "experts": experts,
@@ -552,5 +580,15 @@ def bench_substitution(tokens: int = 4096, experts: int = 64, k: int = 6, seed: 
         "substitutions": n,
         "loop_per_s": round(n / loop),
         "vectorized_per_s": round(n / vec),
+        "compiled_per_s": round(n / comp),
         "speedup": round(loop / vec, 1),
+        "compiled_speedup": round(loop / comp, 1),
+        "step": {
+            "model": cfg.scale_to,
+            "batch": cfg.batch,
+            "layers": model.layers,
+            "substitution_us": round(sub_s * 1e6, 1),
+            "compute_ms": round(step_s * 1e3, 3),
+            "share": round(sub_s / step_s, 5),
+        },
     }

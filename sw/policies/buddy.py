@@ -33,7 +33,8 @@ Online, per token and layer, in the paper's order (Section 3.1):
 
 :func:`substitute` is vectorised over tokens; :func:`algorithm1_loop` is the paper's
 Algorithm 1 as a plain Python loop (no gates, first resident buddy), the reference the
-vectorised code is checked and timed against.
+vectorised (:func:`algorithm1_vectorized`) and compiled (:func:`algorithm1_compiled`,
+numba) versions are checked and timed against.
 """
 
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ __all__ = [
     "substitute_cold",
     "algorithm1_loop",
     "algorithm1_vectorized",
+    "algorithm1_compiled",
     "random_substitute",
 ]
 
@@ -409,3 +411,23 @@ def algorithm1_vectorized(S: np.ndarray, M: np.ndarray, B: np.ndarray, H: int) -
         S2[f, k] = c[f, first[f]]
         used[f, S2[f, k]] = True
     return S2
+
+
+def algorithm1_compiled(S: np.ndarray, M: np.ndarray, B: np.ndarray, H: int) -> np.ndarray:
+    """Algorithm 1 compiled with numba (:mod:`.buddy_kernel`; the same result as
+    :func:`algorithm1_loop`): ``S [T, K]`` expert ids, ``M [E]`` residency, ``B [E, L]``
+    buddy lists (-1 padded), the first ``H`` of each searched."""
+    from fsedp.sw.policies.buddy_kernel import algorithm1
+
+    S = np.ascontiguousarray(S, dtype=np.int64)
+    M = np.ascontiguousarray(M, dtype=np.bool_)
+    B = np.ascontiguousarray(B, dtype=np.int64)
+    if S.ndim != 2 or B.ndim != 2 or M.ndim != 1 or len(B) != len(M):
+        raise ValueError(f"shapes S {S.shape}, M {M.shape}, B {B.shape} do not fit")
+    out = np.empty_like(S)
+    made = algorithm1(S, M, B, int(H), out)
+    if made == -1:
+        raise ValueError(f"expert ids must be in 0..{len(M) - 1}")
+    if made == -2:
+        raise ValueError(f"buddy ids must be in -1..{len(M) - 1}")
+    return out
