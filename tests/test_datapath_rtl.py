@@ -21,6 +21,31 @@ from fsedp.tb.datapath_scoreboard import LayerDriver, compare, stall_bits
 from fsedp.tb.scoreboard import random_round
 
 
+def drive(ctx, dut, p: DatapathParams, inp):
+    """Present one cycle's :class:`StepIn` on the array's ports."""
+    ctx.set(dut.stall, stall_bits(inp))
+    ctx.set(dut.ddr_stall, inp.ddr_stall)
+    ctx.set(dut.done.ready, inp.done_ready)
+    ctx.set(dut.dispatch.valid, inp.dispatch is not None)
+    if inp.dispatch is not None:
+        ctx.set(dut.dispatch.payload.as_value(), dispatch_bits(p, inp.dispatch))
+    ctx.set(dut.tokens.valid, inp.tokens is not None)
+    if inp.tokens is not None:
+        ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, *inp.tokens))
+    if p.slice_table:
+        ctx.set(dut.slices.valid, inp.slices is not None)
+        if inp.slices is not None:
+            ctx.set(dut.slices.payload.as_value(), slices_bits(p, *inp.slices))
+
+
+def sample(ctx, dut, p: DatapathParams) -> tuple:
+    """The array's outputs of this cycle: ``(dispatch ready, done, events, occupancy)``."""
+    ready = bool(ctx.get(dut.dispatch.ready))
+    done = ctx.get(dut.done.payload) if ctx.get(dut.done.valid) else 0
+    events = unpack_events(p, ctx.get(dut.events))
+    return ready, done, events, unpack_occupancy(p, ctx.get(dut.occupancy))
+
+
 def run_array(
     sp: SchedulerParams,
     p: DatapathParams,
@@ -54,23 +79,8 @@ def run_array(
             start, first = cycle, None
             while not (drv.layer_done and ctx.get(dut.idle)):
                 inp = drv.inputs()
-                ctx.set(dut.stall, stall_bits(inp))
-                ctx.set(dut.ddr_stall, inp.ddr_stall)
-                ctx.set(dut.done.ready, inp.done_ready)
-                ctx.set(dut.dispatch.valid, inp.dispatch is not None)
-                if inp.dispatch is not None:
-                    ctx.set(dut.dispatch.payload.as_value(), dispatch_bits(p, inp.dispatch))
-                ctx.set(dut.tokens.valid, inp.tokens is not None)
-                if inp.tokens is not None:
-                    ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, *inp.tokens))
-                if p.slice_table:
-                    ctx.set(dut.slices.valid, inp.slices is not None)
-                    if inp.slices is not None:
-                        ctx.set(dut.slices.payload.as_value(), slices_bits(p, *inp.slices))
-                ready = bool(ctx.get(dut.dispatch.ready))
-                done = ctx.get(dut.done.payload) if ctx.get(dut.done.valid) else 0
-                events = unpack_events(p, ctx.get(dut.events))
-                occ = unpack_occupancy(p, ctx.get(dut.occupancy))
+                drive(ctx, dut, p, inp)
+                ready, done, events, occ = sample(ctx, dut, p)
                 waiting = [[s.rem for s in ch.slots] for ch in model.chips]
                 ref = model.step(inp)
                 result["remote"] += sum(h.dest != t for t, _, h, _ in ref.ddr_issues)
@@ -301,20 +311,8 @@ def lockstep(p: DatapathParams, script: list, tail: int = 400) -> tuple[list, li
 
     async def bench(ctx):
         for cycle, inp in enumerate(script + [StepIn()] * tail):
-            ctx.set(dut.done.ready, inp.done_ready)
-            ctx.set(dut.dispatch.valid, inp.dispatch is not None)
-            if inp.dispatch is not None:
-                ctx.set(dut.dispatch.payload.as_value(), dispatch_bits(p, inp.dispatch))
-            ctx.set(dut.tokens.valid, inp.tokens is not None)
-            if inp.tokens is not None:
-                ctx.set(dut.tokens.payload.as_value(), tokens_bits(p, *inp.tokens))
-            ctx.set(dut.slices.valid, inp.slices is not None)
-            if inp.slices is not None:
-                ctx.set(dut.slices.payload.as_value(), slices_bits(p, *inp.slices))
-            ready = bool(ctx.get(dut.dispatch.ready))
-            done = ctx.get(dut.done.payload) if ctx.get(dut.done.valid) else 0
-            ev = unpack_events(p, ctx.get(dut.events))
-            occ = unpack_occupancy(p, ctx.get(dut.occupancy))
+            drive(ctx, dut, p, inp)
+            ready, done, ev, occ = sample(ctx, dut, p)
             ref = model.step(inp)
             diffs.extend(compare(cycle, ref, ready, done, ev, occ))
             events.extend((c, e) for c, e in enumerate(ref.events) if e is not None)
