@@ -105,11 +105,12 @@ def test_cli_codesign(tmp_path, capsys):
     assert (out / "codesign.png").read_bytes()[:4] == b"\x89PNG"
     bad = (["--theta", "0"], ["--theta", "x"], ["--scale-to", "nope"], ["--tokens", "0"])
     bad += (["--scale-to", "qwen3-30b-a3b,nope"], ["--tokens", ""], ["--tokens", "64,x"])
+    bad += (["--selector", "best"],)
     # 9 > top-2 x 4; 5 > S = 4; 3 does not divide d_ffn 128; 16 divides it but not M = 8
     bad += (["--prism", "9"], ["--budget", "5"], ["--sub-experts", "3"], ["--sub-experts", "16"])
     for b in bad:
         assert main(["codesign", "--max-tokens", "1024", *b]) == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fsedp: <")]
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fsedp: ")]
     assert len(err) == len(bad)
 
 
@@ -193,3 +194,19 @@ def test_attention_ddr_idle_window():
         == 0
         < s.attention_ddr_idle_cycles(256)
     )
+
+
+def test_oracle_selector_ranks_by_true_norms(lm):
+    """``selector="oracle"`` ranks sub-experts by their true activation norms: at the same
+    K it loses less perplexity than the gate neurons' proxy (the bound a trained router
+    could reach), and the table says which ranking it used."""
+    from fsedp.experiments.codesign import format_table
+
+    model, test, prof = lm
+    plan = techniques((), (6,), (), 4)
+    proxy = codesign(model, test, prof, plan, prism_iters=300)
+    oracle = codesign(model, test, prof, plan, prism_iters=300, selector="oracle")
+    assert proxy["rows"][0]["perplexity"] == oracle["rows"][0]["perplexity"]
+    assert 0 < oracle["rows"][1]["perplexity_rise"] < proxy["rows"][1]["perplexity_rise"]
+    assert "ranked by the oracle" in format_table(oracle)
+    assert "ranked by the oracle" not in format_table(proxy)

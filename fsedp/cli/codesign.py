@@ -54,7 +54,12 @@ def cmd_codesign(args):
     plan, cache, docs = techniques(thetas, ks, budgets, S), {}, []
     for t in tokens:
         for name in scales:
-            docs.append(codesign(model, test, prof, plan, tokens=t, scale_to=name, cache=cache))
+            docs.append(
+                codesign(
+                    model, test, prof, plan, tokens=t, scale_to=name, cache=cache,
+                    selector=args.selector,
+                )
+            )  # fmt: skip
     text = "\n\n".join(format_table(d) for d in docs)
     out = {
         "runs": [
@@ -91,6 +96,14 @@ def add_parsers(sub):
         default="3,2",
         help="MoE-Prism: sub-experts of an expert streamed per iteration, of S, the ones its "
         "tokens score highest (default 3,2; empty: none)",
+    )
+    c.add_argument(
+        "--selector",
+        choices=("proxy", "oracle"),
+        default="proxy",
+        help="MoE-Prism: rank a token's sub-experts by the gate neurons (proxy, the paper's "
+        "training-free gating) or by their true activation norms (oracle: the bound for a "
+        "trained router)",
     )
     c.add_argument(
         "--sub-experts",

@@ -280,6 +280,7 @@ def codesign(
     prism_iters: int = 3000,
     progress=None,
     cache: dict | None = None,
+    selector: str = "proxy",
 ) -> dict:
     """Each technique of ``plan`` (``(name, theta, (S, K, J) or None)``, see
     :func:`techniques`): perplexity on ``test_ids`` with the routing it makes, and the
@@ -290,7 +291,9 @@ def codesign(
     sub-experts kept through its slice table (:func:`slice_plan`).  ``cache`` (a dict kept
     between calls) reuses the LM's side -- profile, refactored models, perplexities and
     routings, which do not depend on ``scale_to`` -- when only the deployment sizes
-    change."""
+    change.  ``selector``: how a token ranks its sub-experts, ``"proxy"`` (MoE-Prism's
+    training-free gate neurons) or ``"oracle"`` (the true activation norms: the best any
+    trained router could rank them, a bound)."""
     from fsedp.experiments.offload import profile_routing
     from fsedp.experiments.prism import refactor_model
     from fsedp.sim.run import run_experiment, summarize
@@ -312,7 +315,7 @@ def codesign(
     for name, theta, sub in plan:
         if sub is not None and M % sub[0]:
             raise ValueError(f"{sub[0]} sub-experts do not divide the chip's {M} micro-slices")
-        key = (name, theta, sub, tokens)
+        key = (name, theta, sub, tokens, selector)
         if key not in cache:
             lm, hook_sub, budget = model, None, 0
             if sub is not None:
@@ -322,7 +325,7 @@ def codesign(
                         model, prof_ids, S=S, iters=prism_iters
                     )[0]
                 lm = cache["refactored", S]
-                hook_sub = SubExpertHook(lm, Partition.of(lm), K or model.cfg.top_k * S)
+                hook_sub = SubExpertHook(lm, Partition.of(lm), K or model.cfg.top_k * S, selector)
             hook = ChipHook(
                 model.cfg.layers, tokens, prof if theta else None, theta, hook_sub, budget
             )
@@ -380,6 +383,7 @@ def codesign(
         r["ddr_saved"] = round(1 - r["ddr_gb"] / base["ddr_gb"], 4) if base["ddr_gb"] else 0
     return {
         "config": cfg,
+        "selector": selector,
         "rows": rows,
         "tokens": tokens,
         "scale_to": scale_to,
@@ -391,7 +395,8 @@ def codesign(
 def format_table(doc: dict) -> str:
     out = [
         f"The chip moving fewer bytes: the project's MoE LM routing, {doc['scale_to']} sizes, "
-        f"{doc['tokens']} tokens per iteration, 2x2 chip, FSE-DP A3",
+        f"{doc['tokens']} tokens per iteration, 2x2 chip, FSE-DP A3"
+        + (", sub-experts ranked by the oracle" if doc.get("selector") == "oracle" else ""),
         "",
         "| technique | perplexity (rise) | tokens/s (x FSE-DP alone) | MoE layer us | x bound "
         "| DDR GB (saved) | cold experts saved / kept | tokens moved to a buddy |",
