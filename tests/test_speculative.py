@@ -127,3 +127,74 @@ def test_shuffle_on_the_embedded_trace():
 def test_bad_shuffle_arguments(args, msg):
     r = shuffle(*args)
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_ci95():
+    from fsedp.experiments.shuffle import ci95
+
+    mean, half = ci95([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.303 / np.sqrt(3))
+    assert ci95([0.5]) == (0.5, None)
+    assert ci95([1.0] * 40)[1] == 0.0  # beyond the table: 1.96, and no spread
+
+
+def planted_trace(layers=3, n=3000, seed=0):
+    from fsedp.trace import RoutingTrace
+
+    ids, _, _ = planted(n=n, seed=seed)
+    ex = np.concatenate([planted(n=n, seed=seed)[1] for _ in range(layers)], axis=1)
+    return RoutingTrace(
+        experts=ex,
+        scores=None,
+        token_ids=ids.astype(np.int32),
+        request=np.zeros(n, np.int32),
+        position=np.arange(n, dtype=np.int32),
+        num_experts=16,
+        name="<planted>",
+    )
+
+
+def test_evaluate_seeds_means_intervals_and_margin():
+    """Per method, the mean over seeds of :func:`evaluate`'s figures with a 95 % interval;
+    METIS does not depend on the seed (interval 0); the margin is CEM's LAR over the best
+    other method, seed by seed."""
+    from fsedp.experiments.shuffle import evaluate, evaluate_seeds, format_report
+
+    tr = planted_trace()
+    kw = dict(cem_iters=3, cem_samples=8)
+    r = evaluate_seeds(tr, [0, 1, 2], **kw)
+    runs = [evaluate(tr, seed=s, **kw) for s in (0, 1, 2)]
+    for m in ("cem", "metis", "kmeans"):
+        lars = [x["methods"][m]["lar"] for x in runs]
+        assert r["methods"][m]["lar"] == pytest.approx(np.mean(lars), abs=1e-4)
+    assert r["methods"]["metis"]["lar_ci"] == 0.0
+    per = [
+        x["methods"]["cem"]["lar"] / max(x["methods"][m]["lar"] for m in ("metis", "kmeans")) - 1
+        for x in runs
+    ]
+    assert r["margin"]["lar"] == pytest.approx(np.mean(per), abs=1e-4)
+    assert r["seeds"] == [0, 1, 2] and "±" in format_report(r) and "+14.2 %" in format_report(r)
+    one = evaluate_seeds(tr, [0], methods=("metis",), **kw)
+    assert one["margin"] is None and one["methods"]["metis"]["lar_ci"] is None
+
+
+def test_shuffle_seeds_and_lm_embeddings_cli(tmp_path):
+    import json
+
+    from fsedp.trace.io import save_trace
+
+    r = shuffle("--cem-iters", 2, "--cem-samples", 4, "--seeds", 2, "--methods", "cem,metis")
+    assert r.returncode == 0, r.stderr
+    assert "CEM's LAR over the best other placement (metis)" in r.stdout
+    # a trace whose ids the LM's vocabulary does not hold is refused for --lm-embeddings
+    tr = planted_trace(n=500)
+    tr.token_ids[0] = 10**6
+    path = tmp_path / "big-ids.npz"
+    save_trace(tr, path)
+    r = shuffle(path, "--lm-embeddings")
+    assert r.returncode == 2 and "--lm-embeddings" in r.stderr and r.stderr.count("\n") == 1
+    ok = planted_trace(n=500)
+    save_trace(ok, tmp_path / "ok.npz")
+    r = shuffle(tmp_path / "ok.npz", "--lm-embeddings", "--cem-iters", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["seeds"] == [0]

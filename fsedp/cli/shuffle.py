@@ -7,7 +7,7 @@ def cmd_shuffle(args):
     import time
 
     from fsedp.config import EMBEDDED_TRACE
-    from fsedp.experiments.shuffle import evaluate, format_report
+    from fsedp.experiments.shuffle import evaluate_seeds, format_report
 
     t0 = time.time()
     emb = None
@@ -18,19 +18,31 @@ def cmd_shuffle(args):
         emb = MoELM.load().w["embed"]
     else:
         trace = load_trace(args.trace, args.format)
+        if args.lm_embeddings:
+            from fsedp.lm.model import MoELM
+
+            emb = MoELM.load().w["embed"]
+            if trace.token_ids is not None and trace.token_ids.size:
+                top = int(trace.token_ids.max())
+                if top >= len(emb):
+                    raise usage(
+                        "--lm-embeddings",
+                        f"token id {top} of {args.trace} is outside the LM's vocabulary of "
+                        f"{len(emb)}: the trace was not recorded with the project's LM",
+                    )
     methods = [m for m in args.methods.split(",") if m]
     bad = [m for m in methods if m not in ("cem", "metis", "kmeans")]
     if bad or not methods:
         raise usage("--methods", f"choose from cem, metis, kmeans, not {args.methods!r}")
-    r = evaluate(
+    r = evaluate_seeds(
         trace,
+        range(args.seed, args.seed + args.seeds),
         devices=args.devices,
         fit=args.fit,
         slack=args.slack,
         cem_iters=args.cem_iters,
         cem_samples=args.cem_samples,
         elite=args.elite,
-        seed=args.seed,
         embeddings=emb,
         methods=methods,
     )
@@ -98,6 +110,18 @@ def add_parsers(sub):
         default="cem,metis,kmeans",
         help="placements to compare (default cem,metis,kmeans)",
     )
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    s.add_argument(
+        "--seeds",
+        type=positive("--seeds", 30),
+        default=1,
+        help="seeds run from --seed on: means with 95 %% intervals and CEM's margin (default 1)",
+    )
+    s.add_argument(
+        "--lm-embeddings",
+        action="store_true",
+        help="a trace recorded with the project's LM (fsedp lm trace): its input embeddings "
+        "give unseen token ids the table row of the nearest seen id",
+    )
     s.add_argument("--out", default=None, help="folder for shuffle.json and shuffle.md")
     s.set_defaults(func=cmd_shuffle, out_kind="folder")
