@@ -7,7 +7,14 @@ import sys
 import numpy as np
 import pytest
 
-from fsedp.sw.policies.qos import PerfModel, Request, metrics, serve, workload
+from fsedp.sw.policies.qos import (
+    PerfModel,
+    Request,
+    metrics,
+    serve,
+    serve_continuous,
+    workload,
+)
 
 PM = PerfModel(layers=4, d_model=1024, d_ffn=4096, experts=8, top_k=2, S=4)
 Q = {k: 100.0 / k for k in range(1, 9)}  # perplexity falls with K
@@ -99,6 +106,8 @@ def test_metrics():
         (["--load", "extreme"], "invalid choice"),
         (["--curve", "/nonexistent.json"], "no such file"),
         (["--scale-to", "nope"], "--scale-to"),
+        (["--batching", "continuous", "--policy", "fullbatch"], "no continuous form"),
+        (["--batching", "dynamic"], "invalid choice"),
     ],
 )
 def test_bad_serve_arguments(args, msg):
@@ -106,3 +115,61 @@ def test_bad_serve_arguments(args, msg):
         [sys.executable, "-m", "fsedp", "serve", *args], capture_output=True, text=True
     )
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
+
+
+# -- continuous batching -----------------------------------------------------------------
+def test_step_mixed_is_step_when_every_k_is_the_same():
+    for K, B in ((1, 1), (3, 7), (8, 64), (2, 512)):
+        assert PM.step_mixed_s([K] * B) == pytest.approx(PM.step_s(K, B), rel=1e-12)
+    # a request at a lower K makes the step no longer, and touches fewer sub-experts
+    assert PM.step_mixed_s([8, 8, 2]) <= PM.step_mixed_s([8, 8, 8])
+    assert PM.step_mixed_s([2, 2]) < PM.step_mixed_s([8, 8])
+
+
+def test_continuous_by_hand():
+    """Two requests, the second arriving while the first decodes: it joins at the next step
+    boundary (a static batch would make it wait for the first to finish), both steps are
+    priced with both requests, and each leaves after its own last token."""
+    a = Request(0, 0.0, 100, 3, 100.0)  # floor 100: any K
+    b = Request(1, 0.001, 50, 2, 100.0)
+    done = serve_continuous([a, b], "qos", PM, Q, max_batch=4)
+    p1, s1 = PM.prefill_s(1, 100), PM.step_mixed_s([1])
+    t1 = p1 + s1  # a's first token; b arrived during it
+    p2, s2 = PM.prefill_s(1, 50), PM.step_mixed_s([1, 1])
+    assert a.first == pytest.approx(t1) and b.start == pytest.approx(t1)
+    assert b.first == pytest.approx(t1 + p2 + s2)
+    assert a.done == pytest.approx(t1 + p2 + 2 * s2)  # tokens 2 and 3 with b running
+    assert b.done == pytest.approx(t1 + p2 + 2 * s2) and a.K == b.K == 1
+    assert [r.rid for r in done] == [0, 1]
+    # max_batch 1: b waits for a's slot
+    a2, b2 = Request(0, 0.0, 100, 3, 100.0), Request(1, 0.001, 50, 2, 100.0)
+    serve_continuous([a2, b2], "qos", PM, Q, max_batch=1)
+    assert b2.start == pytest.approx(a2.done)
+
+
+@pytest.mark.parametrize("policy,quality", [("qos", Q), ("fifo", ORIG)])
+def test_continuous_serves_everyone_within_the_batch_and_floors(policy, quality):
+    reqs = workload(6.0, 60.0, [14.0, 20.0, 30.0], [0.3, 0.4, 0.3], seed=2)
+    done = serve_continuous(reqs, policy, PM, quality, max_batch=8)
+    assert all(r.done is not None and r.arrival <= r.start < r.first <= r.done for r in done)
+    assert all(quality[r.K] <= r.floor for r in done)
+    if policy == "qos":  # each request at the smallest point that meets its floor
+        assert all(r.K == min(k for k in quality if quality[k] <= r.floor) for r in done)
+    # never more than max_batch running: count the requests holding a slot at each start
+    for r in done:
+        assert sum(1 for x in done if x.start <= r.start < x.done) <= 8
+    # requests are admitted in arrival order
+    order = sorted(done, key=lambda r: r.arrival)
+    assert all(order[i].start <= order[i + 1].start for i in range(len(order) - 1))
+    with pytest.raises(ValueError, match="policy"):
+        serve_continuous(reqs, "fullbatch", PM, quality)
+
+
+def test_continuous_qos_beats_fifo_under_high_load():
+    from fsedp.experiments.serve import run
+
+    rows = run(["qos", "fifo"], ["high"], duration=60.0, max_batch=8, batching="continuous")
+    by = {r["policy"]: r for r in rows}
+    assert by["qos"]["mean_K"] < by["fifo"]["mean_K"]
+    assert by["qos"]["throughput_tok_s"] > by["fifo"]["throughput_tok_s"]
+    assert all(r["batching"] == "continuous" for r in rows)

@@ -1,6 +1,6 @@
 """``fsedp serve``: MoE-Prism QoS serving against FIFO and FullBatch."""
 
-from fsedp.cli.common import JSON, number, opt_number, positive, report
+from fsedp.cli.common import JSON, number, opt_number, positive, report, usage
 
 
 def cmd_serve(args):
@@ -9,7 +9,11 @@ def cmd_serve(args):
     from fsedp.experiments.serve import format_rows, run
 
     t0 = time.time()
-    policies = ["qos", "fifo", "fullbatch"] if args.policy == "all" else [args.policy]
+    cont = args.batching == "continuous"
+    if cont and args.policy == "fullbatch":
+        raise usage("--policy", "fullbatch waits for full batches: it has no continuous form")
+    every = ["qos", "fifo"] if cont else ["qos", "fifo", "fullbatch"]
+    policies = every if args.policy == "all" else [args.policy]
     loads = ["low", "medium", "high"] if args.load == "all" else [args.load]
     rows = run(
         policies,
@@ -21,12 +25,14 @@ def cmd_serve(args):
         scale_to=args.scale_to,
         curve_path=args.curve,
         seed=args.seed,
+        batching=args.batching,
         flops=args.tflops * 1e12,
         bandwidth=args.bandwidth * 1e9,
     )
     text = (
         f"Serving (`fsedp serve --policy {args.policy} --load {args.load} --max-batch "
-        f"{args.max_batch}`, {time.time() - t0:.1f} s; {args.duration:g} s of Poisson arrivals, "
+        f"{args.max_batch} --batching {args.batching}`, {time.time() - t0:.1f} s; "
+        f"{args.duration:g} s of Poisson arrivals, "
         f"{args.scale_to} on {args.tflops:g} TFLOPS / {args.bandwidth:g} GB/s)\n\n"
         + format_rows(rows)
         + "\n"
@@ -53,6 +59,13 @@ def add_parsers(sub):
         choices=["low", "medium", "high", "all"],
         default="all",
         help="offered load: 0.4, 0.7, 1.3 x FIFO's capacity at full quality (default all)",
+    )
+    s.add_argument(
+        "--batching",
+        choices=["static", "continuous"],
+        default="static",
+        help="static batches run to completion, or continuous batching: requests join and "
+        "leave the running batch at every step (default static)",
     )
     s.add_argument(
         "--duration",

@@ -7,9 +7,17 @@ from pathlib import Path
 from fsedp.config import ModelConfig, config_path, load_section
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.lm.text import ASSETS
-from fsedp.sw.policies.qos import PerfModel, metrics, serve, workload
+from fsedp.sw.policies.qos import PerfModel, metrics, serve, serve_continuous, workload
 
-__all__ = ["LOADS", "load_curve", "perf_model", "capacity", "run", "format_rows"]
+__all__ = [
+    "LOADS",
+    "load_curve",
+    "perf_model",
+    "capacity",
+    "capacity_continuous",
+    "run",
+    "format_rows",
+]
 
 #: offered load as a share of the FIFO instance's capacity at full quality
 LOADS = {"low": 0.4, "medium": 0.7, "high": 1.3}
@@ -61,6 +69,18 @@ def capacity(pm: PerfModel, K: int, max_batch: int, prompt=(64, 512), output=(32
     return max_batch / t
 
 
+def capacity_continuous(
+    pm: PerfModel, K: int, max_batch: int, prompt=(64, 512), output=(32, 256)
+) -> float:
+    """Requests per second of continuous batching kept full at ``K``: a request holds one of
+    ``max_batch`` slots for its mean output of decode steps, and its prefill runs alone."""
+    mean_prompt, mean_output = sum(prompt) / 2, sum(output) / 2
+    per_request = mean_output * pm.step_s(K, max_batch) / max_batch + pm.prefill_s(
+        K, int(mean_prompt)
+    )
+    return 1.0 / per_request
+
+
 def run(
     policies,
     loads,
@@ -71,12 +91,22 @@ def run(
     scale_to="mixtral-8x7b",
     curve_path=None,
     seed=0,
+    batching="static",
     **pm_kw,
 ) -> list[dict]:
+    """Rows of :func:`metrics` per load and policy.  ``batching``: ``"static"`` (batches run
+    to completion, :func:`serve`) or ``"continuous"`` (:func:`serve_continuous`; FullBatch
+    has no continuous form); the loads are shares of FIFO's capacity at full quality under
+    the same batching."""
+    if batching not in ("static", "continuous"):
+        raise ValueError(f"batching must be static or continuous, not {batching!r}")
     c = load_curve(curve_path)
     pm = perf_model(scale_to, c["S"], **pm_kw)
     kmax = max(c["original"])
-    cap = capacity(pm, kmax, max_batch)
+    if batching == "continuous":
+        cap = capacity_continuous(pm, kmax, max_batch)
+    else:
+        cap = capacity(pm, kmax, max_batch)
     floors = [f * c["full"] for f, _ in FLOORS]
     shares = [p for _, p in FLOORS]
     slo = (
@@ -88,10 +118,14 @@ def run(
         for policy in policies:
             reqs = workload(rate, duration, floors, shares, seed=seed)
             quality = c["refactored"] if policy == "qos" else c["original"]
-            done = serve(reqs, policy, pm, quality, max_batch=max_batch, timeout=timeout)
+            if batching == "continuous":
+                done = serve_continuous(reqs, policy, pm, quality, max_batch=max_batch)
+            else:
+                done = serve(reqs, policy, pm, quality, max_batch=max_batch, timeout=timeout)
             rows.append(
                 {
                     "policy": policy,
+                    "batching": batching,
                     "load": load,
                     "rate_req_s": round(rate, 3),
                     "slo_e2e_s": round(slo, 3),

@@ -26,15 +26,41 @@ model of one serving instance (``docs/serving.md``).
 * **FIFO**: when free, the oldest ``max_batch`` pending requests, at the smallest original
   operating point that meets all their floors.  **FullBatch**: the same, but it waits for
   ``max_batch`` requests (or ``timeout`` for the oldest).
+
+**Continuous batching** (:func:`serve_continuous`, as vLLM and SGLang batch): requests join
+and leave the running batch at every step.  A step prefills the requests admitted at its
+start and runs one decode step of every running request (each new one gets its first token
+at the end of that step); a request leaves after its last token, and its slot is free for
+the next step.  Admission is in arrival order into free slots (at most ``max_batch``
+running).  The operating point is decided per step:
+
+* **QoS**: MoE-Prism's sub-experts are chosen per token, so each request runs at its own
+  ``K``, the smallest of the refactored model's points that meets its floor (the virtual
+  queue it is served from: with the batch shared, a lower ``K`` only shortens the step);
+  the step costs :meth:`PerfModel.step_mixed_s` of the running requests' ``K``;
+* **FIFO**: the original model's points, one per step: the smallest that meets every
+  running request's floor (a request records the largest ``K`` it ran at).
+
+FullBatch, which waits for a full batch, has no continuous form.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PerfModel", "Request", "workload", "serve", "metrics", "POLICIES"]
+__all__ = [
+    "PerfModel",
+    "Request",
+    "workload",
+    "serve",
+    "serve_continuous",
+    "metrics",
+    "POLICIES",
+    "CONTINUOUS_POLICIES",
+]
 
 POLICIES = ("qos", "fifo", "fullbatch")
+CONTINUOUS_POLICIES = ("qos", "fifo")
 
 
 @dataclass(frozen=True)
@@ -69,6 +95,27 @@ class PerfModel:
             / self.bandwidth
         )
         compute = self.layers * B * 2 * (self.dense_params + K * self.sub_params) / self.flops
+        return self.launch_s + max(memory, compute)
+
+    def step_mixed_s(self, Ks) -> float:
+        """One decode step of a batch whose request ``i`` runs ``Ks[i]`` sub-experts per token
+        (continuous batching with MoE-Prism's per-token ``K``): the sub-experts touched are
+        ``N (1 - prod_i (1 - K_i / N))``; :meth:`step_s` when every ``K`` is the same."""
+        n = self.experts * self.S
+        Ks = np.asarray(Ks, dtype=np.float64)
+        touched = n * (1 - float(np.prod(1 - Ks / n)))
+        memory = (
+            self.layers
+            * (self.dense_params + touched * self.sub_params)
+            * self.bytes_per_param
+            / self.bandwidth
+        )
+        compute = (
+            self.layers
+            * 2
+            * (len(Ks) * self.dense_params + Ks.sum() * self.sub_params)
+            / self.flops
+        )
         return self.launch_s + max(memory, compute)
 
     def prefill_s(self, K: int, tokens: int) -> float:
@@ -154,6 +201,59 @@ def serve(
         now = now + prefill + max(r.output for r in batch) * step
         ids = {r.rid for r in batch}
         pending = [r for r in pending if r.rid not in ids]
+    return reqs
+
+
+def serve_continuous(
+    requests: list[Request], policy: str, pm: PerfModel, quality: dict, max_batch: int = 32
+) -> list[Request]:
+    """Run ``requests`` through one instance with continuous batching under ``policy``
+    (``"qos"`` or ``"fifo"``, see the module docstring); ``quality`` maps every available
+    ``K`` to its perplexity.  Returns the requests with their times filled in."""
+    if policy not in CONTINUOUS_POLICIES:
+        raise ValueError(f"policy must be one of {CONTINUOUS_POLICIES}, not {policy!r}")
+    ks = sorted(quality)
+    reqs = sorted(requests, key=lambda r: r.arrival)
+    need = {}
+    for r in reqs:
+        if not any(quality[k] <= r.floor for k in ks):
+            raise ValueError(f"request {r.rid}: no operating point meets its floor {r.floor}")
+        need[r.rid] = _min_k(ks, quality, r.floor)
+    i, now = 0, 0.0
+    pending: list[Request] = []
+    running: list[Request] = []
+    left: dict[int, int] = {}
+    while i < len(reqs) or pending or running:
+        if not pending and not running:
+            now = max(now, reqs[i].arrival)
+        while i < len(reqs) and reqs[i].arrival <= now:
+            pending.append(reqs[i])
+            i += 1
+        new = pending[: max_batch - len(running)]
+        pending = pending[len(new) :]
+        for r in new:
+            r.start, left[r.rid] = now, r.output
+        running += new
+        if policy == "qos":
+            Ks = [need[r.rid] for r in running]
+            prefill = sum(pm.prefill_s(need[r.rid], r.prompt) for r in new)
+            step = pm.step_mixed_s(Ks)
+            for r in new:
+                r.K = need[r.rid]
+        else:
+            K = max(need[r.rid] for r in running)
+            prefill = pm.prefill_s(K, sum(r.prompt for r in new))
+            step = pm.step_s(K, len(running))
+            for r in running:
+                r.K = max(r.K or 0, K)
+        now += prefill + step
+        for r in running:
+            left[r.rid] -= 1
+            if r.first is None:
+                r.first = now
+            if left[r.rid] == 0:
+                r.done = now
+        running = [r for r in running if left[r.rid]]
     return reqs
 
 
