@@ -110,7 +110,7 @@ def test_cli_codesign(tmp_path, capsys):
     bad += (["--prism", "9"], ["--budget", "5"], ["--sub-experts", "3"], ["--sub-experts", "16"])
     for b in bad:
         assert main(["codesign", "--max-tokens", "1024", *b]) == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fsedp: ")]
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fsedp: <")]
     assert len(err) == len(bad)
 
 
