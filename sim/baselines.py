@@ -49,17 +49,12 @@ def hydra_home(setup: Setup, predicted: np.ndarray) -> list[int]:
     return home
 
 
-def bounds(setup: Setup, counts: np.ndarray, slices: dict | None = None) -> tuple[int, int]:
-    """(DDR, compute) lower bounds of a layer, in cycles, for any strategy; with ``slices``
-    (expert -> micro-slices it streams, [D13]) of the micro-slices actually moved and
-    computed."""
+def bounds(setup: Setup, counts: np.ndarray, slices: np.ndarray | None = None) -> tuple[int, int]:
+    """(DDR, compute) lower bounds of a layer, in cycles, for any strategy: every active
+    expert's micro-slices loaded once over all channels, and computed for its tokens; with
+    ``slices`` (the slice table, micro-slices per expert, [D13]) only those it streams."""
     n, dp = setup.chiplets, setup.dp
-    if slices is None:
-        active = int(np.count_nonzero(counts))
-        ddr = math.ceil(active * setup.expert_load_cycles() / n)
-        compute = math.ceil(int(counts.sum()) * dp.micro_slices * dp.cycles_per_token / n)
-        return ddr, compute
-    per = np.array([slices.get(e, dp.micro_slices) for e in range(len(counts))], np.int64)
+    per = np.full(len(counts), dp.micro_slices, np.int64) if slices is None else slices
     moved = int(per[counts > 0].sum())
     ddr = math.ceil(moved * dp.ddr_interval / n)
     compute = math.ceil(int((counts * per).sum()) * dp.cycles_per_token / n)

@@ -156,7 +156,7 @@ def run_layer(
     tokens: dict,
     log: bool = False,
     trace: bool = False,
-    slices: dict | None = None,
+    slices: np.ndarray | None = None,
 ) -> dict:
     """The cycle loop of :func:`fsedp.sim.fsedp.fsedp_layer` on the compiled engine: the
     same bookkeeping (``busy``, ``peak``, ``timeline``, counts, idle causes, completion
@@ -165,9 +165,8 @@ def run_layer(
         raise RuntimeError("the compiled streaming engine needs numba")
     k = _kernel
     n = dp.chiplets
-    per = np.full(dp.experts, dp.micro_slices, np.int64)
-    for e, m in (slices or {}).items():
-        per[e] = m  # the slice table [D13]
+    # the slice table [D13]: one count per expert
+    per = np.full(dp.experts, dp.micro_slices, np.int64) if slices is None else slices
     expected = np.zeros(n, np.int64)
     for (c, e), t in tokens.items():
         if t:

@@ -116,6 +116,11 @@ def fsedp_layer(
             raise ValueError(f"slices {bad} outside 0..{dp.micro_slices}")
         dp = dataclasses.replace(dp, slice_table=True)
         records = [r for r in records if slices.get(r[2], 1)]
+        # the slice table as the gate writes it: every expert, M unless given
+        table = np.full(dp.experts, dp.micro_slices, np.int64)
+        table[list(slices)] = list(slices.values())
+    else:
+        table = None
     if sched is None:
         sched = make_scheduler(sp, dp, variant)
     plan = sched.start_round(records)
@@ -137,9 +142,9 @@ def fsedp_layer(
     if streaming is None:
         streaming = streaming_engine()
     if streaming == "compiled":
-        loop = run_layer(dp, sched, plan, tokens, log=log, trace=trace, slices=slices)
+        loop = run_layer(dp, sched, plan, tokens, log=log, trace=trace, slices=table)
     else:
-        loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log, slices=slices)
+        loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log, slices=table)
     n = dp.chiplets
     slot_bytes = setup.expert_bytes // dp.micro_slices
     counts = np.zeros(sp.experts, dtype=np.int64)
@@ -147,7 +152,7 @@ def fsedp_layer(
     for (c, e), t in tokens.items():
         counts[e] += t
         per_chiplet_tokens[c] += t
-    ddr_cycles, compute_cycles = bounds(setup, counts, slices)
+    ddr_cycles, compute_cycles = bounds(setup, counts, table)
     result = LayerResult(
         strategy=f"FSE-DP {variant}",
         cycles=loop["cycles"],
@@ -180,12 +185,13 @@ def python_loop(
 ) -> dict:
     """The cycle loop of one layer on the Python golden model (:class:`StreamingArray`, the
     specification): the scheduler's beats in, the bookkeeping of every cycle out; the
-    compiled engine (:func:`fsedp.sim.fast.run_layer`) returns the same."""
+    compiled engine (:func:`fsedp.sim.fast.run_layer`) returns the same.  ``slices``: the
+    slice table, one count per expert ([D13]; default ``micro_slices`` each)."""
     arr = StreamingArray(dp, probes=True)
     for (c, e), t in tokens.items():
         arr.tokens[c][e] = t  # the gate fills the tables with the records
-    for e, m in (slices or {}).items():
-        arr.slices[e] = m  # and the slice table [D13]
+    if slices is not None:
+        arr.slices = [int(m) for m in slices]  # and the slice table [D13]
     beats = deque(sched.decide())
     n = dp.chiplets
     busy = [0] * n

@@ -116,11 +116,11 @@ class LayerDriver:
         # a reset returns every slice-table entry to micro_slices
         self.check.counts.clear()
 
-    def start_layer(self, records, req_inits=(), slices: dict | None = None):
+    def start_layer(self, records, req_inits=()):
         """Front half of a round in the scheduler; queue the token tables, the slice table
-        and the dispatches.  With ``slice_table``, ``slices`` gives an expert's micro-slice
-        count for this layer (default: a random ``1 .. micro_slices`` for every expert with
-        tokens, some of them written after a rejected out-of-range write)."""
+        and the dispatches.  With ``slice_table``, every expert with tokens streams a random
+        ``1 .. micro_slices`` micro-slices in this layer, some written after a rejected
+        out-of-range write."""
         for r, t in req_inits:
             self.sched.init_request(r, t)
         plan = self.sched.start_round(records)
@@ -130,9 +130,8 @@ class LayerDriver:
         self.token_writes.extend((c, e, n) for (c, e), n in sorted(tok.items()))
         if self.p.slice_table:
             M, rng = self.p.micro_slices, self.rng
-            if slices is None:
-                slices = {e: rng.randint(1, M) for e in sorted({e for _, e in tok})}
-            for e, cnt in sorted(slices.items()):
+            for e in sorted({e for _, e in tok}):
+                cnt = rng.randint(1, M)
                 if rng.random() < 0.2:  # ignored by the table: 0 or one past the end
                     bad = rng.choice([0, M + 1])
                     if bad < 2**self.p.slice_count_bits:

@@ -154,15 +154,15 @@ def planted_trace(layers=3, n=3000, seed=0):
     )
 
 
-def test_evaluate_seeds_means_intervals_and_margin():
+def test_evaluate_over_seeds_means_intervals_and_margin():
     """Per method, the mean over seeds of :func:`evaluate`'s figures with a 95 % interval;
     METIS does not depend on the seed (interval 0); the margin is CEM's LAR over the best
     other method, seed by seed."""
-    from fsedp.experiments.shuffle import evaluate, evaluate_seeds, format_report
+    from fsedp.experiments.shuffle import evaluate, format_report
 
     tr = planted_trace()
     kw = dict(cem_iters=3, cem_samples=8)
-    r = evaluate_seeds(tr, [0, 1, 2], **kw)
+    r = evaluate(tr, seeds=[0, 1, 2], **kw)
     runs = [evaluate(tr, seed=s, **kw) for s in (0, 1, 2)]
     for m in ("cem", "metis", "kmeans"):
         lars = [x["methods"][m]["lar"] for x in runs]
@@ -174,7 +174,7 @@ def test_evaluate_seeds_means_intervals_and_margin():
     ]
     assert r["margin"]["lar"] == pytest.approx(np.mean(per), abs=1e-4)
     assert r["seeds"] == [0, 1, 2] and "±" in format_report(r) and "+14.2 %" in format_report(r)
-    one = evaluate_seeds(tr, [0], methods=("metis",), **kw)
+    one = evaluate(tr, seeds=[0], methods=("metis",), **kw)
     assert one["margin"] is None and one["methods"]["metis"]["lar_ci"] is None
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from fsedp.cli import codesign, lm, offload, prism, rtl, run, serve, shuffle, trace
 from fsedp.cli.common import Parser, usage
-from fsedp.config import config_path
-from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.errors import InputError
 from fsedp.files import check_output_file, check_output_folder
 
 __all__ = ["main", "build_parser"]
@@ -75,11 +74,6 @@ def check_common(args):
     data = getattr(args, "data", None)
     if data is not None and not Path(data).expanduser().is_dir():
         raise usage("--data", f"{data[:200]} is not a folder")
-    scale = getattr(args, "scale_to", None)
-    if scale is not None:
-        # codesign takes a comma-separated list; the other commands one config
-        for name in scale.split(",") if args.cmd == "codesign" else [scale]:
-            config_path("models", name, COMMAND_LINE, "--scale-to")
 
 
 def main(argv=None) -> int:

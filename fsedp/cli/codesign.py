@@ -2,7 +2,7 @@
 simulated chip and accuracy on the project's MoE LM from one set of decisions
 (``docs/codesign.md``)."""
 
-from fsedp.cli.common import DATA_OR_EMBEDDED, JSON, positive, usage
+from fsedp.cli.common import DATA_OR_EMBEDDED, JSON, model_configs, positive, usage
 
 
 def _ints(option: str, text: str, hi: int) -> list[int]:
@@ -34,9 +34,7 @@ def cmd_codesign(args):
     tokens = _ints("--tokens", args.tokens, 4096)
     if not tokens:
         raise usage("--tokens", "needs at least one count of tokens per iteration")
-    scales = [x for x in args.scale_to.split(",") if x]
-    if not scales:
-        raise usage("--scale-to", "needs at least one model config")
+    scales = args.scale_to
     model, test, prof = lm_data(args.max_tokens, weights=args.model, data=args.data)
     S = args.sub_experts
     if model.cfg.d_ffn % S:
@@ -118,6 +116,7 @@ def add_parsers(sub):
     )
     c.add_argument(
         "--scale-to",
+        type=model_configs("--scale-to", many=True),
         default="qwen3-30b-a3b",
         help="model configs whose expert and hidden sizes the chip moves, one table each "
         "(comma-separated; default qwen3-30b-a3b)",

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fsedp.config import default_run, load_run
+from fsedp.config import config_path, default_run, load_run
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.files import atomic_path, output_folder, write_text
 
@@ -76,6 +76,21 @@ def int_at_least(name: str, low: int, high: int = 2**31):
                 else f"must be at least {low}, not {v}",
             )
         return v
+
+    return conv
+
+
+def model_configs(name: str, many: bool = False):
+    """Converter of a model-config option: a name under ``configs/models`` or a ``.yaml``
+    path, checked to exist; with ``many`` a comma-separated list of them (a list)."""
+
+    def conv(text):
+        names = [x for x in text.split(",") if x] if many else [text]
+        if not names:
+            raise usage(name, "needs at least one model config")
+        for n in names:
+            config_path("models", n, COMMAND_LINE, name)
+        return names if many else text
 
     return conv
 

@@ -9,6 +9,7 @@ from fsedp.cli.common import (
     JSON,
     int_at_least,
     load_trace,
+    model_configs,
     number,
     opt_number,
     positive,
@@ -271,6 +272,7 @@ def add_parsers(sub):
     )
     h.add_argument(
         "--scale-to",
+        type=model_configs("--scale-to"),
         default="deepseek-v2-lite",
         help="model config whose expert size and FLOPs are modelled (default deepseek-v2-lite)",
     )

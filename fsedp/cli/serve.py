@@ -1,6 +1,6 @@
 """``fsedp serve``: MoE-Prism QoS serving against FIFO and FullBatch."""
 
-from fsedp.cli.common import JSON, number, opt_number, positive, report, usage
+from fsedp.cli.common import JSON, model_configs, number, opt_number, positive, report, usage
 
 
 def cmd_serve(args):
@@ -90,6 +90,7 @@ def add_parsers(sub):
     )
     s.add_argument(
         "--scale-to",
+        type=model_configs("--scale-to"),
         default="mixtral-8x7b",
         help="model config whose sizes the performance model uses (default mixtral-8x7b)",
     )

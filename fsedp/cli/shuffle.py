@@ -7,7 +7,7 @@ def cmd_shuffle(args):
     import time
 
     from fsedp.config import EMBEDDED_TRACE
-    from fsedp.experiments.shuffle import evaluate_seeds, format_report
+    from fsedp.experiments.shuffle import evaluate, format_report
 
     t0 = time.time()
     emb = None
@@ -34,9 +34,9 @@ def cmd_shuffle(args):
     bad = [m for m in methods if m not in ("cem", "metis", "kmeans")]
     if bad or not methods:
         raise usage("--methods", f"choose from cem, metis, kmeans, not {args.methods!r}")
-    r = evaluate_seeds(
+    r = evaluate(
         trace,
-        range(args.seed, args.seed + args.seeds),
+        seeds=range(args.seed, args.seed + args.seeds),
         devices=args.devices,
         fit=args.fit,
         slack=args.slack,

@@ -35,6 +35,7 @@ __all__ = [
     "routing_trace",
     "slice_plan",
     "preload_bound",
+    "needed",
     "transition_rank",
     "oracle_rank",
     "codesign",
@@ -96,10 +97,9 @@ class ChipHook(Hooks):
                     for e in np.unique(ids_i):
                         sel = ids_i == e
                         total = score[rows][sel].sum(axis=0)
-                        drop = np.argsort(-total, kind="stable")[self.budget :]
-                        k = keep_i[sel]
-                        k[:, drop] = False
-                        keep_i[sel] = k
+                        streamed = np.zeros(S, dtype=bool)
+                        streamed[np.argsort(-total, kind="stable")[: self.budget]] = True
+                        keep_i[sel] &= streamed
             self.masks[layer].append((keep * (1 << np.arange(S))).sum(axis=2))
         return new, weights
 
@@ -128,7 +128,17 @@ def slice_plan(hook: ChipHook, tokens: int, n_iter: int, M: int) -> dict:
     return out
 
 
-def preload_bound(run: dict, trace, tokens: int, rank, slices: dict | None = None) -> dict:
+def needed(trace, tokens: int, i: int, layer: int, M: int, slices: dict | None) -> dict:
+    """The micro-slices each expert iteration ``i`` of ``tokens`` uses at ``layer`` must
+    stream: its slice-table count, or all ``M``."""
+    per = slices[i, layer] if slices else {}
+    used = np.unique(trace.experts[i * tokens : (i + 1) * tokens, layer]).tolist()
+    return {e: per.get(e, M) for e in used}
+
+
+def preload_bound(
+    run: dict, trace, tokens: int, rank, slices: dict | None = None, strategy: str = "A3"
+) -> dict:
     """**An upper bound** on predicted pre-loads across layers (issue 17, deliverable 3), from
     a simulated run on ``trace``: the DDR channels idle in the drain of MoE layer ``l - 1``
     (the simulator's idle breakdown) and, while the attention block before MoE layer ``l``
@@ -146,13 +156,14 @@ def preload_bound(run: dict, trace, tokens: int, rank, slices: dict | None = Non
     n, M, ch = dp.chiplets, dp.micro_slices, dp.ddr_channels
     cap = n * max(0, dp.slots - dp.max_hops - 1)
     attention = setup.attention_ddr_idle_cycles(tokens) // dp.ddr_interval * ch
-    results = {(lay.iteration, lay.layer): r for lay, r in zip(run["layers"], run["results"]["A3"])}
+    results = {
+        (lay.iteration, lay.layer): r for lay, r in zip(run["layers"], run["results"][strategy])
+    }
     n_iter = len({lay.iteration for lay in run["layers"]})
     useful = vain = windows = 0
     for i in range(n_iter):
         for layer in range(1, trace.layers):
-            used = np.unique(trace.experts[i * tokens : (i + 1) * tokens, layer]).tolist()
-            need = {e: (slices[i, layer].get(e, M) if slices else M) for e in used}
+            need = needed(trace, tokens, i, layer, M, slices)
             drain = results[i, layer - 1].idle["ddr"].get("drain", 0) // dp.ddr_interval
             windows += attention + drain
             left = min(cap, attention + drain)
@@ -164,7 +175,7 @@ def preload_bound(run: dict, trace, tokens: int, rank, slices: dict | None = Non
                 got = min(take, need.get(int(e), 0))
                 useful += got
                 vain += take - got
-    moe = sum(r.cycles for r in run["results"]["A3"])
+    moe = sum(r.cycles for r in run["results"][strategy])
     total = moe + sum(run["attention"])
     saved = useful * dp.ddr_interval / ch
     boundaries = n_iter * (trace.layers - 1)
@@ -180,19 +191,11 @@ def preload_bound(run: dict, trace, tokens: int, rank, slices: dict | None = Non
     }
 
 
-def transition_rank(prof_ids: np.ndarray, trace, tokens: int, experts: int):
-    """The inter-layer predictor of the offload model (``TransitionPrefetcher``): layer
-    ``l``'s experts ranked by the profile's transition counts from the iteration's experts
-    at layer ``l - 1`` (popularity as tie-break)."""
-    from fsedp.sw.policies.offload import TransitionPrefetcher, popularity_order
-    from fsedp.trace.core import pair_counts
-
-    layers = prof_ids.shape[1]
-    orders = [popularity_order(prof_ids[:, l], experts) for l in range(layers)]
-    trans = [None] + [
-        pair_counts(prof_ids[:, l - 1], prof_ids[:, l], experts) for l in range(1, layers)
-    ]
-    pred = TransitionPrefetcher(trans, orders)
+def transition_rank(pred, trace, tokens: int, experts: int):
+    """The inter-layer predictor of the offload model (``pred``, a ``TransitionPrefetcher``
+    of :func:`fsedp.experiments.offload.prefetcher`): layer ``l``'s experts ranked by the
+    profile's transition counts from the iteration's experts at layer ``l - 1``
+    (popularity as tie-break)."""
 
     def rank(i, layer):
         prev = trace.experts[i * tokens : (i + 1) * tokens, layer - 1]
@@ -294,7 +297,7 @@ def codesign(
     change.  ``selector``: how a token ranks its sub-experts, ``"proxy"`` (MoE-Prism's
     training-free gate neurons) or ``"oracle"`` (the true activation norms: the best any
     trained router could rank them, a bound)."""
-    from fsedp.experiments.offload import profile_routing
+    from fsedp.experiments.offload import prefetcher, profile_routing
     from fsedp.experiments.prism import refactor_model
     from fsedp.sim.run import run_experiment, summarize
     from fsedp.sw.policies.prism import Partition, SubExpertHook
@@ -306,7 +309,7 @@ def codesign(
     if "profile" not in cache:
         p_ids, p_w, _ = profile_routing(model, prof_ids)
         cache["profile"] = BuddyProfile(p_ids, p_w, model.cfg.experts, buddy)
-        cache["profile_ids"] = p_ids
+        cache["transition"] = prefetcher("transition", p_ids, model.cfg.experts)[0]
     prof = cache["profile"]
     cfg = deployment_config(model, scale_to, tokens)
     M = cfg.datapath_params().micro_slices
@@ -342,12 +345,11 @@ def codesign(
         s = summarize(run)[strategy]
         traces[name], plans[name] = trace, slices
         # the bytes the chip must move: every micro-slice an iteration's tokens select, once
-        moved = 0
-        for i in range(n_iter):
-            for layer in range(trace.layers):
-                active = np.unique(trace.experts[i * tokens : (i + 1) * tokens, layer])
-                per = slices[i, layer] if slices else {}
-                moved += sum(per.get(int(e), M) for e in active)
+        moved = sum(
+            sum(needed(trace, tokens, i, layer, M, slices).values())
+            for i in range(n_iter)
+            for layer in range(trace.layers)
+        )
         rows.append(
             {
                 "technique": name,
@@ -366,11 +368,12 @@ def codesign(
                     run,
                     trace,
                     tokens,
-                    transition_rank(cache["profile_ids"], trace, tokens, model.cfg.experts),
+                    transition_rank(cache["transition"], trace, tokens, model.cfg.experts),
                     slices,
+                    strategy,
                 ),
                 "preload_oracle": preload_bound(
-                    run, trace, tokens, oracle_rank(trace, tokens), slices
+                    run, trace, tokens, oracle_rank(trace, tokens), slices, strategy
                 ),
             }
         )

@@ -124,7 +124,9 @@ def profile_routing(model: MoELM, ids: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(rec.ids), np.concatenate(rec.weights), np.concatenate(rec.probs)
 
 
-def _prefetcher(name: str, prof_units: np.ndarray, units: int):
+def prefetcher(name: str, prof_units: np.ndarray, units: int):
+    """The prefetcher ``name`` fitted on the profile's units ``[N, L, k]``, and each layer's
+    units by popularity."""
     layers = prof_units.shape[1]
     orders = [popularity_order(prof_units[:, l], units) for l in range(layers)]
     if name == "frequency":
@@ -236,7 +238,7 @@ def run_lm(model: MoELM, test_ids: np.ndarray, prof_ids: np.ndarray, cfg: Offloa
         p_units = (p_ids[..., None] * sub + np.arange(sub)).reshape(len(p_ids), p_ids.shape[1], -1)
     else:
         p_units = p_ids
-    pf, orders = _prefetcher(cfg.prefetch, p_units, units)
+    pf, orders = prefetcher(cfg.prefetch, p_units, units)
     rt = OffloadRuntime(
         model.cfg.layers,
         units,
@@ -272,7 +274,7 @@ def run_trace(trace, cfg: OffloadConfig, fit: float = 0.2) -> dict:
     n_fit = max(1, int(len(e) * fit))
     units = trace.num_experts
     capacity = int(round(cfg.cache_rate * units))
-    pf, orders = _prefetcher(cfg.prefetch, e[:n_fit], units)
+    pf, orders = prefetcher(cfg.prefetch, e[:n_fit], units)
     rt = OffloadRuntime(
         trace.layers,
         units,

@@ -20,7 +20,7 @@ from fsedp.sw.policies.speculative import (
 )
 from fsedp.trace import RoutingTrace
 
-__all__ = ["evaluate", "evaluate_seeds", "ci95", "format_report"]
+__all__ = ["evaluate", "ci95", "format_report"]
 
 #: Student's t at 97.5 % for 1..30 degrees of freedom (two-sided 95 % intervals); 1.96 beyond
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -38,45 +38,8 @@ def ci95(values) -> tuple[float, float | None]:
     return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(len(x)))
 
 
-#: the per-method figures that vary with the seed, averaged with intervals by
-#: :func:`evaluate_seeds`
+#: the per-method figures that vary with the seed, averaged with intervals by :func:`evaluate`
 SEEDED = ("lar", "lar_fit", "vectors_per_token", "vectors_per_token_dedup")
-
-
-def evaluate_seeds(trace: RoutingTrace, seeds, **kw) -> dict:
-    """:func:`evaluate` once per seed (CEM's samples and k-means' start change; the tables,
-    the split and METIS do not): each method's figures become means over the seeds with a
-    95 % interval (``<name>_ci``), and ``margin`` is CEM's LAR over the best other
-    method's, per seed, as a mean and interval (``None`` without CEM and another)."""
-    seeds = list(seeds)
-    runs = [evaluate(trace, seed=s, **kw) for s in seeds]
-    out = dict(runs[0], seeds=seeds)
-    out["methods"] = {}
-    for m, first in runs[0]["methods"].items():
-        row = dict(first)
-        for key in SEEDED + ("device_bigram_accuracy",):
-            if first[key] is None:  # no 2-gram below three layers
-                continue
-            mean, half = ci95([r["methods"][m][key] for r in runs])
-            row[key] = round(mean, 4)
-            row[f"{key}_ci"] = round(half, 4) if half is not None else None
-        row["seconds"] = round(sum(r["methods"][m]["seconds"] for r in runs), 1)
-        out["methods"][m] = row
-    others = [m for m in out["methods"] if m != "cem"]
-    out["margin"] = None
-    if "cem" in out["methods"] and others:
-        per = [
-            r["methods"]["cem"]["lar"] / max(r["methods"][m]["lar"] for m in others) - 1
-            for r in runs
-        ]
-        mean, half = ci95(per)
-        best = max(others, key=lambda m: out["methods"][m]["lar"])
-        out["margin"] = {
-            "over": best,
-            "lar": round(mean, 4),
-            "ci": round(half, 4) if half is not None else None,
-        }
-    return out
 
 
 def evaluate(
@@ -90,7 +53,15 @@ def evaluate(
     seed: int = 0,
     embeddings=None,
     methods=("cem", "metis", "kmeans"),
+    seeds=None,
 ) -> dict:
+    """Prediction precision, EP's figures and each placement method's, on ``trace`` fitted on
+    its first ``fit`` share.  With ``seeds`` (default: ``seed`` alone) CEM and k-means run
+    once per seed (their samples and start change; the tables, the split and METIS do
+    not): each method's figures are means with a 95 % interval (``<name>_ci``), and
+    ``margin`` is CEM's LAR over the best other method's, per seed, as a mean and interval
+    (``None`` without CEM and another)."""
+    seeds = [seed] if seeds is None else list(seeds)
     if trace.token_ids is None:
         raise InputError(
             trace.name, "token_ids", "Speculative MoE needs the tokens' vocabulary ids"
@@ -146,13 +117,18 @@ def evaluate(
         "vectors_per_token": round(float(np.mean([v["ep"] for v in base["vol"]])), 4),
         "vectors_per_token_dedup": round(float(np.mean([v["ep_dedup"] for v in base["vol"]])), 4),
     }
-    for m in methods:
+    # the token-expert affinities of the fitting tokens, per layer
+    affs = []
+    for l in range(L):
+        aff = np.zeros((V, E))
+        np.add.at(aff, (np.repeat(rows_fit, k), e[:n_fit, l].reshape(-1)), 1)
+        affs.append(aff)
+
+    def place(m: str, seed: int) -> dict:
         t0 = time.time()
         lars, vols, fit_lars, bigram_acc = [], [], [], []
         devseq = np.zeros((len(test_e), L), dtype=np.int64)
-        for l in range(L):
-            aff = np.zeros((V, E))
-            np.add.at(aff, (np.repeat(rows_fit, k), e[:n_fit, l].reshape(-1)), 1)
+        for l, aff in enumerate(affs):
             if m == "cem":
                 dev, tok, val, _ = cem_placement(
                     aff, devices, cem_iters, cem_samples, elite, slack=slack, seed=seed + l
@@ -169,7 +145,7 @@ def evaluate(
         if L >= 3:
             half = len(devseq) // 2
             bigram_acc = DeviceBigram(devseq[:half], devices).accuracy(devseq[half:])
-        out["methods"][m] = {
+        return {
             "lar": round(float(np.mean(lars)), 4),
             "lar_fit": round(float(np.mean(fit_lars)), 4),
             "vectors_per_token": round(float(np.mean([v["smoe"] for v in vols])), 4),
@@ -177,6 +153,37 @@ def evaluate(
             "shuffled": round(float(np.mean([v["shuffle"] for v in vols])), 4),
             "device_bigram_accuracy": round(float(np.mean(bigram_acc)), 4) if bigram_acc else None,
             "seconds": round(time.time() - t0, 1),
+        }
+
+    # per method, one row per seed (METIS once: it does not depend on the seed)
+    runs = {
+        m: [place(m, s) for s in seeds] if m != "metis" else [place(m, seeds[0])] * len(seeds)
+        for m in methods
+    }
+    out["seeds"] = seeds
+    for m, rows in runs.items():
+        row = dict(rows[0])
+        for key in SEEDED + ("device_bigram_accuracy",):
+            if row[key] is None:  # no 2-gram below three layers
+                continue
+            mean, half = ci95([r[key] for r in rows])
+            row[key] = round(mean, 4)
+            row[f"{key}_ci"] = round(half, 4) if half is not None else None
+        row["seconds"] = round(sum(r["seconds"] for r in (rows[:1] if m == "metis" else rows)), 1)
+        out["methods"][m] = row
+    others = [m for m in methods if m != "cem"]
+    out["margin"] = None
+    if "cem" in methods and others:
+        per = [
+            runs["cem"][i]["lar"] / max(runs[m][i]["lar"] for m in others) - 1
+            for i in range(len(seeds))
+        ]
+        mean, half = ci95(per)
+        best = max(others, key=lambda m: out["methods"][m]["lar"])
+        out["margin"] = {
+            "over": best,
+            "lar": round(mean, 4),
+            "ci": round(half, 4) if half is not None else None,
         }
     return out
 

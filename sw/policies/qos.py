@@ -87,15 +87,7 @@ class PerfModel:
     def step_s(self, K: int, B: int) -> float:
         """One decode step of ``B`` requests at ``K`` sub-experts per token."""
         n = self.experts * self.S
-        touched = n * (1 - (1 - K / n) ** B)
-        memory = (
-            self.layers
-            * (self.dense_params + touched * self.sub_params)
-            * self.bytes_per_param
-            / self.bandwidth
-        )
-        compute = self.layers * B * 2 * (self.dense_params + K * self.sub_params) / self.flops
-        return self.launch_s + max(memory, compute)
+        return self._step(B, K * B, n * (1 - (1 - K / n) ** B))
 
     def step_mixed_s(self, Ks) -> float:
         """One decode step of a batch whose request ``i`` runs ``Ks[i]`` sub-experts per token
@@ -103,7 +95,11 @@ class PerfModel:
         ``N (1 - prod_i (1 - K_i / N))``; :meth:`step_s` when every ``K`` is the same."""
         n = self.experts * self.S
         Ks = np.asarray(Ks, dtype=np.float64)
-        touched = n * (1 - float(np.prod(1 - Ks / n)))
+        return self._step(len(Ks), float(Ks.sum()), n * (1 - float(np.prod(1 - Ks / n))))
+
+    def _step(self, B: int, sub_per_step: float, touched: float) -> float:
+        """A decode step of ``B`` requests running ``sub_per_step`` sub-experts in all, which
+        read ``touched`` distinct sub-experts per layer: launch + max(memory, compute)."""
         memory = (
             self.layers
             * (self.dense_params + touched * self.sub_params)
@@ -111,10 +107,7 @@ class PerfModel:
             / self.bandwidth
         )
         compute = (
-            self.layers
-            * 2
-            * (len(Ks) * self.dense_params + Ks.sum() * self.sub_params)
-            / self.flops
+            self.layers * 2 * (B * self.dense_params + sub_per_step * self.sub_params) / self.flops
         )
         return self.launch_s + max(memory, compute)
 
@@ -176,9 +169,7 @@ def serve(
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     ks = sorted(quality)
     reqs = sorted(requests, key=lambda r: r.arrival)
-    for r in reqs:
-        if not any(quality[k] <= r.floor for k in ks):
-            raise ValueError(f"request {r.rid}: no operating point meets its floor {r.floor}")
+    _min_ks(reqs, ks, quality)
     i, now, pending = 0, 0.0, []
     while i < len(reqs) or pending:
         if not pending:
@@ -214,11 +205,7 @@ def serve_continuous(
         raise ValueError(f"policy must be one of {CONTINUOUS_POLICIES}, not {policy!r}")
     ks = sorted(quality)
     reqs = sorted(requests, key=lambda r: r.arrival)
-    need = {}
-    for r in reqs:
-        if not any(quality[k] <= r.floor for k in ks):
-            raise ValueError(f"request {r.rid}: no operating point meets its floor {r.floor}")
-        need[r.rid] = _min_k(ks, quality, r.floor)
+    need = _min_ks(reqs, ks, quality)
     i, now = 0, 0.0
     pending: list[Request] = []
     running: list[Request] = []
@@ -255,6 +242,17 @@ def serve_continuous(
                 r.done = now
         running = [r for r in running if left[r.rid]]
     return reqs
+
+
+def _min_ks(reqs, ks, quality) -> dict:
+    """Per request id, the smallest ``K`` whose perplexity meets its floor (an error when
+    none does)."""
+    out = {}
+    for r in reqs:
+        if not any(quality[k] <= r.floor for k in ks):
+            raise ValueError(f"request {r.rid}: no operating point meets its floor {r.floor}")
+        out[r.rid] = _min_k(ks, quality, r.floor)
+    return out
 
 
 def _min_k(ks, quality, floor):
