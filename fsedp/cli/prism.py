@@ -1,10 +1,21 @@
-"""``fsedp prism ...``: MoE-Prism refactoring into sub-experts and its quality curve."""
+"""``fsedp prism ...``: MoE-Prism refactoring into sub-experts, the router fine-tuning and the
+quality curve."""
 
 import sys
 
 import numpy as np
 
-from fsedp.cli.common import DATA_OR_EMBEDDED, JSON, int_at_least, number, positive, report, usage
+from fsedp.cli.common import (
+    DATA,
+    DATA_OR_EMBEDDED,
+    JSON,
+    int_at_least,
+    number,
+    positive,
+    report,
+    usage,
+)
+from fsedp.lm.finetune import SCHEDULES  # no torch at import
 
 
 def cmd_prism_refactor(args):
@@ -59,6 +70,62 @@ def cmd_prism_refactor(args):
     return 0
 
 
+def _refactored(path: str, option: str = "--refactored"):
+    """A refactored model (checked: it holds a MoE-Prism partition) and its partition."""
+    from fsedp.lm.model import MoELM
+    from fsedp.sw.policies.prism import Partition
+
+    ref = MoELM.load(path)
+    part = Partition.of(ref)
+    if part is None:
+        raise usage(option, f"{path} holds no MoE-Prism partition (prism.gates)")
+    return ref, part
+
+
+def cmd_prism_finetune(args):
+    import json
+    import time
+
+    from fsedp.lm.build import _need_data, train_stream
+    from fsedp.lm.text import TRAIN_FILES, data_dir, load_tokenizer
+    from fsedp.sw.policies.prism import LinearGate, linear_gate_init
+
+    if not args.out.endswith(".npz"):
+        raise usage("--out", f"the fine-tuned model is an .npz file, not {args.out!r}")
+    ref, part = _refactored(args.refactored)
+    root = data_dir(args.data)
+    _need_data(root, TRAIN_FILES[0])  # before torch is imported
+    from fsedp.lm.finetune import FinetuneConfig, finetune_router
+
+    t0 = time.time()
+    ids = train_stream(load_tokenizer(), root)
+    fc = FinetuneConfig(
+        steps=args.steps,
+        batch=args.batch,
+        lr=args.lr,
+        schedule=args.schedule,
+        distill=args.distill,
+        seed=args.seed,
+    )
+    say = (lambda s: print(s, file=sys.stderr, flush=True)) if args.verbose else (lambda s: None)
+    gate, history = finetune_router(
+        ref, LinearGate(*linear_gate_init(ref, part.S), part.S), ids, fc, say
+    )
+    gate.store(ref)
+    ref.extra["prism.finetune"] = np.asarray(
+        json.dumps({"config": fc.as_dict(), "train_tokens": int(len(ids)), "history": history})
+    )
+    ref.save(args.out)
+    print(
+        f"{args.out}: linear gate over {ref.cfg.experts} x {part.S} sub-experts per layer "
+        f"fine-tuned, {args.steps} steps of {args.batch} x {ref.cfg.context} tokens, "
+        f"{args.schedule} budgets, distillation {args.distill} ({time.time() - t0:.0f} s); "
+        "final training cross-entropy "
+        f"{history[-1]['train_ce']}"
+    )
+    return 0
+
+
 def cmd_prism_curve(args):
     import time
 
@@ -70,14 +137,8 @@ def cmd_prism_curve(args):
     t0 = time.time()
     ref = None
     if args.refactored:  # the user's file is checked before anything else
-        ref = MoELM.load(args.refactored)
-        from fsedp.sw.policies.prism import Partition
-
-        if Partition.of(ref) is None:
-            raise usage(
-                "--refactored", f"{args.refactored} holds no MoE-Prism partition (prism.gates)"
-            )
-        S = Partition.of(ref).S
+        ref, part = _refactored(args.refactored)
+        S = part.S
     if ref is None and MoELM.load().cfg.d_ffn % args.sub_experts:
         d_ffn = MoELM.load().cfg.d_ffn
         raise usage("--sub-experts", f"{d_ffn} neurons do not split into {args.sub_experts}")
@@ -93,28 +154,39 @@ def cmd_prism_curve(args):
     )
     curve = quality_curve(model, ref, naive, test, say)
     ops = [operating_points(curve, s) for s in args.stable]
+    cols = [
+        ("original", "original"),
+        ("contiguous", "contiguous split, proxy"),
+        ("refactored", "refactored, proxy"),
+        ("refactored_oracle", "refactored, oracle"),
+        ("linear", "linear gate, untrained"),
+        ("finetuned", "linear gate, fine-tuned"),
+    ]
+    cols = [(key, name) for key, name in cols if key in curve]
     lines = [
         f"MoE-Prism quality curve (`fsedp prism curve --max-tokens {args.max_tokens}`, "
         f"{time.time() - t0:.0f} s, {len(test) - 1} held-out tokens; full model {curve['full']})",
         "",
-        "| active sub-experts K | original | contiguous split, proxy | refactored, proxy | "
-        "refactored, oracle |",
-        "|---:|---:|---:|---:|---:|",
+        "| active sub-experts K | " + " | ".join(name for _, name in cols) + " |",
+        "|---:|" + "---:|" * len(cols),
     ]
     for K in range(1, model.cfg.top_k * S + 1):
         lines.append(
-            f"| {K} | {curve['original'].get(K, '-')} | {curve['contiguous'][K]} | "
-            f"{curve['refactored'][K]} | {curve['refactored_oracle'][K]} |"
+            f"| {K} | " + " | ".join(str(curve[key].get(K, "-")) for key, _ in cols) + " |"
         )
+    sel = [(key, name) for key, name in cols if key in ops[0]["ratios"]]
     lines += [
         "",
-        "| stable within | original points | refactored points | ratio |",
-        "|---:|---|---|---:|",
+        "| stable within | original points | "
+        + " | ".join(f"{name} points (ratio)" for _, name in sel)
+        + " |",
+        "|---:|---|" + "---|" * len(sel),
     ]
     for o in ops:
         lines.append(
-            f"| {o['stable']}x ({o['limit']}) | {o['original']} | {o['refactored']} | "
-            f"{o['ratio']} |"
+            f"| {o['stable']}x ({o['limit']}) | {o['original']} | "
+            + " | ".join(f"{o[key]} ({o['ratios'][key]})" for key, _ in sel)
+            + " |"
         )
     text = "\n".join(lines) + "\n"
     return report(
@@ -186,6 +258,39 @@ def add_parsers(sub):
         help="calibration tokens from WikiText-2 validation (default 16384)",
     )
     r.set_defaults(func=cmd_prism_refactor, out_kind="file")
+    f = psub.add_parser(
+        "finetune",
+        parents=[DATA],
+        help="train a linear gate over the sub-experts (router only, curriculum over K; "
+        "needs torch, the 'model' extra)",
+    )
+    f.add_argument("--refactored", required=True, help="a `fsedp prism refactor` model (.npz)")
+    f.add_argument("--out", required=True, help="the model with its fine-tuned gate (.npz)")
+    f.add_argument(
+        "--steps", type=positive("--steps"), default=400, help="training steps (default 400)"
+    )
+    f.add_argument(
+        "--batch", type=positive("--batch"), default=16, help="windows per step (default 16)"
+    )
+    f.add_argument(
+        "--lr", type=number("--lr", 1e-8, 1.0), default=3e-3, help="peak learning rate (3e-3)"
+    )
+    f.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="mixed",
+        help="the curriculum over the budget K (default mixed; increasing is the paper's)",
+    )
+    f.add_argument(
+        "--distill",
+        type=number("--distill", 0.0, 1e6),
+        default=1.0,
+        help="weight of the oracle-distillation term (our addition; 0 is the paper's "
+        "cross-entropy alone; default 1)",
+    )
+    f.add_argument("--seed", type=int_at_least("--seed", 0), default=0)
+    f.add_argument("--verbose", action="store_true", help="log the training loss")
+    f.set_defaults(func=cmd_prism_finetune, out_kind="file")
     c = psub.add_parser(
         "curve",
         parents=[DATA_OR_EMBEDDED, JSON],

@@ -3,7 +3,15 @@ project's MoE LM and its quality curve (perplexity against active sub-experts, t
 Figure 9) with the count of distinct stable operating points (``docs/prism.md``)."""
 
 from fsedp.lm.model import Hooks, MoELM
-from fsedp.sw.policies.prism import Partition, SubExpertHook, profile_activations, refactor
+from fsedp.sw.policies.prism import (
+    LinearGate,
+    LinearGateHook,
+    Partition,
+    SubExpertHook,
+    linear_gate_init,
+    profile_activations,
+    refactor,
+)
 
 __all__ = ["refactor_model", "quality_curve", "operating_points", "TopK"]
 
@@ -53,11 +61,16 @@ def refactor_model(
 def quality_curve(model: MoELM, refactored: MoELM, naive: MoELM, test, progress=None) -> dict:
     """Perplexity at every total of active sub-experts ``K = 1 .. top_k x S`` for the
     refactored model and the naive contiguous split (both with proxy gating, and the
-    refactored one also with oracle selection), and the original model at top-1 .. top-k
-    experts (``K = j x S``)."""
+    refactored one also with oracle selection and with the untrained linear gate), the
+    refactored model's fine-tuned linear gate if it holds one (``finetuned``), and the
+    original model at top-1 .. top-k experts (``K = j x S``)."""
     part = Partition.of(refactored)
     naive_part = Partition.of(naive)
     S, k = part.S, model.cfg.top_k
+    tuned = LinearGate.of(refactored)
+    gates = {"linear": LinearGate(*linear_gate_init(refactored, S), S)}
+    if tuned is not None:
+        gates["finetuned"] = tuned
     out = {
         "S": S,
         "full": round(model.perplexity(test), 3),
@@ -65,6 +78,7 @@ def quality_curve(model: MoELM, refactored: MoELM, naive: MoELM, test, progress=
         "refactored": {},
         "refactored_oracle": {},
         "contiguous": {},
+        **{key: {} for key in gates},
     }
     for j in range(1, k + 1):
         out["original"][j * S] = round(model.perplexity(test, TopK(j)), 3)
@@ -75,29 +89,37 @@ def quality_curve(model: MoELM, refactored: MoELM, naive: MoELM, test, progress=
             ("contiguous", naive, naive_part, "proxy"),
         ):
             out[key][K] = round(m.perplexity(test, SubExpertHook(m, p, K, sel).hooks), 3)
-        if progress:
-            progress(
-                K, {key: out[key][K] for key in ("refactored", "refactored_oracle", "contiguous")}
+        for key, gate in gates.items():
+            out[key][K] = round(
+                refactored.perplexity(test, LinearGateHook(refactored, gate, K).hooks), 3
             )
+        if progress:
+            progress(K, {key: out[key][K] for key in out if key not in ("S", "full", "original")})
     return out
 
 
+#: the deployable selectors whose operating points are counted (the oracle needs every
+#: activation, the contiguous split is the ablation)
+SELECTORS = ("refactored", "linear", "finetuned")
+
+
 def operating_points(curve: dict, stable: float) -> dict:
-    """Distinct compute budgets whose perplexity is within ``stable`` x the full model's."""
+    """Distinct compute budgets whose perplexity is within ``stable`` x the full model's:
+    the original's (whole experts) and each selector's of :data:`SELECTORS` in the curve,
+    with its ratio to the original's (``ratios``; ``ratio`` is proxy gating's)."""
     lim = stable * curve["full"]
 
     def count(points):
         return sorted(int(K) for K, p in points.items() if p <= lim)
 
     base = count(curve["original"])
-    ref = count(curve["refactored"])
-    return {
-        "stable": stable,
-        "limit": round(lim, 3),
-        "original": base,
-        "refactored": ref,
-        "ratio": round(len(ref) / len(base), 2) if base else None,
-    }
+    out = {"stable": stable, "limit": round(lim, 3), "original": base, "ratios": {}}
+    for key in SELECTORS:
+        if key in curve:
+            out[key] = count(curve[key])
+            out["ratios"][key] = round(len(out[key]) / len(base), 2) if base else None
+    out["ratio"] = out["ratios"]["refactored"]
+    return out
 
 
 def plot_curve(curve: dict, path):
@@ -109,9 +131,13 @@ def plot_curve(curve: dict, path):
     for key, label, style in (
         ("refactored", "refactored, proxy gating", "o-"),
         ("refactored_oracle", "refactored, oracle selection", "s--"),
+        ("linear", "refactored, linear gate (untrained)", "v:"),
+        ("finetuned", "refactored, linear gate fine-tuned", "P-"),
         ("contiguous", "contiguous split, proxy gating", "^:"),
         ("original", "original (top-1, top-2 experts)", "D"),
     ):
+        if key not in curve:
+            continue
         pts = sorted((int(K), p) for K, p in curve[key].items())
         ax.plot(
             [x for x, _ in pts],

@@ -49,8 +49,9 @@ class Hooks:
     experts and weights to use (a weight of 0 drops that expert for that token).
     ``neurons`` returns, for expert ``expert`` of ``layer`` applied to ``rows`` (indices into
     the ``N`` tokens) with intermediate activations ``act [len(rows), F]`` (the SwiGLU
-    product before the down projection), a 0/1 mask over its ``d_ffn`` neurons (shape
-    ``[F]`` or ``[len(rows), F]``) or ``None`` for all neurons.  ``moe_input`` sees the
+    product before the down projection), a 0/1 mask or a scale over its ``d_ffn`` neurons
+    (shape ``[F]`` or ``[len(rows), F]``; MoE-Prism's linear gate weights each sub-expert)
+    or ``None`` for all neurons.  ``moe_input`` sees the
     layer's MoE input rows ``h [N, d]`` before routing.  ``after_layer`` is called when the
     layer's MoE output is complete.
     """

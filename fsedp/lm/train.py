@@ -18,7 +18,7 @@ import numpy as np
 from fsedp.lm.config import LMConfig
 from fsedp.lm.model import EPS
 
-__all__ = ["TrainConfig", "build_torch_model", "to_numpy", "train"]
+__all__ = ["TrainConfig", "build_torch_model", "to_numpy", "from_numpy", "train"]
 
 
 def _torch():
@@ -29,7 +29,10 @@ def _torch():
     return torch
 
 
-def build_torch_model(cfg: LMConfig, seed: int = 0):
+def build_torch_model(cfg: LMConfig, seed: int = 0, moe=None):
+    """The torch module of ``cfg`` (seeded initialisation).  ``moe(module, layer, h)``, if
+    given, replaces the routed feed-forward of every layer and returns ``(out, aux)``
+    (MoE-Prism's sub-expert gate, :mod:`fsedp.lm.finetune`)."""
     torch = _torch()
     nn = torch.nn
     F = torch.nn.functional
@@ -84,7 +87,7 @@ def build_torch_model(cfg: LMConfig, seed: int = 0):
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 x = x + o.transpose(1, 2).reshape(b, t, cfg.d_model) @ P[f"l{i}_wo"]
                 h = self.rms(x, P[f"l{i}_norm2"]).reshape(b * t, cfg.d_model)
-                out, a = self.moe(i, h)
+                out, a = moe(self, i, h) if moe is not None else self.moe(i, h)
                 aux = aux + a
                 x = x + out.view(b, t, cfg.d_model)
             return self.rms(x, P["norm_f"]) @ P["embed"].T, aux / cfg.layers
@@ -122,6 +125,16 @@ def to_numpy(module) -> dict:
         name = k.replace("_", ".", 1) if k.startswith("l") and k[1].isdigit() else k
         out[name] = v.detach().cpu().numpy().astype(np.float32)
     return out
+
+
+def from_numpy(module, weights: dict):
+    """Load :class:`~fsedp.lm.model.MoELM` arrays (``weights``, its names) into ``module``."""
+    torch = _torch()
+    with torch.no_grad():
+        for k, v in module.params.items():
+            name = k.replace("_", ".", 1) if k.startswith("l") and k[1].isdigit() else k
+            v.copy_(torch.from_numpy(np.asarray(weights[name], dtype=np.float32)))
+    return module
 
 
 class TrainConfig:

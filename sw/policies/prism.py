@@ -18,6 +18,13 @@ of them, and pick gate neurons for a training-free proxy router (``docs/prism.md
 * **Proxy gating**: a sub-expert's score for a token is the mean |activation| of its gate
   neurons (only those are computed) times the expert's routing weight; the token runs the
   ``K`` best-scored sub-experts among those of its chosen experts.
+* **Linear gate** (the paper's Section 4.3.2): a linear router over all ``E x S``
+  sub-experts of a layer, ``p = softmax(h G + b)``; a token runs its ``K`` largest, each
+  weighted ``min(K, S) x p / (sum of its K)``: a token's sub-expert weights add up to
+  ``min(K, S)``, so whole experts weigh as their renormalised routing weights did (the sum
+  is ``S`` in the original model) and fewer than ``S`` sub-experts are not amplified.
+  :func:`linear_gate_init` copies the original router into every sub-expert of an expert
+  (then ``K = j S`` is the original top-``j``); :mod:`fsedp.lm.finetune` trains it.
 """
 
 import numpy as np
@@ -32,7 +39,15 @@ __all__ = [
     "Partition",
     "refactor",
     "SubExpertHook",
+    "linear_gate_init",
+    "linear_gate_select",
+    "LinearGate",
+    "LinearGateHook",
 ]
+
+#: logit step that orders the sub-experts of one expert in the untrained linear gate (ties
+#: would leave the choice to the sort); small enough to keep every expert's order
+GATE_TIE = 1e-4
 
 
 def profile_activations(model, ids: np.ndarray, max_rows: int = 4096) -> dict:
@@ -299,3 +314,84 @@ class SubExpertHook:
         slot = np.argmax(self._ids[rows] == expert, axis=1)
         groups = np.arange(self.part.F) * self.S // self.part.F
         return self._keep[rows, slot][:, groups]
+
+
+def linear_gate_init(model, S: int):
+    """The training-free linear gate ``(G [L, d, E S], b [L, E S])``: sub-expert ``s`` of
+    expert ``e`` (column ``e S + s``) gets the expert's router column and the bias
+    ``-GATE_TIE x s``, so ``K = j S`` runs the original top-``j`` experts whole."""
+    c = model.cfg
+    G = np.stack([np.repeat(model.w[f"l{i}.router"], S, axis=1) for i in range(c.layers)])
+    b = np.tile(-GATE_TIE * np.arange(S, dtype=np.float32), (c.layers, c.experts))
+    return G.astype(np.float32), b.astype(np.float32)
+
+
+def linear_gate_select(logits: np.ndarray, K: int, S: int) -> np.ndarray:
+    """Weights ``[N, E S]`` of the ``K`` sub-experts each token runs (0 elsewhere): the
+    softmax of ``logits [N, E S]``, its ``K`` largest (stable order) renormalised to sum to
+    ``min(K, S)``."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    keep = np.argsort(-p, axis=1, kind="stable")[:, :K]
+    vals = np.take_along_axis(p, keep, axis=1)
+    out = np.zeros_like(p)
+    np.put_along_axis(out, keep, min(K, S) * vals / vals.sum(axis=1, keepdims=True), axis=1)
+    return out
+
+
+class LinearGate:
+    """A linear gate stored with a refactored model (``prism.router``, ``prism.router_bias``)."""
+
+    def __init__(self, G: np.ndarray, b: np.ndarray, S: int):
+        self.G, self.b, self.S = np.asarray(G, np.float32), np.asarray(b, np.float32), S
+
+    def store(self, model):
+        model.extra["prism.router"] = self.G
+        model.extra["prism.router_bias"] = self.b
+
+    @classmethod
+    def of(cls, model):
+        """The gate stored in ``model`` (``None`` if it has none)."""
+        if "prism.router" not in model.extra:
+            return None
+        part = Partition.of(model)
+        G, b = model.extra["prism.router"], model.extra.get("prism.router_bias")
+        c = model.cfg
+        S = part.S if part is not None else G.shape[-1] // c.experts
+        if G.shape != (c.layers, c.d_model, c.experts * S) or b is None or b.shape != G.shape[::2]:
+            from fsedp.errors import InputError
+
+            raise InputError(model.name, "prism.router", f"shape {G.shape} does not fit the model")
+        return cls(G, b, S)
+
+    def weights(self, layer: int, h: np.ndarray, K: int) -> np.ndarray:
+        """``[N, E, S]`` weights of the sub-experts the rows ``h`` run at budget ``K``."""
+        w = linear_gate_select(h @ self.G[layer] + self.b[layer], K, self.S)
+        return w.reshape(len(h), -1, self.S)
+
+
+class LinearGateHook:
+    """Runs the ``K`` sub-experts the linear gate ``gate`` picks for each token, over all
+    experts of the layer (the model's own router is not used)."""
+
+    def __init__(self, model, gate: LinearGate, K: int):
+        from fsedp.lm.model import Hooks
+
+        self.gate, self.K = gate, K
+        groups = np.arange(model.cfg.d_ffn) * gate.S // model.cfg.d_ffn
+        hook = self
+
+        class _H(Hooks):
+            def moe_input(self, layer, h):
+                hook.w = gate.weights(layer, h, K)
+
+            def route(self, layer, probs, ids, weights, tokens):
+                n, e = hook.w.shape[:2]
+                used = (hook.w != 0).any(axis=2).astype(np.float32)
+                return np.broadcast_to(np.arange(e), (n, e)), used
+
+            def neurons(self, layer, expert, rows, act):
+                return hook.w[rows, expert][:, groups]
+
+        self.hooks = _H()
