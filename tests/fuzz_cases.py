@@ -1244,6 +1244,21 @@ CLI = {
             "--data": ["{dir}/nosuch", "{dir}/f"],
         },
     ),
+    "prism-finetune": (
+        ["prism", "finetune", "--refactored", "{dir}/nosuch.npz", "--out", "{dir}/t.npz"],
+        {},
+        {
+            "--refactored": ["{dir}/f", "{dir}", ""],
+            "--out": ["{dir}/r.txt", "/proc/x/r.npz", "", *_DASH],
+            "--steps": ["0", "-1", HUGE_CLI, "x"],
+            "--batch": ["0", "-1", "x"],
+            "--lr": ["0", "2", "nan", "-1", "x"],
+            "--schedule": ["down", "", *_DASH],
+            "--distill": ["-1", "nan", "inf", "x"],
+            "--seed": SEED_BAD,
+            "--data": ["{dir}/nosuch", "{dir}/f"],
+        },
+    ),
     "prism-curve": (
         ["prism", "curve", "--iters", "0", "--max-tokens", "64", "--profile-tokens", "64"],
         {},

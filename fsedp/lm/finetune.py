@@ -147,6 +147,7 @@ def finetune_router(model, gate, train_ids: np.ndarray, fc: FinetuneConfig, log=
     torch = _torch()
     torch.manual_seed(fc.seed)
     torch.set_num_threads(fc.threads)
+    torch.use_deterministic_algorithms(True)
     module, state = gated_module(model, gate)
     state["distill"] = bool(fc.distill)
     params = [module.gate_G, module.gate_b]
