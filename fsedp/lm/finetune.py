@@ -142,8 +142,6 @@ def finetune_router(model, gate, train_ids: np.ndarray, fc: FinetuneConfig, log=
     """Train ``gate`` (a :class:`~fsedp.sw.policies.prism.LinearGate`, e.g. the training-free
     :func:`~fsedp.sw.policies.prism.linear_gate_init`) of the refactored ``model`` on the
     token stream ``train_ids``; returns ``(trained gate, history)``."""
-    from fsedp.sw.policies.prism import LinearGate
-
     torch = _torch()
     torch.manual_seed(fc.seed)
     torch.set_num_threads(fc.threads)
@@ -185,7 +183,8 @@ def finetune_router(model, gate, train_ids: np.ndarray, fc: FinetuneConfig, log=
             seen = []
             history.append(rec)
             log(json.dumps(rec))
-    out = LinearGate(
+    # a gate of the same class (this layer does not import the policies above it)
+    out = type(gate)(
         module.gate_G.detach().numpy().copy(), module.gate_b.detach().numpy().copy(), gate.S
     )
     return out, history
