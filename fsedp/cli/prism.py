@@ -200,7 +200,9 @@ def cmd_prism_curve(args):
 
 def add_parsers(sub):
     pr = sub.add_parser(
-        "prism", help="MoE-Prism: refactor the MoE LM into sub-experts, quality curve"
+        "prism",
+        help="MoE-Prism: refactor the MoE LM into sub-experts, fine-tune their router, "
+        "quality curve",
     )
     psub = pr.add_subparsers(dest="prism_cmd", required=True, parser_class=type(pr))
     r = psub.add_parser(
