@@ -1288,6 +1288,7 @@ CLI = {
             "--bandwidth": POS_FLOAT,
             "--seed": SEED_BAD,
             "--curve": ["{dir}/nosuch.json", "{dir}/f", "{dir}/bad.json", "{dir}"],
+            "--gate": [*CHOICE, "finetuned"],
             "--out": ["{dir}/f", "/proc/x/s", *OUT_DASH],
         },
     ),

@@ -117,6 +117,47 @@ def test_bad_serve_arguments(args, msg):
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_qos_serves_with_the_chosen_gates_curve(tmp_path, batching):
+    """``--gate finetuned`` reads the fine-tuned gate's column: the same column as proxy
+    gating gives the same rows; a column one sub-expert better at every K lowers the K that
+    meets each floor, so QoS runs lower K and serves no fewer tokens."""
+    import json
+
+    from fsedp.experiments.serve import CURVE, load_curve, run
+
+    doc = json.loads(CURVE.read_text())
+    proxy = doc["curve"]["refactored"]
+    kmax = max(int(k) for k in proxy)
+
+    def rows(column):
+        doc["curve"]["finetuned"] = column
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps(doc))
+        assert load_curve(path, "finetuned")["refactored"] == {int(k): v for k, v in column.items()}
+        kw = dict(duration=60.0, max_batch=8, curve_path=path, batching=batching)
+        return run(["qos"], ["high"], gate="proxy", **kw), run(
+            ["qos"], ["high"], gate="finetuned", **kw
+        )
+
+    a, b = rows(dict(proxy))
+    assert a == b
+    better = {k: proxy[str(min(kmax, int(k) + 1))] for k in proxy}
+    a, b = rows(better)
+    assert b[0]["mean_K"] < a[0]["mean_K"] - 0.5
+    assert b[0]["throughput_tok_s"] >= a[0]["throughput_tok_s"]
+
+
+def test_a_curve_without_the_gates_column_is_one_line():
+    r = subprocess.run(
+        [sys.executable, "-m", "fsedp", "serve", "--gate", "finetuned"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "curve.finetuned" in r.stderr and "fsedp prism finetune" in r.stderr
+
+
 # -- continuous batching -----------------------------------------------------------------
 def test_step_mixed_is_step_when_every_k_is_the_same():
     for K, B in ((1, 1), (3, 7), (8, 64), (2, 512)):

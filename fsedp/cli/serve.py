@@ -24,6 +24,7 @@ def cmd_serve(args):
         slo=args.slo,
         scale_to=args.scale_to,
         curve_path=args.curve,
+        gate=args.gate,
         seed=args.seed,
         batching=args.batching,
         flops=args.tflops * 1e12,
@@ -31,7 +32,8 @@ def cmd_serve(args):
     )
     text = (
         f"Serving (`fsedp serve --policy {args.policy} --load {args.load} --max-batch "
-        f"{args.max_batch} --batching {args.batching}`, {time.time() - t0:.1f} s; "
+        f"{args.max_batch} --batching {args.batching} --gate {args.gate}`, "
+        f"{time.time() - t0:.1f} s; "
         f"{args.duration:g} s of Poisson arrivals, "
         f"{args.scale_to} on {args.tflops:g} TFLOPS / {args.bandwidth:g} GB/s)\n\n"
         + format_rows(rows)
@@ -107,6 +109,13 @@ def add_parsers(sub):
         "--curve",
         default=None,
         help="quality curve JSON of `fsedp prism curve` (default: the committed model's)",
+    )
+    s.add_argument(
+        "--gate",
+        choices=["proxy", "finetuned"],
+        default="proxy",
+        help="MoE-Prism gate whose quality QoS serves with: proxy gating or the fine-tuned "
+        "linear gate (needs a --curve of a `fsedp prism finetune` model; default proxy)",
     )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=None, help="folder for serve.json and serve.md")

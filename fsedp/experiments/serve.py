@@ -26,15 +26,29 @@ FLOORS = ((1.05, 0.3), (1.2, 0.4), (1.5, 0.3))
 CURVE = ASSETS / "prism-curve.json"
 
 
-def load_curve(path=None) -> dict:
+#: MoE-Prism's gates and their columns in a `fsedp prism curve` JSON
+GATES = {"proxy": "refactored", "finetuned": "finetuned"}
+
+
+def load_curve(path=None, gate: str = "proxy") -> dict:
+    """The quality curve of ``path`` (a `fsedp prism curve` JSON; default the committed
+    model's): ``refactored`` is the column of MoE-Prism's ``gate`` (:data:`GATES`), which
+    QoS serves with; ``original`` the whole-expert points."""
     path = Path(path) if path else CURVE
     try:
         d = json.loads(path.read_text())
         c = d["curve"]
+        if GATES[gate] not in c:
+            raise InputError(
+                path,
+                f"curve.{GATES[gate]}",
+                f"no column of the {gate} gate: run `fsedp prism finetune`, then "
+                "`fsedp prism curve --refactored` on its output",
+            )
         return {
             "full": float(c["full"]),
             "S": int(c["S"]),
-            "refactored": {int(k): float(v) for k, v in c["refactored"].items()},
+            "refactored": {int(k): float(v) for k, v in c[GATES[gate]].items()},
             "original": {int(k): float(v) for k, v in c["original"].items()},
         }
     except FileNotFoundError:
@@ -92,15 +106,17 @@ def run(
     curve_path=None,
     seed=0,
     batching="static",
+    gate="proxy",
     **pm_kw,
 ) -> list[dict]:
     """Rows of :func:`metrics` per load and policy.  ``batching``: ``"static"`` (batches run
     to completion, :func:`serve`) or ``"continuous"`` (:func:`serve_continuous`; FullBatch
     has no continuous form); the loads are shares of FIFO's capacity at full quality under
-    the same batching."""
+    the same batching.  ``gate``: the MoE-Prism gate whose quality QoS serves with
+    (:data:`GATES`)."""
     if batching not in ("static", "continuous"):
         raise ValueError(f"batching must be static or continuous, not {batching!r}")
-    c = load_curve(curve_path)
+    c = load_curve(curve_path, gate)
     pm = perf_model(scale_to, c["S"], **pm_kw)
     kmax = max(c["original"])
     if batching == "continuous":
