@@ -79,11 +79,28 @@ def test_gate_is_saved_with_the_model_and_checked(tmp_path):
     ref.save(tmp_path / "g.npz", dtype=np.float32)
     back = LinearGate.of(MoELM.load(tmp_path / "g.npz"))
     assert back.S == S and np.array_equal(back.G, gate.G) and np.array_equal(back.b, gate.b)
-    ref.extra["prism.router"] = gate.G[:, :, :-1]
     from fsedp.errors import InputError
 
-    with pytest.raises(InputError, match="prism.router"):
-        LinearGate.of(ref)
+    def refused(field, **arrays):
+        m = MoELM.load(tmp_path / "g.npz")
+        for k, v in arrays.items():
+            if v is None:
+                del m.extra[k]
+            else:
+                m.extra[k] = v
+        with pytest.raises(InputError, match=field):
+            LinearGate.of(m)
+
+    refused("prism.router", **{"prism.router": gate.G[:, :, :-1]})
+    refused("prism.router", **{"prism.router": np.float32(1.0)})
+    refused("prism.router", **{"prism.router": np.where(gate.G > 0, np.nan, gate.G)})
+    refused("prism.router_bias", **{"prism.router_bias": None})
+    refused("prism.router_bias", **{"prism.router_bias": gate.b[:1]})
+    refused("prism.router_bias", **{"prism.router_bias": gate.b + np.inf})
+    refused("prism.router", **{"prism.gates": None})  # a gate without a partition
+    refused("prism.gates", **{"prism.gates": np.zeros((2, 4, 3, 2), np.int64)})  # 3 !| 8
+    refused("prism.gates", **{"prism.gates": np.zeros((2, 4), np.int64)})
+    refused("prism.gates", **{"prism.gates": np.full((2, 4, 2, 2), 99, np.int64)})
 
 
 @pytest.mark.parametrize("schedule", ["increasing", "random", "mixed"])
@@ -115,6 +132,40 @@ def test_numpy_gate_equals_the_torch_module_at_every_budget():
             want, _ = module(torch.from_numpy(x))
         got = ref.forward(x, LinearGateHook(ref, gate, K).hooks)
         assert np.allclose(got, want.numpy(), atol=1e-4), K
+
+
+def test_ties_are_broken_alike_in_numpy_and_torch():
+    """Duplicated gate columns and no bias: every sub-expert of an expert ties; both sides
+    keep the lower index first (stable order)."""
+    torch = pytest.importorskip("torch", reason="torch is the optional 'model' extra")
+    from fsedp.lm.finetune import gated_module
+
+    _, ref, _ = refactored(seed=6)
+    G, b = linear_gate_init(ref, S)
+    gate = LinearGate(G, np.zeros_like(b), S)
+    module, state = gated_module(ref, gate)
+    x = ((np.arange(36) * 7) % CFG.vocab).reshape(3, 12)
+    for K in (1, 3):
+        state["K"] = K
+        with torch.no_grad():
+            want, _ = module(torch.from_numpy(x))
+        got = ref.forward(x, LinearGateHook(ref, gate, K).hooks)
+        assert np.allclose(got, want.numpy(), atol=1e-4), K
+
+
+def test_only_the_gate_has_gradients():
+    torch = pytest.importorskip("torch", reason="torch is the optional 'model' extra")
+    from fsedp.lm.finetune import gated_module
+
+    _, ref, _ = refactored(seed=7)
+    module, state = gated_module(ref, perturbed(ref))
+    trainable = [n for n, p in module.named_parameters() if p.requires_grad]
+    assert trainable == ["gate_G", "gate_b"]
+    state["K"], state["distill"] = 3, True
+    logits, kl = module(torch.from_numpy(((np.arange(24) * 5) % CFG.vocab).reshape(2, 12)))
+    (logits.square().mean() + kl).backward()
+    assert all(p.grad is None for p in module.params.values())
+    assert module.gate_G.grad.abs().sum() > 0 and module.gate_b.grad.abs().sum() > 0
 
 
 def test_finetuning_trains_only_the_gate_lowers_the_loss_and_is_reproducible():
@@ -205,15 +256,27 @@ def test_finetune_command_end_to_end(tmp_path):
         (["--out", "{tmp}/x.npz", "--schedule", "down"], "--schedule"),
         (["--out", "{tmp}/x.npz", "--refactored", "{model}"], "prism.gates"),
         (["--out", "{tmp}/x.npz"], "--data"),
+        (["--out", "{tmp}/x.npz", "--data", "{tmp}/data"], "vocabulary of 97"),
+        (["--out", "{tmp}/x.npz", "--data", "{tmp}/data", "--refactored", "{lm}"], "window"),
     ],
 )
 def test_finetune_bad_input_is_one_line(tmp_path, args, msg):
+    from fsedp.lm.model import MoELM
     from fsedp.lm.text import ASSETS
 
     _, ref, part = refactored()
     part.store(ref)
     ref.save(tmp_path / "r.npz")
-    args = [a.format(tmp=tmp_path, model=ASSETS / "moe_lm.npz") for a in args]
+    lm = MoELM.load()  # the committed model with a (contiguous) partition
+    Partition(lm.cfg.layers, lm.cfg.experts, lm.cfg.d_ffn, 4, 2).store(lm)
+    lm.save(tmp_path / "lm.npz")
+    text = tmp_path / "data" / "text"
+    text.mkdir(parents=True)
+    for name in ("wikitext-2-valid.tokens", "c4-sample.txt"):
+        (text / name).write_text("a few words\n")  # far fewer than one window
+    args = [
+        a.format(tmp=tmp_path, model=ASSETS / "moe_lm.npz", lm=tmp_path / "lm.npz") for a in args
+    ]
     if "--refactored" not in args:
         args += ["--refactored", str(tmp_path / "r.npz")]
     env = {k: v for k, v in os.environ.items() if k != "FSEDP_DATA"}

@@ -148,6 +148,36 @@ def test_qos_serves_with_the_chosen_gates_curve(tmp_path, batching):
     assert b[0]["throughput_tok_s"] >= a[0]["throughput_tok_s"]
 
 
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        ({"finetuned": "above"}, "misses the strictest quality floor"),
+        ({"finetuned": "nan"}, "curve.finetuned: needs positive, finite"),
+        ({"full": -1.0}, "curve.full"),
+    ],
+)
+def test_a_curve_a_floor_cannot_use_is_one_line(tmp_path, change, msg):
+    import json
+
+    from fsedp.experiments.serve import CURVE
+
+    doc = json.loads(CURVE.read_text())
+    c = doc["curve"]
+    c["finetuned"] = {k: 1.1 * c["full"] for k in c["refactored"]}  # above 1.05x everywhere
+    if change.get("finetuned") == "nan":
+        c["finetuned"]["1"] = float("nan")
+    if "full" in change:
+        c["full"] = change["full"]
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    r = subprocess.run(
+        [sys.executable, "-m", "fsedp", "serve", "--curve", path, "--gate", "finetuned"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and msg in r.stderr, r.stderr
+
+
 def test_a_curve_without_the_gates_column_is_one_line():
     r = subprocess.run(
         [sys.executable, "-m", "fsedp", "serve", "--gate", "finetuned"],

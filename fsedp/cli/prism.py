@@ -73,12 +73,13 @@ def cmd_prism_refactor(args):
 def _refactored(path: str, option: str = "--refactored"):
     """A refactored model (checked: it holds a MoE-Prism partition) and its partition."""
     from fsedp.lm.model import MoELM
-    from fsedp.sw.policies.prism import Partition
+    from fsedp.sw.policies.prism import LinearGate, Partition
 
     ref = MoELM.load(path)
     part = Partition.of(ref)
     if part is None:
         raise usage(option, f"{path} holds no MoE-Prism partition (prism.gates)")
+    LinearGate.of(ref)  # a stored gate is checked now, before any work
     return ref, part
 
 
@@ -98,7 +99,20 @@ def cmd_prism_finetune(args):
     from fsedp.lm.finetune import FinetuneConfig, finetune_router
 
     t0 = time.time()
-    ids = train_stream(load_tokenizer(), root)
+    tok = load_tokenizer()
+    if tok.get_vocab_size() != ref.cfg.vocab:
+        raise usage(
+            "--refactored",
+            f"{args.refactored} has a vocabulary of {ref.cfg.vocab} entries, the "
+            f"tokenizer {tok.get_vocab_size()}",
+        )
+    ids = train_stream(tok, root)
+    if len(ids) < ref.cfg.context + 2:
+        raise usage(
+            "--data",
+            f"{len(ids)} training tokens in {root}/text: fewer than one window of "
+            f"{ref.cfg.context + 1}",
+        )
     fc = FinetuneConfig(
         steps=args.steps,
         batch=args.batch,

@@ -2,6 +2,7 @@
 FullBatch baselines (``docs/serving.md``)."""
 
 import json
+import math
 from pathlib import Path
 
 from fsedp.config import ModelConfig, config_path, load_section
@@ -45,7 +46,7 @@ def load_curve(path=None, gate: str = "proxy") -> dict:
                 f"no column of the {gate} gate: run `fsedp prism finetune`, then "
                 "`fsedp prism curve --refactored` on its output",
             )
-        return {
+        out = {
             "full": float(c["full"]),
             "S": int(c["S"]),
             "refactored": {int(k): float(v) for k, v in c[GATES[gate]].items()},
@@ -60,6 +61,20 @@ def load_curve(path=None, gate: str = "proxy") -> dict:
         raise InputError(path, "curve", "not a `fsedp prism curve` JSON (too deep)") from None
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(path, "curve", f"not a `fsedp prism curve` JSON ({e})") from None
+    for key, col in (("full", None), (GATES[gate], "refactored"), ("original", "original")):
+        vals = [out[key]] if col is None else list(out[col].values())
+        if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
+            raise InputError(path, f"curve.{key}", "needs positive, finite perplexities")
+    strictest = min(f for f, _ in FLOORS) * out["full"]
+    for key, col in ((GATES[gate], "refactored"), ("original", "original")):
+        if min(out[col].values()) > strictest:
+            raise InputError(
+                path,
+                f"curve.{key}",
+                f"best perplexity {min(out[col].values())} misses the strictest quality "
+                f"floor {strictest:.3f} ({min(f for f, _ in FLOORS)}x the full model)",
+            )
+    return out
 
 
 def perf_model(scale_to: str, S: int, **kw) -> PerfModel:

@@ -25,9 +25,9 @@ it already keeps (at ``K = 1`` not at all: a single kept weight is 1); the oracl
 every sub-expert.  ``distill = 0`` is the paper's objective.
 
 The module mirrors the NumPy forward pass with the gate
-(:class:`~fsedp.sw.policies.prism.LinearGateHook`; ``tests/test_prism.py`` checks them
-equal), computed densely: all ``E F`` neurons of a layer, scaled per sub-expert, one
-matrix product each way.
+(:class:`~fsedp.sw.policies.prism.LinearGateHook`; ``tests/test_prism_finetune.py`` checks
+them equal, ties included), computed densely: all ``E F`` neurons of a layer, scaled per
+sub-expert, one matrix product each way.
 """
 
 import json
@@ -94,7 +94,10 @@ def gated_module(model, gate):
     def moe(self, i, h):
         logits = h @ self.gate_G[i] + self.gate_b[i]
         p = torch.softmax(logits, dim=-1)
-        vals, keep = p.topk(state["K"], dim=-1, sorted=True)
+        # a stable sort, as linear_gate_select's: equal scores keep the lower index first
+        order = torch.sort(p, dim=-1, descending=True, stable=True).indices
+        keep = order[:, : state["K"]]
+        vals = p.gather(1, keep)
         scale = min(state["K"], S)
         w = torch.zeros_like(p).scatter(1, keep, scale * vals / vals.sum(-1, keepdim=True))
         a = F.silu(h @ self.cat_w1[i]) * (h @ self.cat_w3[i])  # [N, E F]
@@ -143,9 +146,18 @@ def finetune_router(model, gate, train_ids: np.ndarray, fc: FinetuneConfig, log=
     :func:`~fsedp.sw.policies.prism.linear_gate_init`) of the refactored ``model`` on the
     token stream ``train_ids``; returns ``(trained gate, history)``."""
     torch = _torch()
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.set_num_threads(fc.threads)
+        torch.use_deterministic_algorithms(True)
+        return _finetune(torch, model, gate, train_ids, fc, log)
+    finally:  # the process's torch settings as they were
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _finetune(torch, model, gate, train_ids, fc, log):
     torch.manual_seed(fc.seed)
-    torch.set_num_threads(fc.threads)
-    torch.use_deterministic_algorithms(True)
     module, state = gated_module(model, gate)
     state["distill"] = bool(fc.distill)
     params = [module.gate_G, module.gate_b]

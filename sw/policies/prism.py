@@ -186,11 +186,26 @@ class Partition:
 
     @classmethod
     def of(cls, model):
-        """The partition stored in a refactored model (``None`` if it has none)."""
+        """The partition stored in a refactored model (``None`` if it has none; checked
+        against the model: one line naming ``prism.gates`` if it does not fit)."""
         if "prism.gates" not in model.extra:
             return None
-        gates = model.extra["prism.gates"]
+        from fsedp.errors import InputError
+
+        gates, c = model.extra["prism.gates"], model.cfg
+        if gates.ndim != 4 or gates.shape[:2] != (c.layers, c.experts) or not gates.shape[2]:
+            raise InputError(
+                model.name, "prism.gates", f"shape {gates.shape} does not fit the model"
+            )
         L, E, S, g = gates.shape
+        if c.d_ffn % S or not np.issubdtype(gates.dtype, np.integer):
+            raise InputError(
+                model.name,
+                "prism.gates",
+                f"{S} sub-experts of integer neuron indices do not split {c.d_ffn} neurons",
+            )
+        if gates.size and not ((gates >= 0) & (gates < c.d_ffn)).all():
+            raise InputError(model.name, "prism.gates", f"a neuron index outside 0..{c.d_ffn - 1}")
         part = cls(L, E, model.cfg.d_ffn, S, g)
         part.gates = gates.astype(np.int64)
         return part
@@ -319,7 +334,9 @@ class SubExpertHook:
 def linear_gate_init(model, S: int):
     """The training-free linear gate ``(G [L, d, E S], b [L, E S])``: sub-expert ``s`` of
     expert ``e`` (column ``e S + s``) gets the expert's router column and the bias
-    ``-GATE_TIE x s``, so ``K = j S`` runs the original top-``j`` experts whole."""
+    ``-GATE_TIE x s``, so ``K = j S`` runs the original top-``j`` experts whole (unless
+    the ``j``-th and next experts' logits are within ``(S - 1) GATE_TIE``, where the bias
+    steps interleave their sub-experts)."""
     c = model.cfg
     G = np.stack([np.repeat(model.w[f"l{i}.router"], S, axis=1) for i in range(c.layers)])
     b = np.tile(-GATE_TIE * np.arange(S, dtype=np.float32), (c.layers, c.experts))
@@ -352,18 +369,25 @@ class LinearGate:
 
     @classmethod
     def of(cls, model):
-        """The gate stored in ``model`` (``None`` if it has none)."""
+        """The gate stored in ``model`` (``None`` if it has none), checked against the
+        model and its partition: one line naming the array if it does not fit."""
+        from fsedp.errors import InputError
+
         if "prism.router" not in model.extra:
             return None
         part = Partition.of(model)
-        G, b = model.extra["prism.router"], model.extra.get("prism.router_bias")
-        c = model.cfg
-        S = part.S if part is not None else G.shape[-1] // c.experts
-        if G.shape != (c.layers, c.d_model, c.experts * S) or b is None or b.shape != G.shape[::2]:
-            from fsedp.errors import InputError
-
-            raise InputError(model.name, "prism.router", f"shape {G.shape} does not fit the model")
-        return cls(G, b, S)
+        if part is None:
+            raise InputError(model.name, "prism.router", "a gate without a partition (prism.gates)")
+        G, b, c = model.extra["prism.router"], model.extra.get("prism.router_bias"), model.cfg
+        want = (c.layers, c.d_model, c.experts * part.S)
+        for name, arr, shape in (("prism.router", G, want), ("prism.router_bias", b, want[::2])):
+            if arr is None:
+                raise InputError(model.name, name, "missing array")
+            if arr.shape != shape:
+                raise InputError(model.name, name, f"shape {arr.shape}, expected {shape}")
+            if not np.issubdtype(arr.dtype, np.floating) or not np.isfinite(arr).all():
+                raise InputError(model.name, name, "holds a non-finite or non-float value")
+        return cls(G, b, part.S)
 
     def weights(self, layer: int, h: np.ndarray, K: int) -> np.ndarray:
         """``[N, E, S]`` weights of the sub-experts the rows ``h`` run at budget ``K``."""
