@@ -15,7 +15,7 @@ from fsedp.cli.common import (
     report,
     usage,
 )
-from fsedp.lm.finetune import SCHEDULES  # no torch at import
+from fsedp.lm.finetune import SCHEDULES, FinetuneConfig  # no torch at import
 
 
 def cmd_prism_refactor(args):
@@ -95,8 +95,8 @@ def cmd_prism_finetune(args):
         raise usage("--out", f"the fine-tuned model is an .npz file, not {args.out!r}")
     ref, part = _refactored(args.refactored)
     root = data_dir(args.data)
-    _need_data(root, TRAIN_FILES[0])  # before torch is imported
-    from fsedp.lm.finetune import FinetuneConfig, finetune_router
+    _need_data(root, TRAIN_FILES[0])  # before the tokenizer is loaded
+    from fsedp.lm.finetune import finetune_router
 
     t0 = time.time()
     tok = load_tokenizer()
@@ -282,29 +282,39 @@ def add_parsers(sub):
     )
     f.add_argument("--refactored", required=True, help="a `fsedp prism refactor` model (.npz)")
     f.add_argument("--out", required=True, help="the model with its fine-tuned gate (.npz)")
+    fd = FinetuneConfig()  # the defaults
     f.add_argument(
-        "--steps", type=positive("--steps"), default=400, help="training steps (default 400)"
+        "--steps",
+        type=positive("--steps"),
+        default=fd.steps,
+        help=f"training steps (default {fd.steps})",
     )
     f.add_argument(
-        "--batch", type=positive("--batch"), default=16, help="windows per step (default 16)"
+        "--batch",
+        type=positive("--batch"),
+        default=fd.batch,
+        help=f"windows per step (default {fd.batch})",
     )
     f.add_argument(
-        "--lr", type=number("--lr", 1e-8, 1.0), default=3e-3, help="peak learning rate (3e-3)"
+        "--lr",
+        type=number("--lr", 1e-8, 1.0),
+        default=fd.lr,
+        help=f"peak learning rate (default {fd.lr})",
     )
     f.add_argument(
         "--schedule",
         choices=SCHEDULES,
-        default="mixed",
-        help="the curriculum over the budget K (default mixed; increasing is the paper's)",
+        default=fd.schedule,
+        help=f"the curriculum over the budget K (default {fd.schedule}; increasing is the paper's)",
     )
     f.add_argument(
         "--distill",
         type=number("--distill", 0.0, 1e6),
-        default=1.0,
+        default=fd.distill,
         help="weight of the oracle-distillation term (our addition; 0 is the paper's "
-        "cross-entropy alone; default 1)",
+        f"cross-entropy alone; default {fd.distill:g})",
     )
-    f.add_argument("--seed", type=int_at_least("--seed", 0), default=0)
+    f.add_argument("--seed", type=int_at_least("--seed", 0), default=fd.seed)
     f.add_argument("--verbose", action="store_true", help="log the training loss")
     f.set_defaults(func=cmd_prism_finetune, out_kind="file")
     c = psub.add_parser(

@@ -65,14 +65,15 @@ def load_curve(path=None, gate: str = "proxy") -> dict:
         vals = [out[key]] if col is None else list(out[col].values())
         if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
             raise InputError(path, f"curve.{key}", "needs positive, finite perplexities")
-    strictest = min(f for f, _ in FLOORS) * out["full"]
+    tight = min(f for f, _ in FLOORS)
     for key, col in ((GATES[gate], "refactored"), ("original", "original")):
-        if min(out[col].values()) > strictest:
+        best = min(out[col].values())
+        if best > tight * out["full"]:
             raise InputError(
                 path,
                 f"curve.{key}",
-                f"best perplexity {min(out[col].values())} misses the strictest quality "
-                f"floor {strictest:.3f} ({min(f for f, _ in FLOORS)}x the full model)",
+                f"best perplexity {best} misses the strictest quality floor "
+                f"{tight * out['full']:.3f} ({tight}x the full model)",
             )
     return out
 

@@ -31,12 +31,11 @@ sub-expert, one matrix product each way.
 """
 
 import json
-import math
 import time
 
 import numpy as np
 
-from fsedp.lm.train import _torch, build_torch_model, from_numpy
+from fsedp.lm.train import _torch, build_torch_model, cosine_lr, from_numpy, sample_windows
 
 __all__ = ["FinetuneConfig", "SCHEDULES", "budget_at", "gated_module", "finetune_router"]
 
@@ -112,13 +111,7 @@ def gated_module(model, gate):
                 score = (norms * prob[:, :, None]).reshape(len(h), -1) + 1e-12
                 target = score / score.sum(-1, keepdim=True)
             aux = (target * (target.log() - torch.log_softmax(logits, dim=-1))).sum(-1).mean()
-        for s in range(c.shared_experts):
-            P = self.params
-            out = (
-                out
-                + (F.silu(h @ P[f"l{i}_s_w1"][s]) * (h @ P[f"l{i}_s_w3"][s])) @ (P[f"l{i}_s_w2"][s])
-            )
-        return out, aux
+        return self.shared(i, h, out), aux
 
     module = build_torch_model(c, moe=moe)
     from_numpy(module, model.w)
@@ -171,15 +164,14 @@ def _finetune(torch, model, gate, train_ids, fc, log):
     for step in range(fc.steps):
         K = budget_at(step, fc.steps, k_max, fc.schedule, rng)
         state["K"] = K
-        starts = rng.integers(0, len(data) - t - 1, size=fc.batch)
-        rows = torch.stack([data[s : s + t + 1] for s in starts])
+        rows = sample_windows(torch, rng, data, t, fc.batch)
         logits, kl = module(rows[:, :-1])
         ce = torch.nn.functional.cross_entropy(
             logits.reshape(-1, model.cfg.vocab), rows[:, 1:].reshape(-1)
         )
         loss = ce + fc.distill * kl if fc.distill else ce
-        for g in opt.param_groups:  # cosine decay to 10 %
-            g["lr"] = fc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / fc.steps)))
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(fc.lr, step, fc.steps)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -92,6 +92,17 @@ def build_torch_model(cfg: LMConfig, seed: int = 0, moe=None):
                 x = x + out.view(b, t, cfg.d_model)
             return self.rms(x, P["norm_f"]) @ P["embed"].T, aux / cfg.layers
 
+        def shared(self, i, h, out):
+            """``out`` plus the shared experts' outputs on rows ``h`` of layer ``i``."""
+            P = self.params
+            for s in range(cfg.shared_experts):
+                out = (
+                    out
+                    + (F.silu(h @ P[f"l{i}_s_w1"][s]) * (h @ P[f"l{i}_s_w3"][s]))
+                    @ P[f"l{i}_s_w2"][s]
+                )
+            return out
+
         def moe(self, i, h):
             P = self.params
             probs = torch.softmax(h @ P[f"l{i}_router"], dim=-1)
@@ -105,12 +116,7 @@ def build_torch_model(cfg: LMConfig, seed: int = 0, moe=None):
                 x = h[rows]
                 y = (F.silu(x @ P[f"l{i}_w1"][e]) * (x @ P[f"l{i}_w3"][e])) @ P[f"l{i}_w2"][e]
                 out.index_add_(0, rows, wts[rows, slot, None] * y)
-            for s in range(cfg.shared_experts):
-                out = (
-                    out
-                    + (F.silu(h @ P[f"l{i}_s_w1"][s]) * (h @ P[f"l{i}_s_w3"][s]))
-                    @ P[f"l{i}_s_w2"][s]
-                )
+            out = self.shared(i, h, out)
             # Switch load balancing: fraction of routed slots per expert x mean probability
             frac = torch.bincount(top.reshape(-1), minlength=cfg.experts).float() / top.numel()
             return out, cfg.experts * (frac * probs.mean(0)).sum()
@@ -135,6 +141,22 @@ def from_numpy(module, weights: dict):
             name = k.replace("_", ".", 1) if k.startswith("l") and k[1].isdigit() else k
             v.copy_(torch.from_numpy(np.asarray(weights[name], dtype=np.float32)))
     return module
+
+
+def cosine_lr(peak: float, step: int, steps: int, warmup: int = 0) -> float:
+    """Learning rate of ``step``: linear warm-up over ``warmup`` steps, then a cosine decay
+    from ``peak`` to 10 % of it at ``steps``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def sample_windows(torch, rng, data, t: int, batch: int):
+    """``batch`` windows of ``t + 1`` tokens of the token tensor ``data`` at ``rng``'s
+    random starts (the inputs are ``[:, :-1]``, the targets ``[:, 1:]``)."""
+    starts = rng.integers(0, len(data) - t - 1, size=batch)
+    return torch.stack([data[s : s + t + 1] for s in starts])
 
 
 class TrainConfig:
@@ -183,12 +205,6 @@ def train(cfg: LMConfig, tc: TrainConfig, train_ids: np.ndarray, log=print):
     history = []
     start = time.time()
 
-    def lr_at(step):
-        if step < tc.warmup:
-            return tc.lr * (step + 1) / tc.warmup
-        frac = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
-        return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
     def val_loss():
         model.eval()
         with torch.no_grad():
@@ -202,15 +218,14 @@ def train(cfg: LMConfig, tc: TrainConfig, train_ids: np.ndarray, log=print):
         return float(loss)
 
     for step in range(tc.steps):
-        starts = rng.integers(0, len(data) - t - 1, size=tc.batch)
-        rows = torch.stack([data[s : s + t + 1] for s in starts])
+        rows = sample_windows(torch, rng, data, t, tc.batch)
         logits, aux = model(rows[:, :-1])
         ce = torch.nn.functional.cross_entropy(
             logits.reshape(-1, cfg.vocab), rows[:, 1:].reshape(-1)
         )
         loss = ce + tc.aux * aux
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = cosine_lr(tc.lr, step, tc.steps, tc.warmup)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -31,6 +31,7 @@ import numpy as np
 
 __all__ = [
     "profile_activations",
+    "contiguous_groups",
     "group_norms",
     "partition_cost",
     "greedy_partition",
@@ -69,6 +70,13 @@ def profile_activations(model, ids: np.ndarray, max_rows: int = 4096) -> dict:
     for s in range(0, len(rows), 16):
         model.forward(rows[s : s + 16], Rec())
     return {k: np.concatenate(v)[:max_rows] for k, v in acts.items()}
+
+
+def contiguous_groups(F: int, S: int) -> np.ndarray:
+    """The sub-expert of each of ``F`` neurons when ``S`` groups are contiguous (neurons
+    ``[s F/S, (s+1) F/S)`` form sub-expert ``s``: the naive split, and every refactored
+    model after its permutation)."""
+    return np.arange(F) * S // F
 
 
 def group_norms(act: np.ndarray, assign: np.ndarray, S: int) -> np.ndarray:
@@ -243,13 +251,13 @@ def refactor(
     report = []
     for (layer, e), act in sorted(acts.items()):
         if contiguous:
-            assign = np.arange(c.d_ffn) * S // c.d_ffn
+            assign = contiguous_groups(c.d_ffn, S)
             costs = (partition_cost(act, assign, S, K),) * 2
         else:
             init = greedy_partition(act, S)
             assign, costs = anneal(act, init, S, K, t0, cooling, iters, seed + 31 * layer + e)
             costs = (
-                partition_cost(act, np.arange(c.d_ffn) * S // c.d_ffn, S, K),
+                partition_cost(act, contiguous_groups(c.d_ffn, S), S, K),
                 partition_cost(act, init, S, K),
                 costs[1],
             )
@@ -308,7 +316,7 @@ class SubExpertHook:
             rows, slot = np.nonzero(ids == e)
             if self.selector == "oracle":
                 act = m.activations(layer, int(e), h[rows])
-                sc = group_norms(act, np.arange(F) * S // F, S)
+                sc = group_norms(act, contiguous_groups(F, S), S)
             else:
                 gates = self.part.gates[layer, e]  # [S, g]
                 w1 = m.w[f"l{layer}.w1"][e][:, gates.ravel()]
@@ -327,7 +335,7 @@ class SubExpertHook:
 
     def _mask(self, expert, rows, act):
         slot = np.argmax(self._ids[rows] == expert, axis=1)
-        groups = np.arange(self.part.F) * self.S // self.part.F
+        groups = contiguous_groups(self.part.F, self.S)
         return self._keep[rows, slot][:, groups]
 
 
@@ -403,7 +411,7 @@ class LinearGateHook:
         from fsedp.lm.model import Hooks
 
         self.gate, self.K = gate, K
-        groups = np.arange(model.cfg.d_ffn) * gate.S // model.cfg.d_ffn
+        groups = contiguous_groups(model.cfg.d_ffn, gate.S)
         hook = self
 
         class _H(Hooks):
