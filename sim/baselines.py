@@ -49,13 +49,16 @@ def hydra_home(setup: Setup, predicted: np.ndarray) -> list[int]:
     return home
 
 
-def bounds(setup: Setup, counts: np.ndarray, slices: np.ndarray | None = None) -> tuple[int, int]:
+def bounds(
+    setup: Setup, counts: np.ndarray, slices: np.ndarray | None = None, ahead: int = 0
+) -> tuple[int, int]:
     """(DDR, compute) lower bounds of a layer, in cycles, for any strategy: every active
     expert's micro-slices loaded once over all channels, and computed for its tokens; with
-    ``slices`` (the slice table, micro-slices per expert, [D13]) only those it streams."""
+    ``slices`` (the slice table, micro-slices per expert, [D13]) only those it streams;
+    ``ahead`` of them were loaded before the layer began (pre-loads across layers)."""
     n, dp = setup.chiplets, setup.dp
     per = np.full(len(counts), dp.micro_slices, np.int64) if slices is None else slices
-    moved = int(per[counts > 0].sum())
+    moved = int(per[counts > 0].sum()) - ahead
     ddr = math.ceil(moved * dp.ddr_interval / n)
     compute = math.ceil(int((counts * per).sum()) * dp.cycles_per_token / n)
     return ddr, compute

@@ -157,10 +157,12 @@ def run_layer(
     log: bool = False,
     trace: bool = False,
     slices: np.ndarray | None = None,
+    ahead: list = (),
 ) -> dict:
     """The cycle loop of :func:`fsedp.sim.fsedp.fsedp_layer` on the compiled engine: the
     same bookkeeping (``busy``, ``peak``, ``timeline``, counts, idle causes, completion
-    script, decisions) as the Python loop; with ``log`` the event list too."""
+    script, decisions) as the Python loop; with ``log`` the event list too.  ``ahead``:
+    ``(chiplet, expert, index)`` pre-loaded before the layer (``ddr.load_ahead``)."""
     if not available():
         raise RuntimeError("the compiled streaming engine needs numba")
     k = _kernel
@@ -180,6 +182,11 @@ def run_layer(
     for (c, e), t in tokens.items():
         a.TK[c, e] = t  # the gate fills the tables with the records
     a.MS[:] = per
+    for c, e, i in ahead:  # ddr.load_ahead: the lowest free slot, held, no trajectory yet
+        slot = int(np.flatnonzero(a.SL[c, :, k.S_BUSY] == 0)[0])
+        row = a.SL[c, slot]
+        row[k.S_BUSY], row[k.S_HELD], row[k.S_DDR] = 1, k.AHEAD, 1
+        row[k.S_EXPERT], row[k.S_INDEX], row[k.S_TRAJ], row[k.S_DEST] = e, i, 0, c
     beats = deque(sched.decide())
     made, script = [], []
     # every expert is dispatched once and pre-loaded at most once per layer

@@ -790,7 +790,7 @@ def step(S, beat, ddr_stall, st, ws):
             CH[c, C_CNT] -= 1
     # dispatch beat (sees the jobs as registered)
     if beat[0]:
-        take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, W[23, :n])
+        take_dispatch(P, DIST, DIRT, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, W[23, :n])
     # jobs retire
     done_new = 0
     for j in range(n):
@@ -810,8 +810,30 @@ def step(S, beat, ddr_stall, st, ws):
     return hz, done_out
 
 
+#: ``Slot.held`` of a micro-slice loaded ahead of its layer (``ddr.AHEAD``)
+AHEAD = 2
+
+
 @njit(cache=True)
-def take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, tmp):
+def bind_ahead(P, DIRT, SL, expert, traj, held, hops, rdest, rhops):
+    """``ddr.bind_ahead`` with the trajectory's route tables; returns the count bound."""
+    n, K = P[P_N], P[P_K]
+    legs = popcount(traj) - 1
+    got = 0
+    for c in range(n):
+        for i in range(K):
+            if SL[c, i, S_BUSY] and SL[c, i, S_HELD] == AHEAD and SL[c, i, S_EXPERT] == expert:
+                if (traj >> c) & 1:
+                    dest, r = c, hops[c]
+                else:
+                    dest, r = rdest[c], rhops[c]
+                store(SL, P, DIRT, c, i, expert, SL[c, i, S_INDEX], traj, dest, legs, r, 0, 1, held)
+                got += 1
+    return got
+
+
+@njit(cache=True)
+def take_dispatch(P, DIST, DIRT, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, tmp):
     """``ddr.take_dispatch``."""
     n, K = P[P_N], P[P_K]
     kind, expert, entry, traj = beat[1], beat[2], beat[3], beat[4]
@@ -827,26 +849,23 @@ def take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, tmp)
     if kind != DISPATCH:
         for k in range(P[P_NPRE]):
             if not PR[k, Q_VALID]:
-                PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
-                PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, 0, MS[expert]
                 route_tables(traj, n, DIST, QH[k], QRD[k], tmp)
+                got = bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)
+                PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
+                PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, got, MS[expert]
                 break
         return
     if JB[entry, J_VALID]:
         SC[X_BAD] = 1
         return
-    loaded, count = 0, MS[expert]
+    route_tables(traj, n, DIST, JH[entry], JRD[entry], JRR[entry])
+    loaded = bind_ahead(P, DIRT, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
+    count = MS[expert]
     for k in range(P[P_NPRE]):
         if PR[k, Q_VALID] and PR[k, Q_EXPERT] == expert:
             loaded, count = PR[k, Q_LOADED], PR[k, Q_COUNT]
             PR[k, Q_VALID] = 0
-            if P[P_CHAN] > 1:
-                for c in range(n):
-                    for i in range(K):
-                        if SL[c, i, S_BUSY] and SL[c, i, S_HELD] and SL[c, i, S_EXPERT] == expert:
-                            SL[c, i, S_HELD] = 0
-            else:
-                c = PR[k, Q_CHIPLET]
+            for c in range(n):  # its chiplet, or any with a channel each or ones loaded ahead
                 for i in range(K):
                     if SL[c, i, S_BUSY] and SL[c, i, S_HELD] and SL[c, i, S_EXPERT] == expert:
                         SL[c, i, S_HELD] = 0
@@ -854,7 +873,6 @@ def take_dispatch(P, DIST, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, tmp)
     JB[entry, J_VALID], JB[entry, J_EXPERT], JB[entry, J_TRAJ] = 1, expert, traj
     JB[entry, J_LOADED], JB[entry, J_RETIRED], JB[entry, J_TARGET] = loaded, 0, entry
     JB[entry, J_COUNT] = count
-    route_tables(traj, n, DIST, JH[entry], JRD[entry], JRR[entry])
 
 
 @njit(cache=True)

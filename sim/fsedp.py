@@ -32,8 +32,16 @@ from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
 from fsedp.sw.scheduler import DISPATCH, Scheduler, layer_tokens
 from fsedp.sw.streaming import StepIn, StreamingArray
+from fsedp.sw.streaming.ddr import load_ahead
 
-__all__ = ["VARIANTS", "HOT_WINDOW", "variant_params", "make_scheduler", "fsedp_layer"]
+__all__ = [
+    "VARIANTS",
+    "HOT_WINDOW",
+    "variant_params",
+    "make_scheduler",
+    "fsedp_layer",
+    "check_ahead",
+]
 
 VARIANTS = ("A1", "A2", "A3", "A4", "A5", "A6")
 
@@ -95,6 +103,7 @@ def fsedp_layer(
     streaming: str | None = None,
     log: bool = False,
     slices: dict | None = None,
+    ahead: list | None = None,
 ) -> LayerResult:
     """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
     table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
@@ -105,7 +114,9 @@ def fsedp_layer(
     the others stream all) turns the slice table on: an expert streams only the micro-slices
     of the sub-experts its tokens selected; one with 0 (its tokens kept none of its
     sub-experts) is not routed at all ([D13], ``docs/codesign.md``; not with A1, whose
-    expert is one unit)."""
+    expert is one unit).  ``ahead``: micro-slices pre-loaded before the layer began
+    (predicted pre-loads across layers, :func:`check_ahead`), held in their slots until
+    their expert's first beat binds them to its trajectory (``ddr.bind_ahead``)."""
     sp = sched.p if sched is not None else setup.sp
     dp = variant_params(setup, "A3" if variant == "A5" else variant)
     if slices is not None:
@@ -139,12 +150,13 @@ def fsedp_layer(
             defer=plan.defer,
         )
     tokens = layer_tokens(sp, records, plan.defer)
+    ahead = check_ahead(dp, tokens, table, ahead or [])
     if streaming is None:
         streaming = streaming_engine()
     if streaming == "compiled":
-        loop = run_layer(dp, sched, plan, tokens, log=log, trace=trace, slices=table)
+        loop = run_layer(dp, sched, plan, tokens, log=log, trace=trace, slices=table, ahead=ahead)
     else:
-        loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log, slices=table)
+        loop = python_loop(dp, sched, plan, tokens, trace=trace, log=log, slices=table, ahead=ahead)
     n = dp.chiplets
     slot_bytes = setup.expert_bytes // dp.micro_slices
     counts = np.zeros(sp.experts, dtype=np.int64)
@@ -152,7 +164,7 @@ def fsedp_layer(
     for (c, e), t in tokens.items():
         counts[e] += t
         per_chiplet_tokens[c] += t
-    ddr_cycles, compute_cycles = bounds(setup, counts, table)
+    ddr_cycles, compute_cycles = bounds(setup, counts, table, ahead=len(ahead))
     result = LayerResult(
         strategy=f"FSE-DP {variant}",
         cycles=loop["cycles"],
@@ -180,8 +192,46 @@ def fsedp_layer(
     return result
 
 
+def check_ahead(dp, tokens: dict, table, ahead: list) -> list:
+    """``ahead`` as ``[(chiplet, expert, index)]`` after checking it can be bound: each
+    expert one the layer streams, its indices ``0 .. m - 1`` within its slice-table count,
+    and at most ``slots - H - 1`` per chiplet (the room Rule 4 pre-loads and the deadlock
+    argument leave, [D3]); a ``ValueError`` names the first that is not."""
+    n, M = dp.chiplets, dp.micro_slices
+    streamed = {e for (_, e), t in tokens.items() if t}
+    room = max(0, dp.slots - dp.max_hops - 1)
+    per_chiplet = [0] * n
+    seen: dict = {}
+    out = []
+    for c, e, i in ahead:
+        c, e, i = int(c), int(e), int(i)
+        count = M if table is None else int(table[e])
+        if not 0 <= c < n:
+            raise ValueError(f"pre-load ahead on chiplet {c}: the chip has {n}")
+        if e not in streamed:
+            raise ValueError(f"pre-load ahead of expert {e}, which this layer does not stream")
+        if not 0 <= i < count:
+            raise ValueError(f"pre-load ahead of expert {e} index {i}: it streams {count}")
+        seen.setdefault(e, set()).add(i)
+        per_chiplet[c] += 1
+        if per_chiplet[c] > room:
+            raise ValueError(f"more than {room} micro-slices pre-loaded ahead on chiplet {c}")
+        out.append((c, e, i))
+    for e, idx in seen.items():
+        if idx != set(range(len(idx))) or sum(x[1] == e for x in out) != len(idx):
+            raise ValueError(f"pre-loads ahead of expert {e} are not indices 0 .. m - 1 once each")
+    return out
+
+
 def python_loop(
-    dp, sched, plan, tokens: dict, trace: bool = False, log: bool = False, slices=None
+    dp,
+    sched,
+    plan,
+    tokens: dict,
+    trace: bool = False,
+    log: bool = False,
+    slices=None,
+    ahead: list = (),
 ) -> dict:
     """The cycle loop of one layer on the Python golden model (:class:`StreamingArray`, the
     specification): the scheduler's beats in, the bookkeeping of every cycle out; the
@@ -192,6 +242,7 @@ def python_loop(
         arr.tokens[c][e] = t  # the gate fills the tables with the records
     if slices is not None:
         arr.slices = [int(m) for m in slices]  # and the slice table [D13]
+    load_ahead(arr, ahead)
     beats = deque(sched.decide())
     n = dp.chiplets
     busy = [0] * n

@@ -176,6 +176,24 @@ def test_preload_bound_is_a_bound(doc):
             assert o["vain_mb"] == 0
 
 
+def test_preloads_across_layers_simulated(doc):
+    """Predicted pre-loads across layers, simulated on the streaming engine: no layer
+    reports below the bound of the bytes it loaded; the chip's DDR bytes are the row's plus
+    exactly the micro-slices loaded in vain; the oracle never loads in vain when whole
+    experts are needed; and the gain stays within the upper bound of ``preload_bound``."""
+    for r in doc["rows"]:
+        for p, b in (
+            (r["preload_sim"], r["preload"]),
+            (r["preload_sim_oracle"], r["preload_oracle"]),
+        ):
+            assert p["below_bound"] == 0
+            assert p["ddr_gb"] == pytest.approx(r["ddr_gb"] + p["vain_mb"] * 2**20 / 1e9, abs=2e-3)
+            assert p["speedup"] <= b["speedup_at_most"] + 1e-4
+            assert p["useful_mb"] > 0
+        if not r["sub_experts"]:
+            assert r["preload_sim_oracle"]["vain_mb"] == 0
+
+
 def test_attention_ddr_idle_window():
     """The DDR idles during attention only when the block is compute-bound.  Qwen3 sizes on
     the 2x2 chip (d_model 2048, 32 heads, 8 per chiplet, 2048 MACs per cycle): 4 x 2048^2 /

@@ -13,6 +13,7 @@ from fsedp.experiments.datapath_report import one_expert_cycles, one_expert_idea
 from fsedp.params import OPPOSITE, DatapathParams, SchedulerParams, max_hops
 from fsedp.sw.scheduler import DISPATCH, Dispatch, Scheduler
 from fsedp.sw.streaming import Header, StepIn, StreamingArray, arrive
+from fsedp.sw.streaming.ddr import AHEAD, load_ahead
 from fsedp.tb.datapath_scoreboard import Conservation, LayerDriver, Violation
 from fsedp.tb.scoreboard import random_round
 
@@ -331,6 +332,89 @@ def test_preloads_are_held_until_dispatch():
         out = arr.step(StepIn())
         computed += sum(ev is not None for ev in out.events)
     assert computed == 4 * 2 and arr.idle
+
+
+# -- micro-slices pre-loaded ahead of their layer (predicted pre-loads across layers) -----
+def _ahead_array(channels=1):
+    sp = sched(2, 2, experts=8, theta_min=0)
+    p = DatapathParams.for_scheduler(
+        sp, 2, 2, slots=8, micro_slices=4, preload_entries=2, ddr_interval=1, ddr_latency=2,
+        ddr_channels=channels,
+    )  # fmt: skip
+    arr = StreamingArray(p)
+    arr.step(StepIn(tokens=(0, 1, 2)))
+    arr.step(StepIn(tokens=(1, 1, 3)))
+    # micro-slices 0 and 1 of expert 1 wait on chiplet 1 (on its trajectory 0b0011) and on
+    # chiplet 3 (off it: it must travel to the trajectory, as a remote load does)
+    load_ahead(arr, [(1, 1, 0), (3, 1, 1)])
+    return p, arr
+
+
+def _drain(arr, cycles=300):
+    loads, moved, computed = [], [], []
+    for _ in range(cycles):
+        out = arr.step(StepIn())
+        loads += [h.index for _, _, h, _ in out.ddr_issues]
+        moved += [(src, h.index) for src, _, h in out.transfers]
+        computed += [(c, ev[1]) for c, ev in enumerate(out.events) if ev is not None]
+    return loads, moved, computed
+
+
+@pytest.mark.parametrize("channels", [1, 4])
+def test_ahead_micro_slices_bind_at_dispatch(channels):
+    """Held until the expert's dispatch, then bound to its trajectory: the job starts with
+    them loaded (the DDR loads only indices 2 and 3), the one off the trajectory travels
+    to it, and every micro-slice is computed once on each trajectory chiplet."""
+    p, arr = _ahead_array(channels)
+    for _ in range(10):
+        out = arr.step(StepIn())
+        assert all(ev is None for ev in out.events) and not out.ddr_issues
+    held = [s.held for c in (1, 3) for s in arr.chips[c].slots if s.busy]
+    assert held == [AHEAD, AHEAD]
+    arr.step(StepIn(dispatch=Dispatch(DISPATCH, 1, 4, 0b0011, 0, (1, 1, 0, 0))))
+    assert arr.jobs[0].loaded == 2 and arr.jobs[0].count == 4
+    loads, moved, computed = _drain(arr)
+    assert sorted(loads) == [2, 3]
+    assert (3, 1) in moved  # chiplet 3 sends index 1 towards the trajectory
+    assert sorted(computed) == [(c, i) for c in (0, 1) for i in range(4)]
+    assert arr.idle and not arr.orphan and not arr.bad_dispatch
+
+
+def test_ahead_micro_slices_under_a_preload_beat():
+    """A PRELOAD beat binds them too, still held (its entry takes them as loaded); the
+    dispatch releases them wherever they are."""
+    p, arr = _ahead_array()
+    arr.step(StepIn(dispatch=Dispatch(1, 1, 4, 0b0011, 0, (1, 1, 0, 0))))  # PRELOAD
+    assert arr.pre[0].valid and arr.pre[0].loaded == 2
+    loads, _, computed = _drain(arr, 30)
+    assert computed == [] and sorted(loads) == [2, 3]
+    assert all(s.held is True for c in (1, 3) for s in arr.chips[c].slots if s.busy and s.index < 2)
+    arr.step(StepIn(dispatch=Dispatch(DISPATCH, 1, 4, 0b0011, 0, (1, 1, 0, 0))))
+    assert arr.jobs[0].loaded == 4
+    _, _, computed = _drain(arr)
+    assert sorted(computed) == [(c, i) for c in (0, 1) for i in range(4)]
+    assert arr.idle
+
+
+def test_check_ahead_refuses_what_cannot_bind():
+    from fsedp.sim.fsedp import check_ahead
+
+    sp = sched(2, 2, experts=8, theta_min=0)
+    dp = DatapathParams.for_scheduler(sp, 2, 2, slots=7, micro_slices=4)
+    tokens = {(0, 1): 2, (1, 2): 1}
+    table = [4, 4, 2, 4, 4, 4, 4, 4]
+    ok = [(0, 1, 0), (1, 1, 1), (2, 2, 0), (2, 2, 1)]
+    assert check_ahead(dp, tokens, table, ok) == ok
+    for bad, why in [
+        ([(0, 3, 0)], "does not stream"),
+        ([(0, 2, 2)], "streams 2"),
+        ([(0, 1, 1)], "0 .. m - 1"),
+        ([(0, 1, 0), (1, 1, 0)], "0 .. m - 1"),
+        ([(4, 1, 0)], "chiplet 4"),
+        ([(0, 1, 0), (0, 1, 1), (0, 1, 2), (0, 1, 3)], "more than 3"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            check_ahead(dp, tokens, table, bad)
 
 
 @pytest.mark.parametrize("channels", [1, 4])

@@ -20,7 +20,14 @@ __all__ = [
     "ddr_target",
     "need",
     "within_window",
+    "AHEAD",
+    "load_ahead",
+    "bind_ahead",
 ]
+
+#: ``Slot.held`` of a micro-slice pre-loaded for this layer before it began (a predicted
+#: pre-load across layers, ``docs/codesign.md``): held, and not yet bound to a trajectory
+AHEAD = 2
 
 
 @dataclass
@@ -288,20 +295,55 @@ def take_dispatch(arr, b: Dispatch):
     if b.kind == PRELOAD:
         k = next((k for k, q in enumerate(arr.pre) if not q.valid), None)
         if k is not None:
-            arr.pre[k] = Preload(True, b.expert, b.traj, b.entry, 0, arr.slices[b.expert])
+            got = bind_ahead(arr, b.expert, b.traj, held=True)
+            arr.pre[k] = Preload(True, b.expert, b.traj, b.entry, got, arr.slices[b.expert])
         return
     if arr.jobs[b.entry].valid:
         arr.bad_dispatch = True
         return
-    loaded, count = 0, arr.slices[b.expert]
+    loaded, count = bind_ahead(arr, b.expert, b.traj, held=False), arr.slices[b.expert]
     k = next((k for k, q in enumerate(arr.pre) if q.valid and q.expert == b.expert), None)
     if k is not None:
         q = arr.pre[k]
         # already includes an issue of this cycle; the count its loads were made for [D13]
         loaded, count = q.loaded, q.count
         q.valid = False
-        for c in range(n) if arr.channels > 1 else (q.chiplet,):
+        for c in range(n):  # its chiplet, or any with a channel each or ones loaded ahead
             for s in arr.chips[c].slots:
                 if s.busy and s.held and s.expert == b.expert:
                     s.held = False
     arr.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0, b.entry, count)
+
+
+def load_ahead(arr, loads):
+    """Before the layer's first cycle: micro-slices pre-loaded while the previous layer
+    drained and attention ran (predicted pre-loads across layers, ``docs/codesign.md``),
+    ``(chiplet, expert, index)`` each, stored held and :data:`AHEAD` (no trajectory yet).
+    An expert's indices must be ``0 .. m - 1``; the caller flushes those of experts the
+    layer does not stream (or beyond their slice-table count) before calling."""
+    for c, e, i in loads:
+        slots = arr.chips[c].slots
+        k = next((k for k, s in enumerate(slots) if not s.busy), None)
+        if k is None:
+            raise ValueError(f"no free slot on chiplet {c} for a carried micro-slice")
+        s = slots[k]
+        s.busy, s.held, s.ddr, s.expert, s.index, s.traj, s.dest = True, AHEAD, True, e, i, 0, c
+
+
+def bind_ahead(arr, expert: int, traj: int, held: bool) -> int:
+    """At the first beat naming ``expert`` (dispatch or pre-load), its micro-slices loaded ahead
+    take the beat's trajectory: one on the trajectory starts its ring there, as a Rule 4
+    load does; one off it travels to the trajectory's nearest chiplet, as a remote load
+    does.  Held still under a pre-load beat.  Returns how many it had (the job's or
+    pre-load's ``loaded``)."""
+    p = arr.p
+    got = 0
+    for c, ch in enumerate(arr.chips):
+        for k, s in enumerate(ch.slots):
+            if s.busy and s.held == AHEAD and s.expert == expert:
+                dest, r = (c, p.path_hops(traj, c)) if traj >> c & 1 else p.remote_entry(traj, c)
+                legs = bin(traj).count("1") - 1
+                h = Header(expert, s.index, traj, dest, legs, r)
+                store(arr, c, k, h, wait=0, ddr=True, held=held)
+                got += 1
+    return got
