@@ -76,7 +76,8 @@ def add_parsers(sub):
         description="FSE-DP on the simulated 2x2 chip with buddy substitution of cold "
         "experts and MoE-Prism sub-experts, alone and combined, measured for tokens/s, "
         "bound and DDR bytes on the chip and for perplexity on the project's MoE LM, from "
-        "one set of decisions. See docs/codesign.md.",
+        "one set of decisions; then each with predicted pre-loads across layers, simulated, "
+        "beside their upper bound. See docs/codesign.md.",
     )
     c.add_argument(
         "--theta",

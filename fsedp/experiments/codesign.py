@@ -193,16 +193,19 @@ def preload_bound(
     }
 
 
-def ahead_plan(rank, window: int, dp, need: dict) -> tuple[list, int, int]:
+def ahead_plan(
+    rank, window: int, dp, need: dict, room: int | None = None
+) -> tuple[list, int, int]:
     """What the chip pre-loads for a layer in a window of ``window`` micro-slice loads:
     the experts ``rank`` expects, best first, each from micro-slice 0 on, striped round-robin
-    over the chiplets with room (at most ``slots - H - 1`` each: [D3]'s room, the rest kept
-    for Rule 4), until the window or the room runs out.  ``need`` (expert -> micro-slices
+    over the chiplets with room (``room`` each, at most and by default ``slots - H - 1``:
+    [D3]'s room, the rest kept for Rule 4), until the window or the room runs out.  ``need`` (expert -> micro-slices
     the layer streams of it) decides which are useful: the rest were loaded in vain and are
     flushed when the layer's gate writes its tables.  Returns ``(ahead, useful, vain)``,
     ``ahead`` the useful ones as ``(chiplet, expert, index)``."""
     n = dp.chiplets
-    left = [max(0, dp.slots - dp.max_hops - 1)] * n
+    most = max(0, dp.slots - dp.max_hops - 1)
+    left = [most if room is None else min(room, most)] * n
     budget = min(window, sum(left))
     ahead, vain, c = [], 0, 0
     for e in rank:
@@ -223,7 +226,13 @@ def ahead_plan(rank, window: int, dp, need: dict) -> tuple[list, int, int]:
 
 
 def preload_run(
-    run: dict, trace, tokens: int, rank, slices: dict | None = None, strategy: str = "A3"
+    run: dict,
+    trace,
+    tokens: int,
+    rank,
+    slices: dict | None = None,
+    strategy: str = "A3",
+    room: int | None = None,
 ) -> dict:
     """**Predicted pre-loads across layers, simulated** (issue 17, deliverable 3): the run's
     layers again, in order, each MoE layer ``l >= 1`` starting with the micro-slices the
@@ -250,7 +259,8 @@ def preload_run(
             drain = prev.idle["ddr"].get("drain", 0) // dp.ddr_interval
             per = (slices or {}).get(key)
             need = needed(trace, tokens, lay.iteration, lay.layer, M, slices)
-            ahead, u, v = ahead_plan(rank(lay.iteration, lay.layer), attention + drain, dp, need)
+            window = attention + drain
+            ahead, u, v = ahead_plan(rank(lay.iteration, lay.layer), window, dp, need, room)
             useful, vain = useful + u, vain + v
             out.append(fsedp_layer(setup, lay.records, strategy, slices=per, ahead=ahead))
         prev = out[-1]
