@@ -193,15 +193,13 @@ def preload_bound(
     }
 
 
-def ahead_plan(
-    rank, window: int, dp, need: dict, room: int | None = None
-) -> tuple[list, int, int]:
+def ahead_plan(rank, window: int, dp, need: dict, room: int | None = None) -> tuple[list, int, int]:
     """What the chip pre-loads for a layer in a window of ``window`` micro-slice loads:
     the experts ``rank`` expects, best first, each from micro-slice 0 on, striped round-robin
     over the chiplets with room (``room`` each, at most and by default ``slots - H - 1``:
-    [D3]'s room, the rest kept for Rule 4), until the window or the room runs out.  ``need`` (expert -> micro-slices
-    the layer streams of it) decides which are useful: the rest were loaded in vain and are
-    flushed when the layer's gate writes its tables.  Returns ``(ahead, useful, vain)``,
+    [D3]'s room, the rest kept for Rule 4), until the window or the room runs out.
+    ``need`` (expert -> micro-slices the layer streams of it) decides which are useful: the
+    rest were loaded in vain and are flushed when the layer's gate writes its tables.  Returns ``(ahead, useful, vain)``,
     ``ahead`` the useful ones as ``(chiplet, expert, index)``."""
     n = dp.chiplets
     most = max(0, dp.slots - dp.max_hops - 1)
