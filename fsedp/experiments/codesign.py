@@ -199,8 +199,9 @@ def ahead_plan(rank, window: int, dp, need: dict, room: int | None = None) -> tu
     over the chiplets with room (``room`` each, at most and by default ``slots - H - 1``:
     [D3]'s room, the rest kept for Rule 4), until the window or the room runs out.
     ``need`` (expert -> micro-slices the layer streams of it) decides which are useful: the
-    rest were loaded in vain and are flushed when the layer's gate writes its tables.  Returns ``(ahead, useful, vain)``,
-    ``ahead`` the useful ones as ``(chiplet, expert, index)``."""
+    rest were loaded in vain and are flushed when the layer's gate writes its tables.
+    Returns ``(ahead, useful, vain)``, ``ahead`` the useful ones as ``(chiplet, expert,
+    index)``."""
     n = dp.chiplets
     most = max(0, dp.slots - dp.max_hops - 1)
     left = [most if room is None else min(room, most)] * n
