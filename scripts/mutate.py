@@ -41,6 +41,7 @@ STREAM = ["tests/test_streaming.py"]
 RTL = ["tests/test_blocks_amaranth.py", "tests/test_rtl_amaranth.py"]
 DATAPATH = ["tests/test_datapath_rtl.py"]
 FORMAL = ["tests/test_formal.py"]
+FAST = ["tests/test_fast.py"]
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,24 @@ MUTANTS = [
         "(q.traj & -q.traj).bit_length() - 1))",
         "Rule 4 pre-load sent to the trajectory's first chiplet, not the named one",
         STREAM,
+    ),
+    M(
+        "ahead-off-trajectory",
+        "sw/streaming/ddr.py",
+        "(c, p.path_hops(traj, c)) if traj >> c & 1 else p.remote_entry(traj, c)",
+        "(c, p.path_hops(traj, c))",
+        "golden model: a micro-slice loaded ahead off its expert's trajectory binds as if "
+        "it were on it (computed where the expert has no tokens)",
+        STREAM,
+    ),
+    M(
+        "ahead-off-trajectory-compiled",
+        "sim/fast_kernel.py",
+        "dest, r = rdest[c], rhops[c]",
+        "dest, r = c, hops[c]",
+        "compiled engine: a micro-slice loaded ahead off its expert's trajectory binds as if "
+        "it were on it",
+        FAST,
     ),
 ]
 
