@@ -105,13 +105,28 @@ def test_cli_codesign(tmp_path, capsys):
     assert (out / "codesign.png").read_bytes()[:4] == b"\x89PNG"
     bad = (["--theta", "0"], ["--theta", "x"], ["--scale-to", "nope"], ["--tokens", "0"])
     bad += (["--scale-to", "qwen3-30b-a3b,nope"], ["--tokens", ""], ["--tokens", "64,x"])
-    bad += (["--selector", "best"],)
+    bad += (["--selector", "best"], ["--buddy-cap", "-1"], ["--buddy-cap", "x"])
     # 9 > top-2 x 4; 5 > S = 4; 3 does not divide d_ffn 128; 16 divides it but not M = 8
     bad += (["--prism", "9"], ["--budget", "5"], ["--sub-experts", "3"], ["--sub-experts", "16"])
     for b in bad:
         assert main(["codesign", "--max-tokens", "1024", *b]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("fsedp: <")]
     assert len(err) == len(bad)
+
+
+def test_buddy_cap_saves_at_most_cap_per_iteration_and_layer(lm, doc):
+    """The iteration-level cap: at most ``cap`` cold experts saved per iteration and
+    layer (the rows name it), fewer saved than without it, and the chip moves the bytes of
+    the routing it makes."""
+    model, test, prof = lm
+    capped = codesign(model, test, prof, techniques((1,), (), (), 4, cap=1), cap=1)
+    row = capped["rows"][1]
+    free = next(r for r in doc["rows"] if r["technique"] == "+ buddy (theta 1)")
+    assert row["technique"] == "+ buddy (theta 1, cap 1)" and capped["buddy_cap"] == 1
+    assert 0 < row["saved"] <= row["iterations"] * model.cfg.layers
+    assert row["saved"] < free["saved"] and row["ddr_gb"] > free["ddr_gb"]
+    assert row["ddr_gb"] == pytest.approx(row["ddr_lower_bound_gb"], abs=1e-3)
+    assert capped["rows"][0]["tokens_per_s"] == doc["rows"][0]["tokens_per_s"]
 
 
 def test_prism_streams_the_union_of_kept_sub_experts(doc, lm):

@@ -417,7 +417,7 @@ def test_lm_policies_trade_accuracy_for_throughput():
     assert fewer["bytes_moved_mb"] < prism["bytes_moved_mb"]
 
 
-def _cold_case(tau, theta, seed) -> dict:
+def _cold_case(tau, theta, seed, cap=None) -> dict:
     """One iteration of :func:`substitute_cold`, checked; returns its ``info``."""
     from fsedp.sw.policies.buddy import BuddyConfig, BuddyProfile, substitute_cold
 
@@ -431,7 +431,16 @@ def _cold_case(tau, theta, seed) -> dict:
     ids = np.stack([rng.choice(E, k, replace=False, p=pop) for _ in range(n)])
     weights = rng.dirichlet([1.0] * k, size=n)
     probs = rng.dirichlet([1.0] * E, size=n)
-    new, info = substitute_cold(prof, 0, ids, weights, probs, theta)
+    new, info = substitute_cold(prof, 0, ids, weights, probs, theta, cap)
+    if cap is not None:
+        assert info["saved"] <= cap
+        free, free_info = substitute_cold(prof, 0, ids, weights, probs, theta)
+        assert info["saved"] == min(cap, free_info["saved"])
+        # the ones saved under the cap are the cheapest of those saved without it
+        cost = {e: weights[ids == e].sum() for e in np.unique(ids)}
+        saved = [e for e in np.unique(ids) if not (new == e).any()]
+        lost = [e for e in np.unique(ids) if not (free == e).any() and e not in saved]
+        assert not saved or not lost or max(cost[e] for e in saved) <= min(cost[e] for e in lost)
     before = np.bincount(ids.ravel(), minlength=E)
     after = np.bincount(new.ravel(), minlength=E)
     cold = (before > 0) & (before <= theta)
@@ -461,6 +470,15 @@ def test_substitute_cold_conserves_every_token(tau, theta, seed):
     info = _cold_case(tau, theta, seed)
     if tau == 0.0:  # no gate: cold experts with a resident buddy are saved
         assert info["saved"] > 0
+
+
+@pytest.mark.parametrize("cap", [0, 1, 3])
+@pytest.mark.parametrize("seed", range(3))
+def test_substitute_cold_iteration_cap(cap, seed):
+    """The iteration-level cap: at most ``cap`` cold experts saved, the cheapest (least
+    routing weight moved) of those the uncapped rule saves; every token still accounted."""
+    info = _cold_case(0.0, 2, seed, cap)
+    assert info["saved"] <= cap
 
 
 def test_substitute_cold_keeps_the_experts_the_gate_protects():

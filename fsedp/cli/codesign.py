@@ -2,7 +2,14 @@
 simulated chip and accuracy on the project's MoE LM from one set of decisions
 (``docs/codesign.md``)."""
 
-from fsedp.cli.common import DATA_OR_EMBEDDED, JSON, model_configs, positive, usage
+from fsedp.cli.common import (
+    DATA_OR_EMBEDDED,
+    JSON,
+    int_at_least,
+    model_configs,
+    positive,
+    usage,
+)
 
 
 def _ints(option: str, text: str, hi: int) -> list[int]:
@@ -49,13 +56,14 @@ def cmd_codesign(args):
     budgets = _ints("--budget", args.budget, S)
     if len(test) - 1 < max(max(tokens), model.cfg.context):
         raise usage("--max-tokens", f"{len(test) - 1} test tokens hold no whole iteration")
-    plan, cache, docs = techniques(thetas, ks, budgets, S), {}, []
+    cap = args.buddy_cap
+    plan, cache, docs = techniques(thetas, ks, budgets, S, cap), {}, []
     for t in tokens:
         for name in scales:
             docs.append(
                 codesign(
                     model, test, prof, plan, tokens=t, scale_to=name, cache=cache,
-                    selector=args.selector,
+                    selector=args.selector, cap=cap,
                 )
             )  # fmt: skip
     text = "\n\n".join(format_table(d) for d in docs)
@@ -84,6 +92,13 @@ def add_parsers(sub):
         default="1,2",
         help="BuddyMoE cold thresholds: an expert with at most theta of an iteration's "
         "tokens may be replaced by buddies (default 1,2; empty: none)",
+    )
+    c.add_argument(
+        "--buddy-cap",
+        type=int_at_least("--buddy-cap", 0, 4096),
+        default=None,
+        help="BuddyMoE: save at most this many cold experts per iteration and layer, those "
+        "whose moved tokens carry the least routing weight (default: no cap)",
     )
     c.add_argument(
         "--prism",

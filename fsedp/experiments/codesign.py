@@ -51,7 +51,8 @@ class ChipHook(Hooks):
     consecutive tokens (the rows of a forward batch, in text order), and records the
     routing the chip then streams.
 
-    * with ``prof``: BuddyMoE on the DDR path (:func:`substitute_cold` at ``theta``);
+    * with ``prof``: BuddyMoE on the DDR path (:func:`substitute_cold` at ``theta``, at
+      most ``cap`` cold experts saved per iteration and layer);
     * with ``sub`` (a :class:`fsedp.sw.policies.prism.SubExpertHook` on a refactored
       model): MoE-Prism, each token computing only its ``K`` best sub-experts of its
       experts (proxy gating); with ``budget`` J, only the ``J`` sub-experts of each
@@ -62,10 +63,17 @@ class ChipHook(Hooks):
     """
 
     def __init__(
-        self, layers: int, tokens: int, prof=None, theta: int = 0, sub=None, budget: int = 0
+        self,
+        layers: int,
+        tokens: int,
+        prof=None,
+        theta: int = 0,
+        sub=None,
+        budget: int = 0,
+        cap: int | None = None,
     ):
         self.tokens, self.prof, self.theta, self.sub = tokens, prof, theta, sub
-        self.budget = budget
+        self.budget, self.cap = budget, cap
         self.ids = [[] for _ in range(layers)]
         self.weights = [[] for _ in range(layers)]
         self.masks = [[] for _ in range(layers)]
@@ -81,7 +89,7 @@ class ChipHook(Hooks):
             for s in range(0, len(ids), self.tokens):
                 rows = slice(s, s + self.tokens)
                 new[rows], info = substitute_cold(
-                    self.prof, layer, ids[rows], weights[rows], probs[rows], self.theta
+                    self.prof, layer, ids[rows], weights[rows], probs[rows], self.theta, self.cap
                 )
                 for k in self.info:
                     self.info[k] += info.get(k, 0)
@@ -339,21 +347,23 @@ def deployment_config(model: MoELM, scale_to: str, tokens: int, base: RunConfig 
     return dataclasses.replace(base, model=m, scenario=sc)
 
 
-def techniques(thetas=(1, 2), ks=(6,), budgets=(3, 2), S: int = 4) -> list:
+def techniques(thetas=(1, 2), ks=(6,), budgets=(3, 2), S: int = 4, cap=None) -> list:
     """``(name, buddy theta, (S, K, J) or None)`` of ``fsedp codesign``: FSE-DP alone,
     buddy substitution at each theta, MoE-Prism keeping ``K`` sub-experts per token (of
     ``top_k x S``), MoE-Prism streaming a budget of ``J`` sub-experts per expert and
     iteration (``K = None``: a token keeps all that are streamed), and each Prism setting
-    combined with the theta at the same position (or the last)."""
+    combined with the theta at the same position (or the last).  ``cap``: the names say
+    the iteration-level cap :func:`codesign` is given."""
     out = [("FSE-DP alone", 0, None)]
-    out += [(f"+ buddy (theta {t})", t, None) for t in thetas]
+    c = "" if cap is None else f", cap {cap}"
+    out += [(f"+ buddy (theta {t}{c})", t, None) for t in thetas]
     prism = [(f"prism (K {k})", (S, k, 0)) for k in ks]
     prism += [(f"prism (budget {j} of {S})", (S, None, j)) for j in budgets]
     out += [(f"+ {name}", 0, p) for name, p in prism]
     for i, (name, p) in enumerate(prism):
         if thetas:
             t = thetas[min(i, len(thetas) - 1)]
-            out.append((f"+ buddy (theta {t}) + {name}", t, p))
+            out.append((f"+ buddy (theta {t}{c}) + {name}", t, p))
     return out
 
 
@@ -373,6 +383,7 @@ def codesign(
     progress=None,
     cache: dict | None = None,
     selector: str = "proxy",
+    cap: int | None = None,
 ) -> dict:
     """Each technique of ``plan`` (``(name, theta, (S, K, J) or None)``, see
     :func:`techniques`): perplexity on ``test_ids`` with the routing it makes, and the
@@ -385,7 +396,8 @@ def codesign(
     routings, which do not depend on ``scale_to`` -- when only the deployment sizes
     change.  ``selector``: how a token ranks its sub-experts, ``"proxy"`` (MoE-Prism's
     training-free gate neurons) or ``"oracle"`` (the true activation norms: the best any
-    trained router could rank them, a bound)."""
+    trained router could rank them, a bound).  ``cap``: buddy substitution saves at most
+    that many cold experts per iteration and layer (:func:`substitute_cold`)."""
     from fsedp.experiments.offload import prefetcher, profile_routing
     from fsedp.experiments.prism import refactor_model
     from fsedp.sim.run import run_experiment, summarize
@@ -407,7 +419,7 @@ def codesign(
     for name, theta, sub in plan:
         if sub is not None and M % sub[0]:
             raise ValueError(f"{sub[0]} sub-experts do not divide the chip's {M} micro-slices")
-        key = (name, theta, sub, tokens, selector)
+        key = (name, theta, sub, tokens, selector, cap if theta else None)
         if key not in cache:
             lm, hook_sub, budget = model, None, 0
             if sub is not None:
@@ -419,7 +431,7 @@ def codesign(
                 lm = cache["refactored", S]
                 hook_sub = SubExpertHook(lm, Partition.of(lm), K or model.cfg.top_k * S, selector)
             hook = ChipHook(
-                model.cfg.layers, tokens, prof if theta else None, theta, hook_sub, budget
+                model.cfg.layers, tokens, prof if theta else None, theta, hook_sub, budget, cap
             )
             ppl = lm.perplexity(test_ids, hook)
             trace = routing_trace(hook, test_ids, model.cfg.context, model.cfg.experts, f"<{name}>")
@@ -474,6 +486,7 @@ def codesign(
     return {
         "config": cfg,
         "selector": selector,
+        "buddy_cap": cap,
         "rows": rows,
         "tokens": tokens,
         "scale_to": scale_to,

@@ -313,6 +313,7 @@ def substitute_cold(
     weights: np.ndarray,
     probs: np.ndarray,
     theta: int,
+    cap: int | None = None,
 ) -> tuple[np.ndarray, dict]:
     """BuddyMoE on the chip's DDR path, for the tokens of one iteration at one layer.
 
@@ -321,10 +322,12 @@ def substitute_cold(
     A *cold* one (``1..theta`` tokens) is a miss, and :func:`substitute` (with its TAE,
     margin and budget ``rho`` gates) may give its tokens a resident buddy instead.  A cold
     expert is only worth substituting when **all** its tokens move, because one token left
-    on it loads the whole expert: those substitutions are undone [D].  Returns the new ids
-    and ``info``: the gate counts of :func:`substitute`, ``saved`` (cold experts no longer
-    loaded), ``kept`` (cold experts still loaded) and ``substituted`` (token-expert pairs
-    moved to a buddy)."""
+    on it loads the whole expert: those substitutions are undone [D].  ``cap`` (the
+    iteration-level budget, [D]): at most ``cap`` cold experts are saved per iteration and
+    layer, those whose moved tokens carry the least routing weight on them; the others are
+    kept whole.  Returns the new ids and ``info``: the gate counts of :func:`substitute`,
+    ``saved`` (cold experts no longer loaded), ``kept`` (cold experts still loaded) and
+    ``substituted`` (token-expert pairs moved to a buddy)."""
     ids = np.asarray(ids, dtype=np.int64)
     counts = np.bincount(ids.ravel(), minlength=prof.E)
     resident = counts > theta
@@ -332,6 +335,13 @@ def substitute_cold(
     left = np.bincount(new.ravel(), minlength=prof.E)  # tokens still on each expert
     cold = np.nonzero((counts > 0) & ~resident)[0]
     kept = cold[left[cold] > 0]
+    if cap is not None:
+        saved = cold[left[cold] == 0]
+        if len(saved) > cap:
+            w = np.asarray(weights, dtype=np.float64)
+            cost = np.array([w[ids == e].sum() for e in saved])
+            over = saved[np.argsort(cost, kind="stable")[cap:]]  # the dearest ones stay
+            kept = np.sort(np.concatenate([kept, over]))
     if len(kept):  # a cold expert still loaded: its tokens keep it, no substitution
         undo = np.isin(ids, kept) & (new != ids)
         new[undo] = ids[undo]
