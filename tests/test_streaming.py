@@ -335,13 +335,18 @@ def test_preloads_are_held_until_dispatch():
 
 
 # -- micro-slices pre-loaded ahead of their layer (predicted pre-loads across layers) -----
-def _ahead_array(channels=1):
+def _small_array(micro_slices: int, channels: int):
+    """A 2x2 array of 8 slots with fast DDR and two pre-load entries."""
     sp = sched(2, 2, experts=8, theta_min=0)
     p = DatapathParams.for_scheduler(
-        sp, 2, 2, slots=8, micro_slices=4, preload_entries=2, ddr_interval=1, ddr_latency=2,
-        ddr_channels=channels,
+        sp, 2, 2, slots=8, micro_slices=micro_slices, preload_entries=2, ddr_interval=1,
+        ddr_latency=2, ddr_channels=channels,
     )  # fmt: skip
-    arr = StreamingArray(p)
+    return p, StreamingArray(p)
+
+
+def _ahead_array(channels=1):
+    p, arr = _small_array(4, channels)
     arr.step(StepIn(tokens=(0, 1, 2)))
     arr.step(StepIn(tokens=(1, 1, 3)))
     # micro-slices 0 and 1 of expert 1 wait on chiplet 1 (on its trajectory 0b0011) and on
@@ -425,12 +430,7 @@ def test_preload_target_chiplets(channels, traj, entry):
     there.  A channel per chiplet (Algorithm 1: "to any idle buffer"): each trajectory
     chiplet loads into its own buffer, and a chiplet off the trajectory sends its load to
     ``remote_entry`` -- the trajectory chiplet it reaches within H hops."""
-    sp = sched(2, 2, experts=8, theta_min=0)
-    p = DatapathParams.for_scheduler(
-        sp, 2, 2, slots=8, micro_slices=6, preload_entries=2, ddr_interval=1, ddr_latency=2,
-        ddr_channels=channels,
-    )  # fmt: skip
-    arr = StreamingArray(p)
+    p, arr = _small_array(6, channels)
     arr.step(StepIn(dispatch=Dispatch(1, 5, 4, traj, entry, (0, 0, 0, 0))))  # PRELOAD
     issues = []
     for _ in range(30):
