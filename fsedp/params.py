@@ -436,6 +436,13 @@ class DatapathParams:
         return max_hops(self.rows, self.cols)
 
     @property
+    def held_room(self) -> int:
+        """Slots of a chiplet that held micro-slices (pre-loads, [D3], and ones loaded
+        ahead of their layer, [D14]) may take: ``K - H - 1``, so that the ``H + 1`` free
+        slots forward-count admission needs stay free."""
+        return max(0, self.slots - self.max_hops - 1)
+
+    @property
     def hop_bits(self) -> int:
         return bits_for(self.max_hops + 2)
 

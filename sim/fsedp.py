@@ -195,11 +195,10 @@ def fsedp_layer(
 def check_ahead(dp, tokens: dict, table, ahead: list) -> list:
     """``ahead`` as ``[(chiplet, expert, index)]`` after checking it can be bound: each
     expert one the layer streams, its indices ``0 .. m - 1`` within its slice-table count,
-    and at most ``slots - H - 1`` per chiplet (the room Rule 4 pre-loads and the deadlock
-    argument leave, [D3]); a ``ValueError`` names the first that is not."""
-    n, M = dp.chiplets, dp.micro_slices
+    each once, and at most ``DatapathParams.held_room`` per chiplet (the room the deadlock
+    argument leaves, [D3]); a ``ValueError`` names the first that is not."""
+    n, M, room = dp.chiplets, dp.micro_slices, dp.held_room
     streamed = {e for (_, e), t in tokens.items() if t}
-    room = max(0, dp.slots - dp.max_hops - 1)
     per_chiplet = [0] * n
     seen: dict = {}
     out = []
@@ -212,14 +211,16 @@ def check_ahead(dp, tokens: dict, table, ahead: list) -> list:
             raise ValueError(f"pre-load ahead of expert {e}, which this layer does not stream")
         if not 0 <= i < count:
             raise ValueError(f"pre-load ahead of expert {e} index {i}: it streams {count}")
-        seen.setdefault(e, set()).add(i)
+        if i in seen.setdefault(e, set()):
+            raise ValueError(f"pre-loads ahead of expert {e} are not indices 0 .. m - 1: {i} twice")
+        seen[e].add(i)
         per_chiplet[c] += 1
         if per_chiplet[c] > room:
             raise ValueError(f"more than {room} micro-slices pre-loaded ahead on chiplet {c}")
         out.append((c, e, i))
     for e, idx in seen.items():
-        if idx != set(range(len(idx))) or sum(x[1] == e for x in out) != len(idx):
-            raise ValueError(f"pre-loads ahead of expert {e} are not indices 0 .. m - 1 once each")
+        if idx != set(range(len(idx))):
+            raise ValueError(f"pre-loads ahead of expert {e} are not indices 0 .. m - 1")
     return out
 
 

@@ -146,6 +146,19 @@ def needed(trace, tokens: int, i: int, layer: int, M: int, slices: dict | None) 
     return {e: per.get(e, M) for e in used}
 
 
+def attention_window(setup, tokens: int) -> int:
+    """Micro-slice loads the DDR channels could make while an attention block of ``tokens``
+    computes (``Setup.attention_ddr_idle_cycles`` on every channel; 0 when DDR-bound)."""
+    dp = setup.dp
+    return setup.attention_ddr_idle_cycles(tokens) // dp.ddr_interval * dp.ddr_channels
+
+
+def drain_window(result, dp) -> int:
+    """Micro-slice loads the DDR channels could make in a layer's drain (its ``drain`` idle
+    channel-cycles in the simulator's breakdown)."""
+    return result.idle["ddr"].get("drain", 0) // dp.ddr_interval
+
+
 def preload_bound(
     run: dict, trace, tokens: int, rank, slices: dict | None = None, strategy: str = "A3"
 ) -> dict:
@@ -164,8 +177,8 @@ def preload_bound(
     setup = run["setup"]
     dp = setup.dp
     n, M, ch = dp.chiplets, dp.micro_slices, dp.ddr_channels
-    cap = n * max(0, dp.slots - dp.max_hops - 1)
-    attention = setup.attention_ddr_idle_cycles(tokens) // dp.ddr_interval * ch
+    cap = n * dp.held_room
+    attention = attention_window(setup, tokens)
     results = {
         (lay.iteration, lay.layer): r for lay, r in zip(run["layers"], run["results"][strategy])
     }
@@ -174,7 +187,7 @@ def preload_bound(
     for i in range(n_iter):
         for layer in range(1, trace.layers):
             need = needed(trace, tokens, i, layer, M, slices)
-            drain = results[i, layer - 1].idle["ddr"].get("drain", 0) // dp.ddr_interval
+            drain = drain_window(results[i, layer - 1], dp)
             windows += attention + drain
             left = min(cap, attention + drain)
             for e in rank(i, layer):
@@ -201,25 +214,24 @@ def preload_bound(
     }
 
 
-def ahead_plan(rank, window: int, dp, need: dict, room: int | None = None) -> tuple[list, int, int]:
+def ahead_plan(rank, window: int, dp, need: dict, room: int | None = None) -> tuple[list, int]:
     """What the chip pre-loads for a layer in a window of ``window`` micro-slice loads:
     the experts ``rank`` expects, best first, each from micro-slice 0 on, striped round-robin
-    over the chiplets with room (``room`` each, at most and by default ``slots - H - 1``:
-    [D3]'s room, the rest kept for Rule 4), until the window or the room runs out.
+    over the chiplets with room (``room`` each, at most and by default
+    ``DatapathParams.held_room``), until the window or the room runs out.
     ``need`` (expert -> micro-slices the layer streams of it) decides which are useful: the
     rest were loaded in vain and are flushed when the layer's gate writes its tables.
-    Returns ``(ahead, useful, vain)``, ``ahead`` the useful ones as ``(chiplet, expert,
-    index)``."""
+    Returns ``(ahead, vain)``: the useful ones as ``(chiplet, expert, index)``, and how
+    many were loaded in vain."""
     n = dp.chiplets
-    most = max(0, dp.slots - dp.max_hops - 1)
-    left = [most if room is None else min(room, most)] * n
+    left = [dp.held_room if room is None else min(room, dp.held_room)] * n
     budget = min(window, sum(left))
     ahead, vain, c = [], 0, 0
     for e in rank:
         e = int(e)
         for i in range(dp.micro_slices):
             if budget <= 0:
-                return ahead, len(ahead), vain
+                return ahead, vain
             while not left[c]:
                 c = (c + 1) % n
             left[c] -= 1
@@ -229,7 +241,7 @@ def ahead_plan(rank, window: int, dp, need: dict, room: int | None = None) -> tu
             else:
                 vain += 1
             c = (c + 1) % n
-    return ahead, len(ahead), vain
+    return ahead, vain
 
 
 def preload_run(
@@ -255,20 +267,18 @@ def preload_run(
     setup = run["setup"]
     dp = setup.dp
     M = dp.micro_slices
-    attention = setup.attention_ddr_idle_cycles(tokens) // dp.ddr_interval * dp.ddr_channels
+    attention = attention_window(setup, tokens)
     base = run["results"][strategy]
     out, useful, vain, prev = [], 0, 0, None
     for lay, r in zip(run["layers"], base):
-        key = (lay.iteration, lay.layer)
-        if lay.layer == 0 or prev is None:
+        if lay.layer == 0:
             out.append(r)  # nothing is predicted for a first layer
         else:
-            drain = prev.idle["ddr"].get("drain", 0) // dp.ddr_interval
-            per = (slices or {}).get(key)
+            per = (slices or {}).get((lay.iteration, lay.layer))
             need = needed(trace, tokens, lay.iteration, lay.layer, M, slices)
-            window = attention + drain
-            ahead, u, v = ahead_plan(rank(lay.iteration, lay.layer), window, dp, need, room)
-            useful, vain = useful + u, vain + v
+            window = attention + drain_window(prev, dp)
+            ahead, v = ahead_plan(rank(lay.iteration, lay.layer), window, dp, need, room)
+            useful, vain = useful + len(ahead), vain + v
             out.append(fsedp_layer(setup, lay.records, strategy, slices=per, ahead=ahead))
         prev = out[-1]
     before = summarize(run)[strategy]
