@@ -2,7 +2,10 @@
 half-written is left behind, and where outputs go by default."""
 
 import contextlib
+import json
 import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -12,6 +15,9 @@ from fsedp.errors import InputError
 
 __all__ = [
     "atomic_path",
+    "output_dir",
+    "work_folder",
+    "OUTPUT_MARKER",
     "read_text",
     "check_output_folder",
     "write_text",
@@ -29,8 +35,13 @@ __all__ = [
 def atomic_path(path, suffix: str = ""):
     """Yield a temporary path next to ``path``; on success it is renamed to ``path``, on an
     exception it is removed.  ``suffix`` keeps an extension some writers insist on
-    (``numpy.savez`` appends ``.npz`` to names without it)."""
+    (``numpy.savez`` appends ``.npz`` to names without it).
+
+    ``path`` itself must not be a symbolic link (:func:`check_output_file`): the rename
+    would replace the user's link, and writing through it would replace the file it points
+    at, so neither is done."""
     path = Path(path)
+    _refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent
@@ -41,10 +52,22 @@ def atomic_path(path, suffix: str = ""):
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written file is a normal one
     try:
         yield Path(tmp)
+        _refuse_link(path)  # made while we worked: still never replaced
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _refuse_link(path: Path):
+    if os.path.islink(path):
+        raise InputError(
+            str(path),
+            "<file>",
+            f"is a symbolic link (to {os.readlink(path)[:120]}); fsedp writes its outputs as "
+            "new files and neither replaces a link nor writes through one: name the target "
+            "itself",
+        )
 
 
 def read_text(path) -> str:
@@ -91,33 +114,241 @@ def _check_place(path: Path):
 
 
 def check_output_file(path) -> Path:
-    """Refuse, before any work, an output file path that is a folder or cannot be written."""
+    """Refuse, before any work, an output file path that is a folder, a symbolic link or
+    cannot be written.  An existing regular file of that name is replaced (the user named
+    it) once the new one is complete."""
     path = Path(path)
     _check_place(path)
+    _refuse_link(path)
     if path.is_dir():
         raise InputError(str(path), "<file>", "is a folder; expected a file name")
     return path
 
 
-def check_output_folder(path) -> Path:
-    """Refuse, before any work, an output folder path that is a file or cannot be made
-    (nothing is created: the folder is made when the outputs are written)."""
+# -- report folders --------------------------------------------------------------------------
+#: The file every output folder of fsedp holds: which files fsedp wrote there.  A folder with
+#: it, holding nothing else, is one of ours and may be replaced by the next report; any other
+#: non-empty folder is left alone unless ``--force`` says to write beside what it holds.
+OUTPUT_MARKER = ".fsedp-output.json"
+#: Entries looked at when deciding whether a folder is one of ours (a report has a few dozen).
+_MAX_ENTRIES = 100_000
+
+
+def _protected(path: Path) -> str | None:
+    """Why ``path`` may never be a report folder: the file-system root, the current folder,
+    the home folder or a folder above either; ``None`` otherwise."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):
+        return None
+    if target == Path(target.anchor):
+        return "is the file-system root"
+    places = []
+    for name, where in (("the current folder", Path.cwd), ("your home folder", Path.home)):
+        try:
+            places.append((name, where().resolve()))
+        except (OSError, RuntimeError, KeyError):
+            continue
+    for name, here in places:
+        if target == here:
+            return f"is {name}"
+    for name, here in places:
+        if target in here.parents:
+            return f"is a folder above {name}"
+    return None
+
+
+def _manifest(folder: Path) -> set[str] | None:
+    """The entries (relative paths) the marker of ``folder`` lists, ``None`` without a
+    readable marker."""
+    marker = folder / OUTPUT_MARKER
+    try:
+        if marker.is_symlink() or not marker.is_file() or marker.stat().st_size > 1 << 22:
+            return None
+        doc = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("tool") == "fsedp" else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    return set(files)
+
+
+def _entries(folder: Path):
+    """Every entry under ``folder`` (relative paths, folders before what they hold), links
+    not followed."""
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        rel = Path(root).relative_to(folder)
+        for name in sorted(dirs) + sorted(files):
+            yield (rel / name).as_posix()
+
+
+def _foreign(folder: Path) -> list[str]:
+    """Entries of the existing folder ``folder`` that fsedp did not write there (at most a
+    few): everything when it has no marker, else what its marker does not list."""
+    ours = _manifest(folder) or set()
+    ours.add(OUTPUT_MARKER)
+    found = []
+    for n, entry in enumerate(_entries(folder)):
+        if entry not in ours and not any(entry.startswith(f + "/") for f in found):
+            found.append(entry)
+            if len(found) == 3:
+                break
+        if n >= _MAX_ENTRIES:
+            found.append(f"more than {_MAX_ENTRIES} entries")
+            break
+    return found
+
+
+def check_output_folder(path, force: bool = False) -> Path:
+    """Refuse, before any work, an output folder that cannot hold a report: a file, a
+    symbolic link, a place that cannot be written, the root, the current or home folder (or
+    one above them), and, unless ``force``, an existing folder holding anything fsedp did
+    not write there.  Nothing is created here (:func:`output_dir` makes the folder when the
+    outputs are complete)."""
     path = Path(path)
     _check_place(path)
+    _refuse_link(path)
     if path.exists() and not path.is_dir():
         raise InputError(str(path), "<file>", "is a file; expected a folder for the outputs")
+    why = _protected(path)
+    if why:
+        raise InputError(
+            str(path), "<file>", f"{why}; a report needs a folder of its own, e.g. {path / 'report'}"
+        )
+    if path.is_dir() and not force:
+        foreign = _foreign(path)
+        if foreign:
+            raise InputError(
+                str(path),
+                "<file>",
+                f"holds {', '.join(foreign)}, which fsedp did not write; a report replaces only "
+                "a folder of its own: choose a new folder, empty this one, or pass --force to "
+                "write the report beside what it holds",
+            )
     return path
 
 
 def output_folder(path) -> Path:
-    """``path`` made as a folder for a command's outputs, or an
-    :class:`~fsedp.errors.InputError` when it is a file or cannot be made."""
-    path = check_output_folder(path)
+    """``path`` made as a folder that a command fills in place (work folders such as the
+    sweep cache and formal runs), or an :class:`~fsedp.errors.InputError` when it is a file,
+    a link or cannot be made."""
+    path = Path(path)
+    _check_place(path)
+    _refuse_link(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(str(path), "<file>", "is a file; expected a folder for the outputs")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(str(path), "<file>", f"cannot make the folder: {e.strerror}") from None
     return path
+
+
+def _write_marker(folder: Path, files):
+    doc = {"tool": "fsedp", "files": sorted(set(files) | {OUTPUT_MARKER})}
+    with atomic_path(folder / OUTPUT_MARKER) as tmp:
+        tmp.write_text(json.dumps(doc, indent=0) + "\n")
+
+
+def _remove_ours(folder: Path, ours: set[str]):
+    """Remove from ``folder`` the entries of ``ours`` (deepest first), then the folder if
+    nothing else is left; what fsedp did not write stays, and is said once."""
+    for entry in sorted(ours, key=lambda e: e.count("/"), reverse=True):
+        p = folder / entry
+        with contextlib.suppress(OSError):
+            if p.is_dir() and not p.is_symlink():
+                p.rmdir()
+            else:
+                p.unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        print(f"fsedp: kept {folder}: it holds files fsedp did not write", file=sys.stderr)
+
+
+def _merge(staged: Path, path: Path):
+    """Move the staged report's entries into the existing folder ``path`` (``--force``):
+    namesakes are replaced, every other entry of ``path`` stays; the marker then lists our
+    files, old and new."""
+    entries = list(_entries(staged))
+    for entry in entries:
+        src, dst = staged / entry, path / entry
+        if dst.is_symlink() or (dst.exists() and dst.is_dir() != src.is_dir()):
+            raise InputError(str(dst), "<file>", "is in the way of the report's own entry")
+        if src.is_dir():
+            dst.mkdir(exist_ok=True)
+        elif entry != OUTPUT_MARKER:
+            os.replace(src, dst)
+    kept = {e for e in (_manifest(path) or ()) if os.path.lexists(path / e)}
+    _write_marker(path, kept | set(entries))
+
+
+@contextlib.contextmanager
+def work_folder(path, force: bool = False):
+    """A folder a command fills in place as it goes (formal runs: the paths it prints while
+    it works must stay true): checked as a report folder is (:func:`check_output_folder`),
+    made, and on leaving given the marker listing what fsedp wrote there (with ``force``,
+    only what was not there before)."""
+    path = check_output_folder(path, force)
+    before = set(_entries(path)) if path.is_dir() else set()
+    path = output_folder(path)
+    ours = _manifest(path) or set()
+    try:
+        yield path
+    finally:
+        new = {e for e in _entries(path) if e not in before}
+        kept = {e for e in ours if os.path.lexists(path / e)}
+        with contextlib.suppress(OSError, InputError):
+            _write_marker(path, new | kept | (before if not force else set()))
+
+
+@contextlib.contextmanager
+def output_dir(path, force: bool = False):
+    """A report folder written whole or not at all.
+
+    Yields a fresh temporary folder beside ``path``; when the block ends without an error
+    it gets the marker :data:`OUTPUT_MARKER` and takes the place of ``path``:
+
+    * no ``path`` yet: the staged folder is renamed to it;
+    * ``path`` empty or one of ours (a marker listing everything it holds): it is replaced,
+      and only the files of our earlier report are deleted;
+    * ``path`` holding anything else: refused (checked before any work by
+      :func:`check_output_folder`), unless ``force``, which moves the report's files into it
+      and leaves every other file there as it was.
+
+    On an error or an interrupt the staged folder is removed and ``path`` is untouched.
+    The root, the current folder and the home folder are never used, ``--force`` or not."""
+    path = check_output_folder(path, force)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as e:
+        raise InputError(str(path), "<file>", f"cannot make the folder: {e.strerror}") from None
+    try:
+        yield staged
+        path = check_output_folder(path, force)  # again: the run may have taken minutes
+        _write_marker(staged, _entries(staged))
+        if not os.path.lexists(path):
+            os.rename(staged, path)
+        elif not _foreign(path):
+            ours = _manifest(path) or set()
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.rename(path, old / "report")
+            try:
+                os.rename(staged, path)
+            except OSError:
+                os.rename(old / "report", path)
+                raise
+            _remove_ours(old / "report", ours | {OUTPUT_MARKER})
+            with contextlib.suppress(OSError):
+                old.rmdir()
+        else:
+            _merge(staged, path)
+    except OSError as e:
+        raise InputError(str(path), "<file>", f"cannot write the report: {e.strerror}") from None
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
 
 
 def build_dir(*parts) -> Path:

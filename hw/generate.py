@@ -4,6 +4,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
+from fsedp.files import atomic_path
 from fsedp.hw.chiplet import Chiplet
 from fsedp.hw.chiplet_array import ChipletArray
 from fsedp.hw.ddr_ctrl import DDRController
@@ -66,7 +67,6 @@ def write_verilog(block: str, p, out_dir) -> Path:
     path = out_dir / f"{top_name(block)}.v"
     text = verilog_text(block, p)
     if not path.exists() or path.read_text() != text:
-        tmp = path.with_suffix(".v.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            tmp.write_text(text)
     return path

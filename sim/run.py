@@ -3,8 +3,6 @@ table and a report folder (JSON, Markdown, PNG plots)."""
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -360,21 +358,22 @@ def _label(s: str) -> str:
     return s if s in BASELINES else f"FSE-DP {s}"
 
 
-def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[str]:
+def write_report(
+    run: dict, summary: dict, out_dir: Path, command: str, force: bool = False
+) -> list[str]:
     """Write ``summary.json``, ``report.md``, ``utilization.png`` (Figure 11),
     ``chiplets.png`` and, with an FSE-DP strategy, ``activity.png`` (Figure 13) into
-    ``out_dir`` (all or nothing: written to a temporary folder that is then renamed)."""
-    from fsedp.files import pyplot
+    ``out_dir``, all or nothing (:func:`fsedp.files.output_dir`: a folder of ours is
+    replaced, a folder with other files is refused unless ``force``)."""
+    from fsedp.files import OUTPUT_MARKER, output_dir, pyplot
 
     plt = pyplot()
 
     setup: Setup = run["setup"]
     cfg = setup.cfg
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir.parent))
     n = len(run["layers"])
-    try:
+    with output_dir(out_dir, force) as tmp:
         doc = {
             "command": command,
             "config": config_to_dict(cfg),
@@ -495,10 +494,4 @@ def write_report(run: dict, summary: dict, out_dir: Path, command: str) -> list[
             plt.close(fig)
             md_extra = "![activity per chiplet](activity.png)\n"
             (tmp / "report.md").write_text((tmp / "report.md").read_text() + md_extra)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return sorted(str(p) for p in out_dir.iterdir())
+    return sorted(str(p) for p in out_dir.iterdir() if p.name != OUTPUT_MARKER)

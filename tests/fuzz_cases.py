@@ -14,7 +14,11 @@ Categories (the first part of a case name):
   ``fsedp trace stats|convert|synth``, ``fsedp shuffle``, ``fsedp offload --trace`` and a
   run config's ``scenario.trace``;
 * ``experiment``: experiment files (``experiment: sweep|grid``) for ``fsedp run --config``;
-* ``cli``: bad option values of every command.
+* ``cli``: bad option values of every command;
+* ``output``: output places that must not be used: the current folder and those above it,
+  folders holding files fsedp did not write, symbolic links (dangling, or onto a user's
+  file: the file must survive), a file in the way of a multi-file output, unwritable report
+  paths (each refused before any work).
 
 Cases are cheap: a command whose bad value were accepted would still only run a short job
 (one layer, one strategy, a few tokens), so a missed check costs seconds, not minutes.
@@ -71,11 +75,15 @@ class Case:
     files : dict
         Path relative to the case's folder -> bytes, written before the run (``d/keep``
         makes the folder ``d``).
+    links : dict
+        Path relative to the case's folder -> the target of a symbolic link made there
+        (written as given: relative to the link's folder, or absolute).
     """
 
     name: str
     argv: list[str]
     files: dict[str, bytes] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
 
     @property
     def category(self) -> str:
@@ -90,11 +98,17 @@ class _Cases:
         self.items: list[Case] = []
         self.names: set[str] = set()
 
-    def add(self, name: str, argv: list[str], files: dict[str, bytes] | None = None):
+    def add(
+        self,
+        name: str,
+        argv: list[str],
+        files: dict[str, bytes] | None = None,
+        links: dict[str, str] | None = None,
+    ):
         if name in self.names:
             raise ValueError(f"duplicate fuzz case name {name!r}")
         self.names.add(name)
-        self.items.append(Case(name, list(argv), dict(files or {})))
+        self.items.append(Case(name, list(argv), dict(files or {}), dict(links or {})))
 
 
 def _billion_laughs(levels: int = 9, width: int = 9) -> str:
@@ -1385,8 +1399,74 @@ def _cli_cases(out: _Cases, rng: random.Random):
         out.add(f"cli/{command}/random-pair-{i:02d}", argv, {**common, **files})
 
 
+#: Commands whose ``--out`` is a report folder: (argv before ``--out``, files they read).
+REPORT_FOLDERS = {
+    "run": ["run", "--layers", "1", "--strategies", "EP"],
+    "stats": ["trace", "stats", "{dir}/t.jsonl"],
+    "verilog": ["rtl", "verilog"],
+    "formal": ["rtl", "formal"],
+    "serve": ["serve", "--policy", "fifo", "--load", "low"],
+    "shuffle": ["shuffle", "{dir}/t.jsonl", "--seeds", "1"],
+    "codesign": ["codesign", "--tokens", "16"],
+    "offload-grid": ["offload", "--grid"],
+    "prism-curve": ["prism", "curve"],
+    "lm-train": ["lm", "train", "--data", "{dir}", "--steps", "1"],
+}
+#: Commands whose output is one file: (argv with ``OUT`` where the file goes).
+OUTPUT_FILES = {
+    "convert": ["trace", "convert", "{dir}/t.jsonl", "OUT"],
+    "synth": ["trace", "synth", "--like", "{dir}/t.jsonl", "--out", "OUT"],
+    "sweep": ["sweep", "figure9", "--layers", "1", "--out", "OUT"],
+    "rtl-report": ["rtl", "report", "--no-latency", "--no-cells", "--out", "OUT"],
+    "rtl-datapath": ["rtl", "datapath", "--out", "OUT"],
+    "cosim-report": [
+        *("rtl", "cosim", "--driver", "native", "--experts", "16", "--rounds", "1"),
+        *("--report", "OUT"),
+    ],
+    "prism-finetune": [
+        *("prism", "finetune", "--refactored", "{dir}/r.npz", "--data", "{dir}"),
+        *("--out", "OUT"),
+    ],
+    "prism-refactor": ["prism", "refactor", "--out", "OUT"],
+    "lm-trace": ["lm", "trace", "--data", "{dir}", "--out", "OUT"],
+}
+
+
+def _output_cases(out: _Cases, rng: random.Random):
+    files = {"t.jsonl": _valid_jsonl(rng), "d/keep": b"a user's file\n"}
+    for name, argv in REPORT_FOLDERS.items():
+        places = {
+            "current-folder": (".", {}),
+            "current-folder-absolute": ("{dir}", {}),
+            "parent-folder": ("..", {}),
+            "foreign-folder": ("{dir}/d", {}),
+            "dangling-link": ("{dir}/ln", {"ln": "nowhere"}),
+            "link-to-folder": ("{dir}/ln", {"ln": "d"}),
+        }
+        for variant, (place, links) in places.items():
+            out.add(f"output/{name}/{variant}", [*argv, "--out", place], files, links)
+    out.add(
+        "output/verilog/file-in-the-way",
+        ["rtl", "verilog", "--out", "{dir}/v"],
+        {**files, "v/fsedp_matcher.v/keep": b""},
+    )
+    for name, argv in OUTPUT_FILES.items():
+        npz = ("convert", "synth", "prism-finetune", "prism-refactor", "lm-trace")
+        ext = ".npz" if name in npz else ".md"
+        ext = ".json" if name == "cosim-report" else ext
+        target = {f"mine{ext}": b"a user's file\n"}
+        for variant, (place, links) in {
+            "link-onto-file": (f"{{dir}}/o{ext}", {f"o{ext}": f"mine{ext}"}),
+            "dangling-link": (f"{{dir}}/o{ext}", {f"o{ext}": "nowhere"}),
+            "folder": ("{dir}/d", {}),
+            "unwritable": (f"/proc/fsedp-x{ext}", {}),
+        }.items():
+            argv2 = [place if a == "OUT" else a for a in argv]
+            out.add(f"output/{name}/{variant}", argv2, {**files, **target}, links)
+
+
 def cases() -> list[Case]:
-    """Every fuzz case, in a fixed order (config, trace, experiment, cli)."""
+    """Every fuzz case, in a fixed order (config, trace, experiment, cli, output)."""
     rng = random.Random(SEED)
     out = _Cases()
     traces = _bad_traces(rng)
@@ -1394,4 +1474,5 @@ def cases() -> list[Case]:
     _trace_cases(out, rng, traces)
     _experiment_cases(out)
     _cli_cases(out, rng)
+    _output_cases(out, rng)
     return out.items

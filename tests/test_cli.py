@@ -130,7 +130,7 @@ def test_bad_datapath_arguments_one_line_exit_2(args):
 def test_datapath_buffer_too_small_names_the_field(tmp_path, capsys):
     cfg = tmp_path / "small-buffer.yaml"
     cfg.write_text(TINY_RUN % (TINY_HW % 4))  # 4 KiB: one 3 KiB micro-slice
-    assert main(["rtl", "verilog", "--config", str(cfg), "--out", str(tmp_path)]) == 2
+    assert main(["rtl", "verilog", "--config", str(cfg), "--out", str(tmp_path / "v")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "hardware.onchip_buffer_kib" in err and "deadlock" in err
     assert not list(tmp_path.glob("*.v.tmp"))

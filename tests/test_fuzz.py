@@ -159,6 +159,8 @@ def run_case(case: Case, workdir: Path) -> Outcome:
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+    for rel, target in case.links.items():
+        os.symlink(target, folder / rel)
     before = _snapshot(folder)
     argv = [a.replace("{dir}", str(folder)) for a in case.argv]
     out, err = workdir / "stdout", workdir / "stderr"
@@ -255,12 +257,17 @@ def test_cases_are_many_unique_and_sampled():
     assert len(CASES) >= 1200
     assert len({c.name for c in CASES}) == len(CASES)
     categories = {c.category for c in CASES}
-    assert categories == {"config", "trace", "experiment", "cli"}
+    assert categories == {"config", "trace", "experiment", "cli", "output"}
     assert {c.category for c in SAMPLE} == categories
 
 
 def test_fuzz_sample(tmp_path):
     _check(SAMPLE, tmp_path)
+
+
+def test_fuzz_outputs(tmp_path):
+    """Every output-place case (they protect a user's files), not only the sample's."""
+    _check([c for c in CASES if c.category == "output"], tmp_path)
 
 
 @pytest.mark.slow

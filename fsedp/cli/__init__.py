@@ -12,11 +12,12 @@ prints one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits with status 2
 (:class:`~fsedp.errors.InputError`, the one error type).
 """
 
+import argparse
 import sys
 from pathlib import Path
 
 from fsedp.cli import codesign, lm, offload, prism, rtl, run, serve, shuffle, trace
-from fsedp.cli.common import Parser, usage
+from fsedp.cli.common import Parser, add_force, usage
 from fsedp.errors import InputError
 from fsedp.files import check_output_file, check_output_folder
 
@@ -35,7 +36,19 @@ def build_parser() -> Parser:
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
     for group in GROUPS:
         group.add_parsers(sub)
+    for p in _parsers(ap):
+        if p.get_default("out_kind") == "folder" and "--force" not in p._option_string_actions:
+            add_force(p)
     return ap
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    """``parser`` and every parser of its sub-commands."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for p in dict.fromkeys(action.choices.values()):
+                yield from _parsers(p)
 
 
 #: Options that name a file or folder: an empty value is refused, not taken as "not given".
@@ -70,7 +83,10 @@ def check_common(args):
     if out and kind == "file":
         check_output_file(out)
     elif out and kind == "folder":
-        check_output_folder(out)
+        check_output_folder(out, getattr(args, "force", False))
+    report = getattr(args, "report", None)
+    if isinstance(report, str):  # the report file of rtl cosim --driver native
+        check_output_file(report)
     data = getattr(args, "data", None)
     if data is not None and not Path(data).expanduser().is_dir():
         raise usage("--data", f"{data[:200]} is not a folder")

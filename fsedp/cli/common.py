@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fsedp.config import config_path, default_run, load_run
 from fsedp.errors import COMMAND_LINE, InputError
-from fsedp.files import atomic_path, output_folder, write_text
+from fsedp.files import output_dir, write_text
 
 __all__ = [
     "Parser",
@@ -28,6 +28,7 @@ __all__ = [
     "DATA_OR_EMBEDDED",
     "load_trace",
     "trace_out",
+    "add_force",
 ]
 
 
@@ -140,16 +141,13 @@ def write_output(path, text: str):
 def report(args, doc, text: str, stem: str, plot=None):
     """Print ``text`` (or ``doc`` as JSON with ``--json``); with ``--out DIR`` also write
     ``DIR/<stem>.json``, ``DIR/<stem>.md`` and, when ``plot`` is given, ``DIR/<stem>.png``
-    (each written atomically)."""
+    (all or nothing, :func:`fsedp.files.output_dir`)."""
     if args.out:
-        out = output_folder(args.out)
-        with atomic_path(out / f"{stem}.json") as tmp:
-            tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        with atomic_path(out / f"{stem}.md") as tmp:
-            tmp.write_text(text)
-        if plot is not None:
-            with atomic_path(out / f"{stem}.png") as tmp:
-                plot(tmp)
+        with output_dir(args.out, args.force) as out:
+            (out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+            (out / f"{stem}.md").write_text(text)
+            if plot is not None:
+                plot(out / f"{stem}.png")
     print(json.dumps(doc) if args.json else text)
     return 0
 
@@ -185,6 +183,18 @@ def trace_out(path: str, option: str = "OUT") -> Path:
     if Path(path).suffix.lower() != ".npz":
         raise usage(option, f"the project's trace format is an .npz file, not {path[:60]!r}")
     return Path(path)
+
+
+def add_force(p: argparse.ArgumentParser):
+    """``--force``: write a report folder into an existing folder that holds files fsedp
+    did not write (they stay; namesakes of the report's files are replaced).  Without it
+    such a folder is refused before any work (:func:`fsedp.files.check_output_folder`)."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write the --out folder even where it holds files fsedp did not write (they "
+        "stay; namesakes are replaced)",
+    )
 
 
 def _parent(*adders) -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ from fsedp.cli.common import (
 )
 from fsedp.config import config_to_dict
 from fsedp.errors import COMMAND_LINE, InputError
-from fsedp.files import build_dir, output_folder
+from fsedp.files import build_dir, output_dir, work_folder
 from fsedp.params import SchedulerParams
 from fsedp.sw.sorter import SORTERS
 
@@ -189,17 +189,20 @@ def cmd_verilog(args):
                 "hardware.rows x hardware.cols of the run config",
             )
         dp_blocks = []  # --chiplets reshapes the scheduler only
-    out = output_folder(args.out)
     files, lint = [], {}
-    for b in blocks:
-        files.append(str(write_verilog(b, p, out)))
     dp = None
-    if dp_blocks:
-        dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
-        for b in dp_blocks:
-            files.append(str(write_verilog(b, dp, out)))
-    if args.lint:
-        lint = lint_files(files)
+    with output_dir(args.out, args.force) as staged:
+        for b in blocks:
+            files.append(write_verilog(b, p, staged).name)
+        if dp_blocks:
+            dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+            for b in dp_blocks:
+                files.append(write_verilog(b, dp, staged).name)
+        if args.lint:
+            lint = lint_files([staged / f for f in files])
+    out = Path(args.out)
+    lint = {str(out / Path(f).name): v for f, v in lint.items()}
+    files = [str(out / f) for f in files]
     doc = {
         "params": dataclasses.asdict(p),
         "files": files,
@@ -601,7 +604,7 @@ def cmd_datapath(args):
 
 def cmd_formal(args):
     """Bounded model checking of the blocks' formal properties (``fsedp.tb.formal``)."""
-    from fsedp.tb.formal import CHECKS, missing_tools, properties, prove
+    from fsedp.tb.formal import CHECKS, missing_tools, properties
 
     names = list(CHECKS) if not args.check else args.check
     for n in names:
@@ -628,7 +631,24 @@ def cmd_formal(args):
             f"formal checking needs {', '.join(missing)} on PATH (Debian: apt-get install "
             f"yosys {args.solver})",
         )
-    out = output_folder(args.out) if args.out else build_dir("formal")
+    with work_folder(args.out or build_dir("formal"), args.force) as out:
+        results = _formal_runs(args, names, out)
+    doc = {
+        "solver": args.solver,
+        "checks": [dataclasses.asdict(r) | {"status": r.status} for r in results],
+    }
+    ok = all(r.status == "pass" for r in results)
+    text = f"{sum(len(r.properties) for r in results)} properties: " + (
+        "all hold" if ok else "FAILED: " + "; ".join(f for r in results for f in r.failed)
+    )
+    emit(args, doc, text)
+    return 0 if ok else 1
+
+
+def _formal_runs(args, names, out) -> list:
+    """Each check of ``names`` proved in its own folder under ``out``, progress printed."""
+    from fsedp.tb.formal import CHECKS, prove
+
     results = []
     for n in names:
         check = CHECKS[n]
@@ -647,16 +667,7 @@ def cmd_formal(args):
         results.append(
             prove(check, Path(out) / n, depth=args.depth, solver=args.solver, progress=progress)
         )
-    doc = {
-        "solver": args.solver,
-        "checks": [dataclasses.asdict(r) | {"status": r.status} for r in results],
-    }
-    ok = all(r.status == "pass" for r in results)
-    text = f"{sum(len(r.properties) for r in results)} properties: " + (
-        "all hold" if ok else "FAILED: " + "; ".join(f for r in results for f in r.failed)
-    )
-    emit(args, doc, text)
-    return 0 if ok else 1
+    return results
 
 
 def add_parsers(sub):

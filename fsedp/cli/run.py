@@ -9,6 +9,7 @@ from pathlib import Path
 from fsedp.cli.common import (
     CONFIG,
     JSON,
+    add_force,
     emit,
     load_config,
     positive,
@@ -56,10 +57,8 @@ def cmd_run(args):
             "--strategies",
             f"unknown {', '.join(bad) or '(none given)'}; choose from {', '.join(STRATEGIES)}",
         )
-    out = (
-        check_output_folder(args.out)
-        if args.out
-        else build_dir("run", Path(cfg.source).stem.strip("<>"))
+    out = check_output_folder(
+        args.out or build_dir("run", Path(cfg.source).stem.strip("<>")), args.force
     )
     check = None
     if args.scheduler == "rtl":
@@ -82,7 +81,7 @@ def cmd_run(args):
     if check is not None:
         doc["rtl_check"] = check.finish()
     command = "fsedp " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else "fsedp run"
-    doc["report"] = write_report(run, summary, out, command)
+    doc["report"] = write_report(run, summary, out, command, force=args.force)
     title = (
         f"{cfg.model.name} on {cfg.hardware.name}: {cfg.scenario.tokens_per_iteration} tokens "
         f"per iteration, {args.iterations} iteration(s) x {len(run['layers']) // args.iterations} "
@@ -272,7 +271,12 @@ def add_parsers(sub):
         help="processes: the FSE-DP layers of a run, the points of an experiment file (or "
         "Ray CPUs of a local instance; default: up to 2)",
     )
-    run.add_argument("--out", help="report folder (default ./build/run/<config name>)")
+    run.add_argument(
+        "--out",
+        help="report folder (default ./build/run/<config name>); with an experiment file, "
+        "the table's Markdown file",
+    )
+    add_force(run)
     _executor_arguments(run)
     _streaming_argument(run)
     run.set_defaults(func=cmd_run)

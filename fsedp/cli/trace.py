@@ -21,19 +21,17 @@ def cmd_trace_convert(args):
 
 
 def cmd_trace_stats(args):
-    from fsedp.files import atomic_path, output_folder
+    from fsedp.files import output_dir
     from fsedp.trace.stats import format_stats, plot_stats, trace_stats
 
     trace = load_trace(args.input, args.format, args.num_experts)
     stats = trace_stats(trace, fit=args.fit)
     text = format_stats(stats)
     if args.out:
-        out = output_folder(args.out)
-        with atomic_path(out / "stats.json") as tmp:
-            tmp.write_text(json.dumps(stats, indent=1) + "\n")
-        with atomic_path(out / "stats.md") as tmp:
-            tmp.write_text(text)
-        plot_stats(stats, trace, out)
+        with output_dir(args.out, args.force) as out:
+            (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+            (out / "stats.md").write_text(text)
+            plot_stats(stats, trace, out)
     if args.json:
         print(json.dumps(stats))
     else:
