@@ -9,6 +9,7 @@ of Table I do not fit 8 micro-slices in 4 MiB.
 """
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ __all__ = [
     "load_grid",
     "run_grid",
     "sweep_point",
+    "point_result_error",
 ]
 
 TABLE1 = ("phi-3.5-moe", "yuan2.0-m32", "deepseek-moe-16b", "qwen3-30b-a3b")
@@ -117,6 +119,121 @@ def sweep_point(point: dict, workers: int = 1) -> dict:
     return {"slots": run["setup"].dp.slots, "summary": summarize(run)}
 
 
+# -- a sweep point's result, as computed and as cached ----------------------------------------
+#: The kinds of value in a point's result: a finite number (an int or a float, not a bool),
+#: the same or ``null``, a count (an int, at least 0).
+NUMBER, NUMBER_OR_NULL, COUNT = "a finite number", "a finite number or null", "a count"
+#: Mean, 99th percentile and maximum of A5's delays or slacks (us).
+_STATS = {"mean": NUMBER, "p99": NUMBER, "max": NUMBER}
+#: One strategy's summary in a point's result (:func:`fsedp.sim.run.summarize`): every field
+#: it always has and the kind of its value -- an object for a nested one, ``(NUMBER,)`` for
+#: an object of any keys with numbers (``lost``: the share of time lost per cause).  Further
+#: fields are kept as they are (finite JSON like all of an entry).
+SUMMARY_FIELDS = {
+    "moe_layer_us": NUMBER,
+    "speedup_vs_ep": NUMBER_OR_NULL,
+    "x_bound": NUMBER_OR_NULL,
+    "utilization": NUMBER,
+    "onchip_mb": NUMBER,
+    "deferrals": COUNT,
+    "weights_mb": NUMBER,
+    "tokens_mb": NUMBER,
+    "throughput_tok_s": NUMBER_OR_NULL,
+    "ddr_gb": NUMBER,
+    "d2d_gb": NUMBER,
+    "d2d_busiest_link_gb": NUMBER_OR_NULL,
+    "busiest_link_share": NUMBER_OR_NULL,
+    "lost": (NUMBER,),
+    "breakdown": {
+        "ddr_bound_share": NUMBER_OR_NULL,
+        "compute_bound_share": NUMBER_OR_NULL,
+        "compute_imbalance": NUMBER,
+        "ddr_imbalance": NUMBER_OR_NULL,
+    },
+    "decisions": COUNT,
+    "layers": COUNT,
+    "flush_layers": COUNT,
+    "wall_s": NUMBER_OR_NULL,
+}
+#: A5's ``qos`` field, when its summary has one (:meth:`fsedp.sim.buffering.TokenBuffering.qos`).
+QOS_FIELDS = {
+    "requests": COUNT,
+    "deferrals": COUNT,
+    "delayed": COUNT,
+    "delay_us": _STATS,
+    "slack_us": _STATS,
+    "delay_over_slack_max": NUMBER,
+    "violations": COUNT,
+}
+
+
+def _mismatch(value, kind, where: str) -> str | None:
+    """``None`` when ``value`` is of ``kind`` (:data:`SUMMARY_FIELDS`' notation), else the
+    first field that is not, and why."""
+    if isinstance(kind, dict):
+        if not isinstance(value, dict):
+            return f"{where}: not an object"
+        for k, sub in kind.items():
+            if k not in value:
+                return f"{where}.{k}: missing"
+            why = _mismatch(value[k], sub, f"{where}.{k}")
+            if why:
+                return why
+        return None
+    if isinstance(kind, tuple):
+        if not isinstance(value, dict):
+            return f"{where}: not an object"
+        for k, v in value.items():
+            why = _mismatch(v, kind[0], f"{where}.{k[:40]}")
+            if why:
+                return why
+        return None
+    if value is None and kind == NUMBER_OR_NULL:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{where}: not {kind}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where}: not {kind}"
+    if kind == COUNT and not (isinstance(value, int) and value >= 0):
+        return f"{where}: not {kind}"
+    return None
+
+
+def point_result_error(point: dict, result) -> str | None:
+    """``None`` when ``result`` has the shape :func:`sweep_point` gives ``point``, else the
+    first thing wrong; never raises (the ``check`` of the sweep's cache entries,
+    :func:`fsedp.sim.executor.run_points`).  The shape: ``{"infeasible": [FILE, FIELD,
+    REASON]}`` (three strings), or ``{"slots": COUNT, "summary": {STRATEGY: ...}}`` whose
+    summary has exactly the point's strategies, each with :data:`SUMMARY_FIELDS` (and, where
+    it has ``qos``, :data:`QOS_FIELDS`)."""
+    if not isinstance(result, dict):
+        return "the result is not an object"
+    if "infeasible" in result:
+        why = result["infeasible"]
+        if list(result) != ["infeasible"] or not (
+            isinstance(why, list) and len(why) == 3 and all(isinstance(x, str) for x in why)
+        ):
+            return "infeasible: not [file, field, reason] alone"
+        return None
+    if sorted(result) != ["slots", "summary"]:
+        return "not an object of slots and summary"
+    slots, summary = result["slots"], result["summary"]
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+        return "slots: not a positive count"
+    if not isinstance(summary, dict):
+        return "summary: not an object"
+    strategies = list(dict.fromkeys(point["strategies"]))
+    if sorted(summary) != sorted(strategies):
+        return f"summary: not the strategies {', '.join(strategies)}"
+    for s in strategies:
+        why = _mismatch(summary[s], SUMMARY_FIELDS, f"summary.{s}")
+        if not why and "qos" in summary[s]:
+            why = _mismatch(summary[s]["qos"], QOS_FIELDS, f"summary.{s}.qos")
+        if why:
+            return why
+    return None
+
+
 def figure9(
     models=TABLE1,
     tokens=(16, 64),
@@ -161,7 +278,13 @@ def figure9(
                 feasible.append((row, [a5_label(x)]))
                 points.append(make_point(raw, source, ["A5"], iterations, layers, a5_slack=x))
     results = run_points(
-        sweep_point, points, progress=progress, label="figure", costs=costs, **executor
+        sweep_point,
+        points,
+        progress=progress,
+        label="figure",
+        costs=costs,
+        check=point_result_error,
+        **executor,
     )
     for (row, keys), res in zip(feasible, results):
         if "infeasible" in res:
@@ -480,7 +603,9 @@ def run_grid(d: dict, progress: bool = True, **executor) -> tuple[list[dict], st
         rows.append({"point": point})
         feasible.append(rows[-1])
         points.append(make_point(raw, source, d["strategies"], 1, d["layers"]))
-    results = run_points(sweep_point, points, progress=progress, label="grid", **executor)
+    results = run_points(
+        sweep_point, points, progress=progress, label="grid", check=point_result_error, **executor
+    )
     for row, res in zip(feasible, results):
         if "infeasible" in res:
             row["infeasible"] = res["infeasible"][2]

@@ -228,7 +228,11 @@ def _executor_arguments(p):
         help="run the points in a local process pool (default) or on Ray (pip install "
         "'fsedp[ray]')",
     )
-    g.add_argument("--address", help="an existing Ray cluster (ray://HOST:10001 or auto)")
+    g.add_argument(
+        "--address",
+        help="an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto; refused after "
+        "20 s without an answer)",
+    )
     g.add_argument(
         "--cache",
         help="folder of finished points (default $FSEDP_CACHE or ~/.cache/fsedp/points); "
