@@ -1188,7 +1188,7 @@ CLI = {
         },
     ),
     "offload": (
-        ["offload", "--max-tokens", "64"],
+        ["offload", "--max-tokens", "128"],
         {},
         {
             "--policy": CHOICE,
@@ -1236,12 +1236,12 @@ CLI = {
         },
     ),
     "offload-grid": (
-        ["offload", "--grid", "--max-tokens", "64"],
+        ["offload", "--grid", "--max-tokens", "128"],
         {},
         {"--out": ["{dir}/f", "/proc/x/g"]},
     ),
     "prism-refactor": (
-        ["prism", "refactor", "--out", "{dir}/r.npz", "--iters", "0", "--profile-tokens", "64"],
+        ["prism", "refactor", "--out", "{dir}/r.npz", "--iters", "0", "--profile-tokens", "128"],
         {},
         {
             "--out": ["{dir}/r.txt", "{dir}/d.npz", "/proc/x/r.npz", "", *_DASH],
@@ -1274,10 +1274,9 @@ CLI = {
         },
     ),
     "prism-curve": (
-        ["prism", "curve", "--iters", "0", "--max-tokens", "64", "--profile-tokens", "64"],
+        ["prism", "curve", "--iters", "0", "--max-tokens", "128", "--profile-tokens", "128"],
         {},
         {
-            "--refactored": ["{dir}/nosuch.npz", "{dir}/f", "{dir}"],
             "--sub-experts": ["0", "3", HUGE_CLI, "x"],
             "--iters": ["-1", HUGE_CLI, "x"],
             "--max-tokens": CAP_INT,
@@ -1287,8 +1286,14 @@ CLI = {
             "--data": ["{dir}/nosuch"],
         },
     ),
+    "prism-curve-refactored": (
+        # --sub-experts and --iters are for refactoring: refused beside --refactored
+        ["prism", "curve", "--max-tokens", "128", "--profile-tokens", "128"],
+        {},
+        {"--refactored": ["{dir}/nosuch.npz", "{dir}/f", "{dir}"]},
+    ),
     "serve": (
-        ["serve", "--policy", "fifo", "--load", "low", "--duration", "1"],
+        ["serve", "--policy", "fifo", "--load", "low", "--duration", "20"],
         {},
         {
             "--policy": CHOICE,

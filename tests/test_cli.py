@@ -146,7 +146,7 @@ def test_datapath_verilog_lint_clean(tmp_path, capsys):
             "--config",
             str(cfg),
             "--out",
-            str(tmp_path),
+            str(tmp_path / "v"),
             "--block",
             "chiplet_array",
             "--lint",
@@ -156,7 +156,7 @@ def test_datapath_verilog_lint_clean(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0, doc["lint"]
     assert doc["datapath_params"]["slots"] == 6 and len(doc["files"]) == 1
-    assert "module fsedp_chiplet_array" in (tmp_path / "fsedp_chiplet_array.v").read_text()
+    assert "module fsedp_chiplet_array" in (tmp_path / "v" / "fsedp_chiplet_array.v").read_text()
 
 
 def test_run_main_job_writes_report(tmp_path, capsys):
@@ -188,6 +188,7 @@ def test_run_main_job_writes_report(tmp_path, capsys):
     per_layer = json.loads((out / "summary.json").read_text())["layers"]
     assert all("lost" in x and x["bounding"] in ("ddr", "compute") for x in per_layer["A3"])
     assert sorted(p.name for p in out.iterdir()) == [
+        ".fsedp-output.json",
         "activity.png",
         "chiplets.png",
         "report.md",

@@ -204,6 +204,7 @@ def test_flame_long_tail_grows_as_windows_shrink(tmp_path):
     r = cli("trace", "stats", FLAME, "--out", tmp_path / "st")
     assert r.returncode == 0, r.stderr
     assert {p.name for p in (tmp_path / "st").iterdir()} == {
+        ".fsedp-output.json",
         "stats.json",
         "stats.md",
         "load_tail.png",

@@ -13,11 +13,13 @@ prints one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits with status 2
 """
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 
 from fsedp.cli import codesign, lm, offload, prism, rtl, run, serve, shuffle, trace
-from fsedp.cli.common import Parser, add_force, usage
+from fsedp.cli.common import Parser, add_force, held_warnings, usage
 from fsedp.errors import InputError
 from fsedp.files import check_output_file, check_output_folder
 
@@ -86,7 +88,10 @@ def check_common(args):
         check_output_folder(out, getattr(args, "force", False))
     report = getattr(args, "report", None)
     if isinstance(report, str):  # the report file of rtl cosim --driver native
-        check_output_file(report)
+        try:
+            check_output_file(report)
+        except InputError as e:
+            raise usage("--report", f"{report[:200]}: {e.reason}") from None
     data = getattr(args, "data", None)
     if data is not None and not Path(data).expanduser().is_dir():
         raise usage("--data", f"{data[:200]} is not a folder")
@@ -95,14 +100,19 @@ def check_common(args):
 def main(argv=None) -> int:
     """Run one command; its exit status (2 for bad input, 130 when interrupted)."""
     try:
-        args = build_parser().parse_args(argv)
-        check_common(args)
-        return args.func(args)
+        with held_warnings():  # a refusal is its one line: a library's warnings are dropped
+            args = build_parser().parse_args(argv)
+            check_common(args)
+            return args.func(args)
     except InputError as e:
         print(f"fsedp: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (fsedp ... | head): not an error of ours
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from fsedp.cli.common import (
     positive,
     usage,
 )
+from fsedp.cli.lm import load_lm
 
 
 def _ints(option: str, text: str, hi: int) -> list[int]:
@@ -37,13 +38,15 @@ def cmd_codesign(args):
     )
     from fsedp.experiments.offload import lm_data
 
+    # the options first, then those that depend on the LM, then the corpora
     thetas = _ints("--theta", args.theta, 4096)
     tokens = _ints("--tokens", args.tokens, 4096)
     if not tokens:
         raise usage("--tokens", "needs at least one count of tokens per iteration")
     scales = args.scale_to
-    model, test, prof = lm_data(args.max_tokens, weights=args.model, data=args.data)
     S = args.sub_experts
+    budgets = _ints("--budget", args.budget, S)
+    model = load_lm(args.model)  # the user's file is checked before the corpora
     if model.cfg.d_ffn % S:
         raise usage("--sub-experts", f"must divide the LM's d_ffn {model.cfg.d_ffn}, not {S}")
     for name in scales:
@@ -53,9 +56,19 @@ def cmd_codesign(args):
                 "--sub-experts", f"must divide {name}'s {M} micro-slices per expert, not {S}"
             )
     ks = _ints("--prism", args.prism, model.cfg.top_k * S)
-    budgets = _ints("--budget", args.budget, S)
-    if len(test) - 1 < max(max(tokens), model.cfg.context):
-        raise usage("--max-tokens", f"{len(test) - 1} test tokens hold no whole iteration")
+    need = max(max(tokens), model.cfg.context)
+    if args.max_tokens is not None and args.max_tokens < need:
+        raise usage(
+            "--max-tokens",
+            f"{args.max_tokens} test tokens: fewer than one iteration of {max(tokens)} tokens "
+            f"or one window of the LM's context of {model.cfg.context}: at least {need}",
+        )
+    model, test, prof = lm_data(args.max_tokens, model=model, data=args.data)
+    if len(test) - 1 < need:  # a short corpus (lm_data holds it to one window at least)
+        raise usage(
+            "--tokens",
+            f"{max(tokens)} tokens per iteration: the held-out test set holds {len(test) - 1}",
+        )
     cap = args.buddy_cap
     plan, cache, docs = techniques(thetas, ks, budgets, S, cap), {}, []
     for t in tokens:

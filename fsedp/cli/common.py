@@ -3,7 +3,9 @@ option converters that name the option, the parent parsers of ``--config``, ``--
 ``--out`` and ``--data``, output writing and the RTL tools' requirement check."""
 
 import argparse
+import contextlib
 import json
+import warnings
 from pathlib import Path
 
 from fsedp.config import config_path, default_run, load_run
@@ -29,7 +31,23 @@ __all__ = [
     "load_trace",
     "trace_out",
     "add_force",
+    "held_warnings",
 ]
+
+
+@contextlib.contextmanager
+def held_warnings():
+    """Hold the warnings raised inside (NumPy's on a malformed file, say): dropped when the
+    block is refused, so a refusal stays its one line; issued as usual when it succeeds."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    seen = set()
+    for w in caught:  # once each, as Python's default filter would show them
+        key = (w.category, str(w.message), w.filename, w.lineno)
+        if key not in seen:
+            seen.add(key)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def usage(option: str, reason: str) -> InputError:
@@ -175,7 +193,8 @@ def load_trace(path, fmt: str = "auto", num_experts: int | None = None):
     """A routing trace in any format :func:`fsedp.trace.io.load_any` reads."""
     from fsedp.trace.io import load_any
 
-    return load_any(path, fmt, num_experts)
+    with held_warnings():
+        return load_any(path, fmt, num_experts)
 
 
 def trace_out(path: str, option: str = "OUT") -> Path:

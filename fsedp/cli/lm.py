@@ -1,9 +1,26 @@
 """``fsedp lm ...``: the project's MoE language model (train, evaluate, record its routing)."""
 
 import json
-from pathlib import Path
 
-from fsedp.cli.common import DATA, JSON, number, positive, trace_out
+from fsedp.cli.common import DATA, JSON, held_warnings, number, positive, trace_out, usage
+from fsedp.errors import COMMAND_LINE, InputError
+
+
+def load_lm(path=None):
+    """:meth:`MoELM.load <fsedp.lm.model.MoELM.load>` of a user's weights (default: the
+    committed model), a refusal on its one line alone."""
+    from fsedp.lm.model import MoELM
+
+    with held_warnings():
+        return MoELM.load(path)
+
+
+def need_torch(command: str):
+    """Refuse, before any file is read, a command that trains without torch installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise usage(command, "needs torch, the 'model' extra: pip install -e '.[model]'")
 
 
 def cmd_lm_train(args):
@@ -11,19 +28,25 @@ def cmd_lm_train(args):
     from fsedp.lm.config import LMConfig
     from fsedp.lm.train import TrainConfig
 
-    cfg = LMConfig(
-        layers=args.layers,
-        experts=args.experts,
-        top_k=args.top_k,
-        d_model=args.d_model,
-        d_ffn=args.d_ffn,
-        shared_experts=args.shared_experts,
-        vocab=args.vocab,
-    )
+    try:
+        cfg = LMConfig(
+            layers=args.layers,
+            experts=args.experts,
+            top_k=args.top_k,
+            d_model=args.d_model,
+            d_ffn=args.d_ffn,
+            shared_experts=args.shared_experts,
+            vocab=args.vocab,
+        )
+    except InputError as e:  # the option the user wrote, not the config it makes
+        field = {"heads": "d_model"}.get(e.field, e.field)  # the heads are fixed at 4
+        raise e.at(COMMAND_LINE, f"--{field.replace('_', '-')}") from None
+    need_torch("lm train")
     tc = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, aux=args.aux)
-    info = train_command(
-        Path(args.out), cfg, tc, log=lambda s: print(s, flush=True), data=args.data
-    )
+    from fsedp.files import output_dir
+
+    with output_dir(args.out, args.force) as staged:
+        info = train_command(staged, cfg, tc, log=lambda s: print(s, flush=True), data=args.data)
     print(f"wrote {args.out}/moe_lm.npz, tokenizer.json, training.json ({info['seconds']} s)")
     return 0
 
@@ -31,7 +54,8 @@ def cmd_lm_train(args):
 def cmd_lm_eval(args):
     from fsedp.lm.build import evaluate
 
-    res = evaluate(args.weights, args.tokenizer, args.max_tokens, data=args.data)
+    with held_warnings():  # a refused file is its one line, without NumPy's warnings
+        res = evaluate(args.weights, args.tokenizer, args.max_tokens, data=args.data)
     if args.json:
         print(json.dumps(res))
     else:
@@ -48,7 +72,8 @@ def cmd_lm_trace(args):
     from fsedp.trace.io import save_trace
 
     out = trace_out(args.out, "--out")
-    trace = record_routing(args.max_tokens, args.weights, args.tokenizer, data=args.data)
+    with held_warnings():  # a refused file is its one line, without NumPy's warnings
+        trace = record_routing(args.max_tokens, args.weights, args.tokenizer, data=args.data)
     save_trace(trace, out)
     print(
         f"{out}: {trace.tokens} tokens x {trace.layers} layers, top-{trace.top_k} of "

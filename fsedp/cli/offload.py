@@ -7,6 +7,7 @@ import sys
 from fsedp.cli.common import (
     DATA_OR_EMBEDDED,
     JSON,
+    held_warnings,
     int_at_least,
     load_trace,
     model_configs,
@@ -15,6 +16,7 @@ from fsedp.cli.common import (
     positive,
     usage,
 )
+from fsedp.cli.lm import load_lm
 from fsedp.errors import COMMAND_LINE, InputError
 
 
@@ -80,8 +82,9 @@ def cmd_offload(args):
         run_lm,
         run_trace,
     )
-    from fsedp.files import atomic_path, output_folder
+    from fsedp.files import output_dir
 
+    _check_modes(args)
     cfg = _offload_config(args)
     t0 = time.time()
     if args.bench_substitution:
@@ -102,7 +105,8 @@ def cmd_offload(args):
     if args.trace:
         from fsedp.config import EMBEDDED_TRACE
 
-        trace = load_trace(EMBEDDED_TRACE if args.trace == "model" else args.trace)
+        with held_warnings():  # a refusal is its one line, without NumPy's warnings
+            trace = load_trace(EMBEDDED_TRACE if args.trace == "model" else args.trace)
         rows = []
         for c in args.cache_rates or [cfg.cache_rate]:
             for pf in args.prefetches or [cfg.prefetch]:
@@ -127,7 +131,8 @@ def cmd_offload(args):
                 f"{r['stall_s']} | {r['tokens_per_s']} |"
             )
         return 0
-    model, test, prof = lm_data(args.max_tokens, weights=args.model, data=args.data)
+    model = _model(args)
+    model, test, prof = lm_data(args.max_tokens, model=model, data=args.data)
     if args.grid:
         say = (
             (lambda r: print(json.dumps(r), file=sys.stderr, flush=True)) if args.verbose else None
@@ -144,13 +149,11 @@ def cmd_offload(args):
             + "\n"
         )
         if args.out:
-            out = output_folder(args.out)
-            with atomic_path(out / "offload.md") as tmp:
-                tmp.write_text(text)
-            with atomic_path(out / "offload.json") as tmp:
-                tmp.write_text(json.dumps({"buddy": buddy, "prism": prism}, indent=1) + "\n")
-            with atomic_path(out / "tradeoff.png") as tmp:
-                plot_tradeoff(buddy, prism, tmp)
+            with output_dir(args.out, args.force) as out:
+                (out / "offload.md").write_text(text)
+                doc = {"buddy": buddy, "prism": prism}
+                (out / "offload.json").write_text(json.dumps(doc, indent=1) + "\n")
+                plot_tradeoff(buddy, prism, out / "tradeoff.png")
         print(json.dumps({"buddy": buddy, "prism": prism}) if args.json else text)
         return 0
     r = run_lm(model, test, prof, cfg)
@@ -166,6 +169,56 @@ def cmd_offload(args):
             + (f"; gates {r['gates']}" if "gates" in r else "")
         )
     return 0
+
+
+def _check_modes(args):
+    """Refuse options the chosen mode would ignore (one of the LM run, ``--grid``,
+    ``--trace`` and ``--bench-substitution``), before anything is loaded."""
+    modes = [
+        name
+        for name, on in (
+            ("--trace", args.trace is not None),
+            ("--grid", args.grid),
+            ("--bench-substitution", args.bench_substitution),
+        )
+        if on
+    ]
+    if len(modes) > 1:
+        raise usage(modes[1], f"is a mode of its own: it does not combine with {modes[0]}")
+    for option, value in (("--cache-rates", args.cache_rates), ("--prefetches", args.prefetches)):
+        if value is not None and args.trace is None:
+            raise usage(option, "is for the routing-only mode: it needs --trace")
+    if args.trace is not None and args.policy != "demand":
+        raise usage("--policy", f"--trace runs fetch on demand alone, not {args.policy}")
+    if args.out and not args.grid:
+        raise usage("--out", "only --grid writes a folder (offload.md, offload.json, tradeoff.png)")
+
+
+def _model(args):
+    """The LM (``--model`` or the committed one), with the options that depend on it checked
+    before any corpus or trace is read."""
+    from fsedp.lm.build import need_window
+
+    model = load_lm(args.model)
+    need_window(model, "--max-tokens", args.max_tokens, "held-out test tokens")
+    f = model.cfg.d_ffn
+    if args.policy == "prism" and f % args.sub_experts:
+        raise usage(
+            "--sub-experts", f"must divide the LM's {f} neurons per expert, not {args.sub_experts}"
+        )
+    return model
+
+
+def _prefetch_list(text):
+    from fsedp.experiments.offload import PREFETCHERS
+
+    names = text.split(",")
+    bad = [n for n in names if n not in PREFETCHERS]
+    if bad:
+        raise usage(
+            "--prefetches", f"each must be one of {', '.join(PREFETCHERS)}, not {bad[0][:40]!r}"
+        )
+    return names
 
 
 def _rate_list(text):
@@ -233,7 +286,7 @@ def add_parsers(sub):
     )
     g.add_argument(
         "--prefetches",
-        type=lambda t: t.split(","),
+        type=_prefetch_list,
         default=None,
         help="routing-only: several prefetchers, comma-separated",
     )

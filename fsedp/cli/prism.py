@@ -15,6 +15,7 @@ from fsedp.cli.common import (
     report,
     usage,
 )
+from fsedp.cli.lm import load_lm, need_torch
 from fsedp.lm.finetune import SCHEDULES, FinetuneConfig  # no torch at import
 
 
@@ -23,7 +24,7 @@ def cmd_prism_refactor(args):
 
     from fsedp.experiments.offload import lm_data
     from fsedp.experiments.prism import refactor_model
-    from fsedp.lm.model import MoELM
+    from fsedp.lm.build import need_window
 
     if args.out and not args.out.endswith(".npz"):
         raise usage("--out", f"the refactored model is an .npz file, not {args.out!r}")
@@ -33,13 +34,10 @@ def cmd_prism_refactor(args):
             f"must be below --sub-experts = {args.sub_experts}, not {args.objective_k}",
         )
     t0 = time.time()
-    user_model = MoELM.load(args.model) if args.model else None  # checked first
-    d_ffn = (user_model or MoELM.load()).cfg.d_ffn
-    if d_ffn % args.sub_experts:
-        raise usage("--sub-experts", f"{d_ffn} neurons do not split into {args.sub_experts}")
-    model, _, prof = lm_data(1, args.profile_tokens, data=args.data)
-    if user_model is not None:
-        model = user_model
+    model = load_lm(args.model)  # the user's file is checked first
+    _sub_experts(model, args.sub_experts, args.gates)
+    need_window(model, "--profile-tokens", args.profile_tokens, "profiling tokens")
+    model, _, prof = lm_data(1, args.profile_tokens, data=args.data, model=model, evaluate=False)
     ref, part, report, _ = refactor_model(
         model,
         prof,
@@ -70,12 +68,23 @@ def cmd_prism_refactor(args):
     return 0
 
 
+def _sub_experts(model, S: int, gates: int | None = None, option: str = "--sub-experts"):
+    """Refuse ``S`` sub-experts that do not split the model's experts evenly, and more gate
+    neurons than a sub-expert holds."""
+    f = model.cfg.d_ffn
+    if f % S:
+        raise usage(option, f"{f} neurons do not split into {S}")
+    if gates is not None and gates > f // S:
+        raise usage(
+            "--gates", f"a sub-expert of {f // S} neurons has at most {f // S}, not {gates}"
+        )
+
+
 def _refactored(path: str, option: str = "--refactored"):
     """A refactored model (checked: it holds a MoE-Prism partition) and its partition."""
-    from fsedp.lm.model import MoELM
     from fsedp.sw.policies.prism import LinearGate, Partition
 
-    ref = MoELM.load(path)
+    ref = load_lm(path)
     part = Partition.of(ref)
     if part is None:
         raise usage(option, f"{path} holds no MoE-Prism partition (prism.gates)")
@@ -93,9 +102,11 @@ def cmd_prism_finetune(args):
 
     if not args.out.endswith(".npz"):
         raise usage("--out", f"the fine-tuned model is an .npz file, not {args.out!r}")
+    need_torch("prism finetune")
     ref, part = _refactored(args.refactored)
     root = data_dir(args.data)
-    _need_data(root, TRAIN_FILES[0])  # before the tokenizer is loaded
+    for rel in TRAIN_FILES:  # before the tokenizer is loaded
+        _need_data(root, rel)
     from fsedp.lm.finetune import finetune_router
 
     t0 = time.time()
@@ -145,21 +156,33 @@ def cmd_prism_curve(args):
 
     from fsedp.experiments.offload import lm_data
     from fsedp.experiments.prism import operating_points, plot_curve, quality_curve, refactor_model
-    from fsedp.lm.model import MoELM
+    from fsedp.lm.build import need_window
     from fsedp.sw.policies.prism import profile_activations, refactor
 
     t0 = time.time()
     ref = None
-    if args.refactored:  # the user's file is checked before anything else
-        ref, part = _refactored(args.refactored)
+    if args.refactored:
+        for option, value in (("--sub-experts", args.sub_experts), ("--iters", args.iters)):
+            if value is not None:
+                raise usage(option, "is for refactoring now: --refactored is refactored already")
+        ref, part = _refactored(args.refactored)  # the user's file is checked before the rest
         S = part.S
-    if ref is None and MoELM.load().cfg.d_ffn % args.sub_experts:
-        d_ffn = MoELM.load().cfg.d_ffn
-        raise usage("--sub-experts", f"{d_ffn} neurons do not split into {args.sub_experts}")
-    model, test, prof = lm_data(args.max_tokens, args.profile_tokens, data=args.data)
+    model = load_lm()
     if ref is None:
-        S = args.sub_experts
-        ref, _, _, _ = refactor_model(model, prof, S=S, iters=args.iters)
+        S = 4 if args.sub_experts is None else args.sub_experts
+        _sub_experts(model, S)
+    elif ref.cfg.vocab != model.cfg.vocab:
+        raise usage(
+            "--refactored",
+            f"{args.refactored} has a vocabulary of {ref.cfg.vocab} entries, the committed "
+            f"LM and its tokenizer {model.cfg.vocab}",
+        )
+    need_window(model, "--max-tokens", args.max_tokens, "held-out test tokens")
+    need_window(model, "--profile-tokens", args.profile_tokens, "profiling tokens")
+    model, test, prof = lm_data(args.max_tokens, args.profile_tokens, data=args.data, model=model)
+    if ref is None:
+        iters = 3000 if args.iters is None else args.iters
+        ref, _, _, _ = refactor_model(model, prof, S=S, iters=iters)
     naive, _, _ = refactor(model, profile_activations(model, prof, 2048), S=S, contiguous=True)
     say = (
         (lambda K, row: print(f"K = {K}: {row}", file=sys.stderr, flush=True))
@@ -326,14 +349,14 @@ def add_parsers(sub):
     c.add_argument(
         "--sub-experts",
         type=positive("--sub-experts"),
-        default=4,
-        help="S when refactoring now (default 4)",
+        default=None,
+        help="S when refactoring now (default 4; not with --refactored)",
     )
     c.add_argument(
         "--iters",
         type=int_at_least("--iters", 0),
-        default=3000,
-        help="annealing proposals when refactoring now",
+        default=None,
+        help="annealing proposals when refactoring now (default 3000; not with --refactored)",
     )
     c.add_argument(
         "--max-tokens",

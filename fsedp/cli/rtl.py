@@ -245,6 +245,14 @@ def cmd_cosim(args):
         raise usage(
             "--tokens", f"must be at most 2**count_width - 1 = {p.count_max}, not {args.tokens}"
         )
+    # the options' own rules before the tools: the answer must not depend on what is installed
+    if args.driver == "native":
+        if args.sim != "verilator":
+            raise usage("--driver", f"native runs on Verilator only, not --sim {args.sim}")
+        if args.waves:
+            raise usage("--waves", "with --driver native a failing round records its own VCD")
+    elif args.report:
+        raise usage("--report", "is written by --driver native only")
     require_simulator(args.sim)
     knobs = {
         "rounds": args.rounds,
@@ -256,8 +264,6 @@ def cmd_cosim(args):
     }
     if args.driver == "native":
         return _cosim_native(args, p, knobs)
-    if args.report:
-        raise usage("--report", "is written by --driver native only")
     t0 = time.time()
     res = _run_tb(
         p, args.sim, knobs, tag=f"-cosim{args.seed}", opt=args.build_opt, waves=args.waves
@@ -318,20 +324,13 @@ def _cosim_native(args, p, knobs):
 
     from fsedp.tb.native import native_missing, run_native
 
-    if args.sim != "verilator":
-        raise usage("--driver", f"native runs on Verilator only, not --sim {args.sim}")
-    if args.waves:
-        raise usage("--waves", "with --driver native a failing round records its own VCD")
     why = native_missing()
     if why:
         raise usage("--driver", f"native: {why}")
-    if args.report:
-        report = Path(args.report)
-    else:
-        report = build_dir("cosim") / f"native-{p.experts}x{p.chiplets}-seed{args.seed}.json"
-        report.parent.mkdir(parents=True, exist_ok=True)
-    if report.is_dir() or not report.parent.is_dir():
-        raise usage("--report", f"{str(report)[:200]!r} is not a file in an existing folder")
+    # --report was checked with the other outputs before any work (fsedp.cli.check_common)
+    report = Path(
+        args.report or build_dir("cosim", f"native-{p.experts}x{p.chiplets}-seed{args.seed}.json")
+    )
 
     def progress(run):
         rate = f"{run.cycles / run.wall_s:,.0f} cycles/s" if run.wall_s else ""

@@ -1,6 +1,15 @@
 """``fsedp shuffle``: Speculative MoE token and expert placement."""
 
-from fsedp.cli.common import JSON, load_trace, number, positive, report, usage
+from fsedp.cli.common import JSON, held_warnings, load_trace, number, positive, report, usage
+
+METHODS = ("cem", "metis", "kmeans")
+
+
+def _methods(text: str) -> list[str]:
+    methods = [m for m in text.split(",") if m]
+    if not methods or any(m not in METHODS for m in methods):
+        raise usage("--methods", f"choose from {', '.join(METHODS)}, not {text[:60]!r}")
+    return methods
 
 
 def cmd_shuffle(args):
@@ -10,6 +19,7 @@ def cmd_shuffle(args):
     from fsedp.experiments.shuffle import evaluate, format_report
 
     t0 = time.time()
+    methods = args.methods  # checked by the parser, before any file is read
     emb = None
     if args.trace == "model":
         from fsedp.lm.model import MoELM
@@ -17,7 +27,8 @@ def cmd_shuffle(args):
         trace = load_trace(EMBEDDED_TRACE)
         emb = MoELM.load().w["embed"]
     else:
-        trace = load_trace(args.trace, args.format)
+        with held_warnings():  # a refusal is its one line, without NumPy's warnings
+            trace = load_trace(args.trace, args.format)
         if args.lm_embeddings:
             from fsedp.lm.model import MoELM
 
@@ -30,10 +41,6 @@ def cmd_shuffle(args):
                         f"token id {top} of {args.trace} is outside the LM's vocabulary of "
                         f"{len(emb)}: the trace was not recorded with the project's LM",
                     )
-    methods = [m for m in args.methods.split(",") if m]
-    bad = [m for m in methods if m not in ("cem", "metis", "kmeans")]
-    if bad or not methods:
-        raise usage("--methods", f"choose from cem, metis, kmeans, not {args.methods!r}")
     r = evaluate(
         trace,
         seeds=range(args.seed, args.seed + args.seeds),
@@ -107,6 +114,7 @@ def add_parsers(sub):
     )
     s.add_argument(
         "--methods",
+        type=_methods,
         default="cem,metis,kmeans",
         help="placements to compare (default cem,metis,kmeans)",
     )

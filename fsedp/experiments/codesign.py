@@ -23,6 +23,7 @@ import numpy as np
 
 from fsedp.config import RunConfig, config_path, default_run, load_model
 from fsedp.errors import COMMAND_LINE
+from fsedp.lm.build import perplexity
 from fsedp.lm.model import Hooks, MoELM
 from fsedp.sw.policies.buddy import BuddyConfig, BuddyProfile, substitute_cold
 from fsedp.trace.core import RoutingTrace
@@ -443,7 +444,7 @@ def codesign(
             hook = ChipHook(
                 model.cfg.layers, tokens, prof if theta else None, theta, hook_sub, budget, cap
             )
-            ppl = lm.perplexity(test_ids, hook)
+            ppl = perplexity(lm, test_ids, hook)
             trace = routing_trace(hook, test_ids, model.cfg.context, model.cfg.experts, f"<{name}>")
             cache[key] = (ppl, trace, hook, hook.info)
         ppl, trace, hook, info = cache[key]

@@ -17,6 +17,7 @@ import numpy as np
 
 from fsedp.config import ModelConfig, config_path, load_section
 from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.lm.build import perplexity
 from fsedp.lm.model import Hooks, MoELM, Routing
 from fsedp.sw.policies.buddy import BuddyConfig, BuddyProfile, random_substitute, substitute
 from fsedp.sw.policies.offload import (
@@ -251,7 +252,7 @@ def run_lm(model: MoELM, test_ids: np.ndarray, prof_ids: np.ndarray, cfg: Offloa
     )
     prof = BuddyProfile(p_ids, p_w, E, cfg.buddy) if cfg.policy == "buddy" else None
     hook = OffloadHook(model, cfg, rt, prof)
-    ppl = model.perplexity(test_ids, hook)
+    ppl = perplexity(model, test_ids, hook)
     stats = rt.timing().as_dict()
     out = {
         "policy": cfg.policy,
@@ -272,6 +273,14 @@ def run_trace(trace, cfg: OffloadConfig, fit: float = 0.2) -> dict:
     demand over a trace: the first ``fit`` share profiles the cache and prefetchers."""
     e = trace.experts.astype(np.int64)
     n_fit = max(1, int(len(e) * fit))
+    if n_fit >= len(e):  # figures over no token would read as a 0 hit rate
+        raise InputError(
+            trace.name,
+            "experts",
+            f"{len(e)} token: the cache and prefetchers are fitted on the first "
+            f"{fit * 100:g} % of the tokens (at least one) and measured on the rest, so a trace "
+            "needs at least 2 tokens",
+        )
     units = trace.num_experts
     capacity = int(round(cfg.cache_rate * units))
     pf, orders = prefetcher(cfg.prefetch, e[:n_fit], units)
@@ -318,14 +327,27 @@ BUDDY_SETTINGS = (
 CACHE_RATES = (0.375, 0.5, 0.75)
 
 
-def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None, data=None):
-    """The committed model, held-out WikiText-2 test tokens and profiling tokens (the start
-    of WikiText-2 validation, the calibration set) from the ``data`` folder; without one,
-    the held-out tokens of the embedded trace (first half profiles, second half evaluates)."""
-    from fsedp.lm.build import _need_data
+def lm_data(
+    max_tokens: int | None,
+    profile_tokens: int = 16384,
+    weights=None,
+    data=None,
+    model: MoELM | None = None,
+    evaluate: bool = True,
+):
+    """The committed model (or ``model``, loaded and checked by the caller with the options
+    that depend on it), held-out WikiText-2 test tokens and profiling tokens (the start of
+    WikiText-2 validation, the calibration set) from the ``data`` folder; without one, the
+    held-out tokens of the embedded trace (first half profiles, second half evaluates).
+
+    Refused on one line: profiling tokens holding no window of the model's context, test
+    tokens (with ``evaluate``) holding no window to predict, and ids beyond the model's
+    vocabulary -- each naming the file the tokens came from."""
+    from fsedp.lm.build import _need_data, _need_tokens
     from fsedp.lm.text import TEST_FILE, TRAIN_FILES, data_dir, encode_file, load_tokenizer
 
-    model = MoELM.load(weights)  # a bad weights file is reported before anything
+    if model is None:
+        model = MoELM.load(weights)  # a bad weights file is reported before anything
     root = data_dir(data)
     if root is None or not (root / TEST_FILE).exists() or not (root / TRAIN_FILES[0]).exists():
         # no corpora (a user's fresh clone): the embedded trace's held-out tokens,
@@ -346,12 +368,33 @@ def lm_data(max_tokens: int | None, profile_tokens: int = 16384, weights=None, d
         test = ids[half:]
         if max_tokens:
             test = test[: max_tokens + 1]
-        return model, test, ids[: min(half, profile_tokens)]
-    tok = load_tokenizer()
-    test = encode_file(tok, _need_data(root, TEST_FILE))
-    if max_tokens:
-        test = test[: max_tokens + 1]
-    prof = encode_file(tok, _need_data(root, TRAIN_FILES[0]))[:profile_tokens]
+        test_file = prof_file = EMBEDDED_TRACE
+        prof = ids[: min(half, profile_tokens)]
+    else:
+        tok = load_tokenizer()
+        test_file = _need_data(root, TEST_FILE)
+        test = encode_file(tok, test_file)
+        if max_tokens:
+            test = test[: max_tokens + 1]
+        prof_file = _need_data(root, TRAIN_FILES[0])
+        prof = encode_file(tok, prof_file)[:profile_tokens]
+    if evaluate:
+        _need_tokens(test, model, test_file)
+    if len(prof) < model.cfg.context:
+        raise InputError(
+            prof_file,
+            "<file>",
+            f"{len(prof)} profiling tokens: fewer than one window of the LM's context of "
+            f"{model.cfg.context} tokens, so nothing would be profiled",
+        )
+    top = max(int(test.max(initial=0)), int(prof.max(initial=0)))
+    if top >= model.cfg.vocab:
+        raise InputError(
+            model.name,
+            "embed",
+            f"a vocabulary of {model.cfg.vocab} entries: the tokens (the committed tokenizer's) "
+            f"reach id {top}",
+        )
     return model, test, prof
 
 

@@ -2,6 +2,7 @@
 project's MoE LM and its quality curve (perplexity against active sub-experts, the paper's
 Figure 9) with the count of distinct stable operating points (``docs/prism.md``)."""
 
+from fsedp.lm.build import perplexity
 from fsedp.lm.model import Hooks, MoELM
 from fsedp.sw.policies.prism import (
     LinearGate,
@@ -73,7 +74,7 @@ def quality_curve(model: MoELM, refactored: MoELM, naive: MoELM, test, progress=
         gates["finetuned"] = tuned
     out = {
         "S": S,
-        "full": round(model.perplexity(test), 3),
+        "full": round(perplexity(model, test), 3),
         "original": {},
         "refactored": {},
         "refactored_oracle": {},
@@ -81,17 +82,17 @@ def quality_curve(model: MoELM, refactored: MoELM, naive: MoELM, test, progress=
         **{key: {} for key in gates},
     }
     for j in range(1, k + 1):
-        out["original"][j * S] = round(model.perplexity(test, TopK(j)), 3)
+        out["original"][j * S] = round(perplexity(model, test, TopK(j)), 3)
     for K in range(1, k * S + 1):
         for key, m, p, sel in (
             ("refactored", refactored, part, "proxy"),
             ("refactored_oracle", refactored, part, "oracle"),
             ("contiguous", naive, naive_part, "proxy"),
         ):
-            out[key][K] = round(m.perplexity(test, SubExpertHook(m, p, K, sel).hooks), 3)
+            out[key][K] = round(perplexity(m, test, SubExpertHook(m, p, K, sel).hooks), 3)
         for key, gate in gates.items():
             out[key][K] = round(
-                refactored.perplexity(test, LinearGateHook(refactored, gate, K).hooks), 3
+                perplexity(refactored, test, LinearGateHook(refactored, gate, K).hooks), 3
             )
         if progress:
             progress(K, {key: out[key][K] for key in out if key not in ("S", "full", "original")})

@@ -31,27 +31,58 @@ CURVE = ASSETS / "prism-curve.json"
 GATES = {"proxy": "refactored", "finetuned": "finetuned"}
 
 
+def _show(v) -> str:
+    """A JSON value as a reason quotes it (cut short)."""
+    text = json.dumps(v) if not isinstance(v, float) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _perplexity(path, field: str, v, where: str = "") -> float:
+    """A positive, finite perplexity (a JSON number, not a boolean)."""
+    at = f" ({where})" if where else ""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(path, field, f"needs positive, finite perplexities{at}, not {_show(v)}")
+    try:
+        x = float(v)
+    except OverflowError:
+        x = math.inf
+    if not (math.isfinite(x) and x > 0):
+        raise InputError(path, field, f"needs positive, finite perplexities{at}, not {_show(v)}")
+    return x
+
+
+def _column(path, key: str, col, S: int) -> dict[int, float]:
+    """A column of the curve: ``{"K": perplexity}`` with ``K`` a whole number of sub-experts
+    from 1 (whole experts, multiples of ``S``, for the original model)."""
+    field = f"curve.{key}"
+    if not isinstance(col, dict) or not col:
+        raise InputError(
+            path, field, f"must map active sub-experts K to perplexities, not {_show(col)}"
+        )
+    out = {}
+    for k, v in col.items():
+        K = int(k) if k.isascii() and k.isdigit() and str(int(k)) == k else 0
+        if K < 1:
+            raise InputError(path, field, f"K must be a whole number from 1, not {_show(k)}")
+        if key == "original" and K % S:
+            raise InputError(
+                path, field, f"the original model runs whole experts: K a multiple of S = {S}, "
+                f"not {K}"
+            )  # fmt: skip
+        out[K] = _perplexity(path, field, v, f"K = {K}")
+    return out
+
+
 def load_curve(path=None, gate: str = "proxy") -> dict:
     """The quality curve of ``path`` (a `fsedp prism curve` JSON; default the committed
     model's): ``refactored`` is the column of MoE-Prism's ``gate`` (:data:`GATES`), which
-    QoS serves with; ``original`` the whole-expert points."""
+    QoS serves with; ``original`` the whole-expert points.  Every field read is checked here,
+    each refused on one line naming it: ``curve.S`` a whole number from 1, ``curve.full``
+    and every point a positive, finite perplexity, ``K`` whole numbers from 1 (multiples of
+    ``S`` for ``original``), and the best points meeting the strictest quality floor."""
     path = Path(path) if path else CURVE
     try:
         d = json.loads(path.read_text())
-        c = d["curve"]
-        if GATES[gate] not in c:
-            raise InputError(
-                path,
-                f"curve.{GATES[gate]}",
-                f"no column of the {gate} gate: run `fsedp prism finetune`, then "
-                "`fsedp prism curve --refactored` on its output",
-            )
-        out = {
-            "full": float(c["full"]),
-            "S": int(c["S"]),
-            "refactored": {int(k): float(v) for k, v in c[GATES[gate]].items()},
-            "original": {int(k): float(v) for k, v in c["original"].items()},
-        }
     except FileNotFoundError:
         raise InputError(path, "<file>", "no such file") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -59,14 +90,34 @@ def load_curve(path=None, gate: str = "proxy") -> dict:
         raise InputError(path, "<file>", f"cannot read: {why}") from None
     except RecursionError:
         raise InputError(path, "curve", "not a `fsedp prism curve` JSON (too deep)") from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise InputError(path, "curve", f"not a `fsedp prism curve` JSON ({e})") from None
-    for key, col in (("full", None), (GATES[gate], "refactored"), ("original", "original")):
-        vals = [out[key]] if col is None else list(out[col].values())
-        if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
-            raise InputError(path, f"curve.{key}", "needs positive, finite perplexities")
+    except ValueError as e:
+        raise InputError(path, "<file>", f"not JSON ({e})") from None
+    c = d.get("curve") if isinstance(d, dict) else None
+    if not isinstance(c, dict):
+        raise InputError(path, "curve", "not a `fsedp prism curve` JSON (no curve mapping)")
+    column = GATES[gate]
+    for key in ("S", "full", "original", column):
+        if key not in c:
+            why = "missing"
+            if key == column:
+                why = (
+                    f"no column of the {gate} gate: run `fsedp prism finetune`, then "
+                    "`fsedp prism curve --refactored` on its output"
+                )
+            raise InputError(path, f"curve.{key}", why)
+    S = c["S"]
+    if isinstance(S, bool) or not isinstance(S, int) or S < 1:
+        raise InputError(
+            path, "curve.S", f"sub-experts per expert: a whole number from 1, not {_show(S)}"
+        )
+    out = {
+        "full": _perplexity(path, "curve.full", c["full"]),
+        "S": S,
+        "refactored": _column(path, column, c[column], S),
+        "original": _column(path, "original", c["original"], S),
+    }
     tight = min(f for f, _ in FLOORS)
-    for key, col in ((GATES[gate], "refactored"), ("original", "original")):
+    for key, col in ((column, "refactored"), ("original", "original")):
         best = min(out[col].values())
         if best > tight * out["full"]:
             raise InputError(
@@ -89,6 +140,26 @@ def perf_model(scale_to: str, S: int, **kw) -> PerfModel:
         S=S,
         **kw,
     )
+
+
+def _fits(path, c: dict, pm: PerfModel, scale_to: str, column: str):
+    """Refuse a curve the deployment cannot run: a sub-expert of less than one of
+    ``scale_to``'s neurons, or more sub-experts per token than its layer holds."""
+    if c["S"] > pm.d_ffn:
+        raise InputError(
+            path,
+            "curve.S",
+            f"{c['S']} sub-experts per expert: {scale_to}'s experts hold {pm.d_ffn} neurons",
+        )
+    n = pm.experts * pm.S
+    for key, col in ((column, "refactored"), ("original", "original")):
+        top = max(c[col])
+        if top > n:
+            raise InputError(
+                path,
+                f"curve.{key}",
+                f"K = {top} sub-experts per token: {scale_to} has {n} sub-experts per layer",
+            )
 
 
 def capacity(pm: PerfModel, K: int, max_batch: int, prompt=(64, 512), output=(32, 256)) -> float:
@@ -134,6 +205,7 @@ def run(
         raise ValueError(f"batching must be static or continuous, not {batching!r}")
     c = load_curve(curve_path, gate)
     pm = perf_model(scale_to, c["S"], **pm_kw)
+    _fits(curve_path or CURVE, c, pm, scale_to, GATES[gate])
     kmax = max(c["original"])
     if batching == "continuous":
         cap = capacity_continuous(pm, kmax, max_batch)
@@ -149,6 +221,13 @@ def run(
         rate = LOADS[load] * cap
         for policy in policies:
             reqs = workload(rate, duration, floors, shares, seed=seed)
+            if not reqs:  # latencies and throughput over no request are undefined
+                raise InputError(
+                    COMMAND_LINE,
+                    "--duration",
+                    f"no request arrives in {duration:g} s at the {load} load of {rate:.3g} "
+                    f"requests/s (seed {seed}): serve for longer",
+                )
             quality = c["refactored"] if policy == "qos" else c["original"]
             if batching == "continuous":
                 done = serve_continuous(reqs, policy, pm, quality, max_batch=max_batch)

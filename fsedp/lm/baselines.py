@@ -3,7 +3,15 @@ interpolated bigram, both estimated on the training stream."""
 
 import numpy as np
 
+from fsedp.errors import InputError
+
 __all__ = ["unigram_perplexity", "bigram_perplexity"]
+
+
+def _need_pairs(test: np.ndarray):
+    """A perplexity over no predicted token is undefined: refused, not 1 or NaN."""
+    if len(test) < 2:
+        raise InputError("<held-out tokens>", "<file>", f"{len(test)} tokens: no token to evaluate")
 
 
 def _unigram(train: np.ndarray, vocab: int) -> np.ndarray:
@@ -12,12 +20,14 @@ def _unigram(train: np.ndarray, vocab: int) -> np.ndarray:
 
 
 def unigram_perplexity(train: np.ndarray, test: np.ndarray, vocab: int) -> float:
+    _need_pairs(test)
     p = _unigram(train, vocab)
     return float(np.exp(-np.log(p[test[1:]]).mean()))
 
 
 def bigram_perplexity(train: np.ndarray, test: np.ndarray, vocab: int) -> float:
     """P(w | v) = (c(v, w) + T(v) P_uni(w)) / (c(v) + T(v)), ``T(v)`` = distinct successors."""
+    _need_pairs(test)
     uni = _unigram(train, vocab)
     pair = train[:-1].astype(np.int64) * vocab + train[1:]
     keys, counts = np.unique(pair, return_counts=True)

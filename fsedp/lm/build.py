@@ -22,7 +22,56 @@ from fsedp.lm.text import (
     train_tokenizer,
 )
 
-__all__ = ["train_command", "evaluate"]
+__all__ = ["train_command", "evaluate", "need_window", "perplexity", "record_routing"]
+
+
+def need_window(model: MoELM, option: str, tokens: int | None, what: str = "test tokens"):
+    """Refuse a count of tokens (an option's value; ``None``: all) holding no window of the
+    LM's context: every evaluation and profile runs whole windows, so it would use none."""
+    c = model.cfg.context
+    if tokens is not None and tokens < c:
+        raise InputError(
+            "<command line>",
+            option,
+            f"{tokens} {what} hold no window of the LM's context of {c} tokens, so none would "
+            f"be used: at least {c}",
+        )
+
+
+def _need_tokens(ids: np.ndarray, model: MoELM, source, what: str = "held-out tokens"):
+    """Refuse token ids (of the file ``source``) holding no whole window to predict: none,
+    or fewer than the LM's context and the token after it."""
+    c = model.cfg.context
+    if not len(ids):
+        raise InputError(source, "<file>", f"no {what} (empty): nothing to evaluate")
+    if len(ids) < c + 1:
+        raise InputError(
+            source,
+            "<file>",
+            f"{len(ids)} {what}: fewer than one window of the LM's context of {c} tokens and "
+            "the token after it, so nothing would be evaluated",
+        )
+
+
+def _need_vocab(tok, model: MoELM, option: str):
+    """Refuse a tokenizer whose ids the model cannot embed."""
+    n = tok.get_vocab_size()
+    if n > model.cfg.vocab:
+        raise InputError(
+            "<command line>",
+            option,
+            f"the tokenizer has {n} entries, more than the {model.cfg.vocab} of the model's "
+            "vocabulary",
+        )
+
+
+def perplexity(model: MoELM, ids, hooks=None, source="<held-out tokens>") -> float:
+    """``model``'s perplexity on ``ids`` (whole windows of its context), refused on one line
+    when they hold no window: a perplexity over no token is not 1, it is undefined."""
+    total, count = model.nll(ids, hooks)
+    if not count:
+        _need_tokens(np.asarray(ids), model, source)
+    return float(np.exp(total / count))
 
 
 def _need_data(root: Path | None, rel: str) -> Path:
@@ -81,14 +130,20 @@ def evaluate(weights=None, tokenizer=None, max_tokens: int | None = None, data=N
     """Held-out WikiText-2 test perplexity of the model (fp16 weights as committed) and of
     the unigram and bigram baselines estimated on the training stream."""
     root = data_dir(data)
-    tok = load_tokenizer(tokenizer)
+    test_file = _need_data(root, TEST_FILE)  # the corpora are named before anything loads
+    for rel in TRAIN_FILES:
+        _need_data(root, rel)
     model = MoELM.load(weights)
-    test = encode_file(tok, _need_data(root, TEST_FILE))
+    need_window(model, "--max-tokens", max_tokens)
+    tok = load_tokenizer(tokenizer)
+    _need_vocab(tok, model, "--tokenizer" if tokenizer else "--weights")
+    test = encode_file(tok, test_file)
     if max_tokens:
         test = test[: max_tokens + 1]
+    _need_tokens(test, model, test_file)
     train = train_stream(tok, root)
     t0 = time.time()
-    ppl = model.perplexity(test)
+    ppl = perplexity(model, test, source=test_file)
     return {
         "tokens": int(len(test) - 1),
         "moe_lm": round(ppl, 3),
@@ -106,10 +161,20 @@ def record_routing(max_tokens: int = 8192, weights=None, tokenizer=None, data=No
     from fsedp.trace import RoutingTrace
 
     root = data_dir(data)
-    tok = load_tokenizer(tokenizer)
+    test_file = _need_data(root, TEST_FILE)  # the corpus is named before anything loads
     model = MoELM.load(weights)
     n = model.cfg.context
-    test = encode_file(tok, _need_data(root, TEST_FILE))
+    need_window(model, "--max-tokens", max_tokens)
+    tok = load_tokenizer(tokenizer)
+    _need_vocab(tok, model, "--tokenizer" if tokenizer else "--weights")
+    test = encode_file(tok, test_file)
+    if len(test) < n:
+        raise InputError(
+            test_file,
+            "<file>",
+            f"{len(test)} held-out tokens: fewer than one window of the LM's context of {n} "
+            "tokens, so no routing would be recorded",
+        )
     windows = min(max_tokens // n, len(test) // n)
     ids = test[: windows * n].reshape(windows, n)
     experts, scores = [], []

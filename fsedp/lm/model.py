@@ -27,6 +27,7 @@ forward pass can record the routing.
 """
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +36,61 @@ import numpy as np
 from fsedp.errors import InputError
 from fsedp.lm.config import LMConfig
 
-__all__ = ["MoELM", "Hooks", "Routing", "EPS"]
+__all__ = [
+    "MoELM",
+    "Hooks",
+    "Routing",
+    "EPS",
+    "MAX_PARAMETERS",
+    "weight_shapes",
+    "parameter_count",
+]
 
 EPS = 1e-5
+#: Most values a model file may hold, weights and ``prism.*`` arrays together (2**26: 18
+#: times the shipped model); :meth:`MoELM.load` checks it on the config and on the arrays'
+#: headers before any array is read.
+MAX_PARAMETERS = 1 << 26
+#: Longest ``config`` JSON of a model file, in characters.
+MAX_CONFIG_CHARS = 1 << 16
+#: Longest ``prism.finetune`` record (JSON text) of a model file, in characters.
+MAX_NOTE_CHARS = 1 << 22
+
+
+def _weights(c: LMConfig):
+    """``(name, shape)`` of the weight arrays of a model of config ``c``, in order."""
+    d, f = c.d_model, c.d_ffn
+    yield from (("embed", (c.vocab, d)), ("pos", (c.context, d)), ("norm_f", (d,)))
+    for i in range(c.layers):
+        yield from (
+            (f"l{i}.norm1", (d,)),
+            (f"l{i}.norm2", (d,)),
+            (f"l{i}.router", (d, c.experts)),
+            (f"l{i}.w1", (c.experts, d, f)),
+            (f"l{i}.w3", (c.experts, d, f)),
+            (f"l{i}.w2", (c.experts, f, d)),
+        )
+        for n in ("wq", "wk", "wv", "wo"):
+            yield f"l{i}.{n}", (d, d)
+        if c.shared_experts:
+            s = c.shared_experts
+            yield from (
+                (f"l{i}.s_w1", (s, d, f)),
+                (f"l{i}.s_w3", (s, d, f)),
+                (f"l{i}.s_w2", (s, f, d)),
+            )
+
+
+def weight_shapes(c: LMConfig) -> dict[str, tuple]:
+    """The weight arrays a model of config ``c`` holds, and their shapes (the table above)."""
+    return dict(_weights(c))
+
+
+def parameter_count(c: LMConfig) -> int:
+    """Values of all the weight arrays of config ``c`` (computed, not enumerated)."""
+    d, f, e, s = c.d_model, c.d_ffn, c.experts, c.shared_experts
+    layer = 2 * d + d * e + 3 * e * d * f + 4 * d * d + 3 * s * d * f
+    return (c.vocab + c.context) * d + d + c.layers * layer
 
 
 class Hooks:
@@ -110,27 +163,7 @@ class MoELM:
         self._check()
 
     def _check(self):
-        c, d, f = self.cfg, self.cfg.d_model, self.cfg.d_ffn
-        want = {"embed": (c.vocab, d), "pos": (c.context, d), "norm_f": (d,)}
-        for i in range(c.layers):
-            want.update(
-                {
-                    f"l{i}.norm1": (d,),
-                    f"l{i}.norm2": (d,),
-                    f"l{i}.router": (d, c.experts),
-                    f"l{i}.w1": (c.experts, d, f),
-                    f"l{i}.w3": (c.experts, d, f),
-                    f"l{i}.w2": (c.experts, f, d),
-                }
-            )
-            for n in ("wq", "wk", "wv", "wo"):
-                want[f"l{i}.{n}"] = (d, d)
-            if c.shared_experts:
-                s = c.shared_experts
-                want.update(
-                    {f"l{i}.s_w1": (s, d, f), f"l{i}.s_w3": (s, d, f), f"l{i}.s_w2": (s, f, d)}
-                )
-        for k, shape in want.items():
+        for k, shape in weight_shapes(self.cfg).items():
             if k not in self.w:
                 raise InputError(self.name, k, "missing array")
             if self.w[k].shape != shape:
@@ -141,22 +174,20 @@ class MoELM:
     # -- files --------------------------------------------------------------------------
     @classmethod
     def load(cls, path=None) -> "MoELM":
+        """A model file (the shipped model by default), read through
+        :class:`~fsedp.trace.core.NpzReader`: no array is decompressed before the ``config``
+        is read and checked, the parameters it declares are at most :data:`MAX_PARAMETERS`,
+        and every array's header (dtype, shape against the config) is checked; an array
+        the model does not use is refused unread."""
         from fsedp.lm.text import ASSETS
+        from fsedp.trace.core import NpzReader
 
         path = Path(path) if path is not None else ASSETS / "moe_lm.npz"
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except FileNotFoundError:
-            raise InputError(path, "<file>", "no such file") from None
-        except Exception as e:
-            raise InputError(path, "<file>", f"not a weights .npz ({e})") from None
-        if "config" not in arrays:
-            raise InputError(path, "config", "missing array")
-        try:
-            cfg = LMConfig.from_dict(json.loads(str(arrays["config"])), str(path))
-        except (ValueError, TypeError) as e:
-            raise InputError(path, "config", f"not a JSON model config ({e})") from None
+        with NpzReader(path, 8 * MAX_PARAMETERS + (1 << 16), "an array of a model file") as z:
+            cfg, want = _config(z)
+            arrays = {
+                k: z.array(k) for k in (*want, *(k for k in z.keys if k.startswith("prism.")))
+            }
         return cls(cfg, arrays, str(path))
 
     def save(self, path, dtype=np.float16):
@@ -264,5 +295,87 @@ class MoELM:
         return total, count
 
     def perplexity(self, ids, hooks: Hooks | None = None, **kw) -> float:
+        """exp of the mean next-token loss over the whole context windows of ``ids``; a
+        ``ValueError`` when they hold none (a perplexity over no token is undefined, not 1;
+        the commands refuse such inputs on one line first, :func:`fsedp.lm.build.perplexity`)."""
         total, count = self.nll(ids, hooks, **kw)
-        return float(np.exp(total / max(1, count)))
+        if not count:
+            raise ValueError(
+                f"{len(ids)} tokens hold no window of {self.cfg.context} + 1 tokens to evaluate"
+            )
+        return float(np.exp(total / count))
+
+
+def _config(z) -> tuple[LMConfig, dict]:
+    """The config of the model file ``z`` (an open :class:`~fsedp.trace.core.NpzReader`)
+    and the arrays to read, every one checked on its header first."""
+    file = z.file
+    if "config" not in z:
+        raise InputError(file, "config", "missing array")
+    text = z.small("config", 1, 4 * MAX_CONFIG_CHARS)
+    if text.dtype.kind != "U":
+        raise InputError(file, "config", f"must be a JSON string, not {text.dtype}")
+    try:
+        d = json.loads(str(text.reshape(())))
+    except (ValueError, RecursionError) as e:
+        raise InputError(file, "config", f"not a JSON model config ({e})") from None
+    if not isinstance(d, dict):
+        raise InputError(file, "config", "not a JSON model config (expected an object)")
+    for k, v in d.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InputError(file, f"config.{k}", f"must be an integer, not {str(v)[:40]!r}")
+    try:
+        cfg = LMConfig.from_dict(d, file)
+    except InputError as e:
+        raise InputError(file, f"config.{e.field}", e.reason) from None
+    total = parameter_count(cfg)
+    if total > MAX_PARAMETERS:
+        raise InputError(
+            file,
+            "config",
+            f"declares {total} parameters; a model file holds at most {MAX_PARAMETERS}",
+        )
+    if 3 + cfg.layers * (10 + 3 * bool(cfg.shared_experts)) > len(z.keys):
+        for key, _ in _weights(cfg):  # stops at the first array the file lacks
+            if key not in z:
+                raise InputError(file, key, "missing array")
+    want = weight_shapes(cfg)
+    for key in z.keys:
+        if key != "config" and key not in want and not key.startswith("prism."):
+            raise InputError(
+                file, key, "unknown array (a model file holds its weights, config and prism.*)"
+            )
+    for key, shape in want.items():
+        if key not in z:
+            raise InputError(file, key, "missing array")
+        got, dtype = z.header(key)
+        if got != shape:
+            raise InputError(file, key, f"shape {got}, expected {shape}")
+        if dtype.kind != "f" or dtype.itemsize > 4:
+            raise InputError(file, key, f"must be float16 or float32, not {dtype}")
+    c = cfg
+    prism_kinds = {  # name: (dtype kinds, ndim, most values)
+        "prism.gates": ("iu", 4, c.layers * c.experts * c.d_ffn),
+        "prism.S": ("iu", 0, 1),
+        "prism.router": ("f", 3, c.layers * c.d_model * c.experts * c.d_ffn),
+        "prism.router_bias": ("f", 2, c.layers * c.experts * c.d_ffn),
+        "prism.finetune": ("U", 0, 1),
+    }
+    for key in z.keys:
+        if not key.startswith("prism."):
+            continue
+        shape, dtype = z.header(key)
+        kinds, ndim, most = prism_kinds.get(key, ("biuf", None, MAX_PARAMETERS))
+        if dtype.kind not in kinds or (ndim is not None and len(shape) != ndim):
+            raise InputError(file, key, f"unexpected {dtype} array of shape {shape}")
+        if key == "prism.finetune" and dtype.itemsize > 4 * MAX_NOTE_CHARS:
+            raise InputError(file, key, f"longer than {MAX_NOTE_CHARS} characters")
+        total += math.prod(shape)
+        if math.prod(shape) > most or total > MAX_PARAMETERS:
+            raise InputError(
+                file,
+                key,
+                f"shape {shape} is larger than the model's config allows (or the file holds "
+                f"more than {MAX_PARAMETERS} values)",
+            )
+    return cfg, want

@@ -15,13 +15,19 @@ iterations of consecutive tokens, :func:`shard` places each token on a chiplet, 
 (:class:`fsedp.sw.eit.GateRecord` takes the same three fields in the same order).
 """
 
+import math
+import os
+import stat
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from fsedp.config import ModelConfig
 from fsedp.errors import InputError
+from fsedp.fields import specs
 
 __all__ = [
     "RoutingTrace",
@@ -34,7 +40,37 @@ __all__ = [
     "dense_request_slots",
     "gate_records",
     "pair_counts",
+    "MAX_EXPERTS",
+    "MAX_TOP_K",
+    "MAX_LAYERS",
+    "MAX_ENTRIES",
+    "experts_shape_problem",
+    "NpzReader",
+    "TRACE_MEMBER_BYTES",
+    "read_npy_header",
+    "check_input_file",
 ]
+
+_MODEL = specs(ModelConfig)
+#: Most routed experts per layer of a trace (expert ids 0..4095): the most ``model.experts``
+#: a run config takes (declared once, by :class:`fsedp.config.ModelConfig`).
+MAX_EXPERTS = int(_MODEL["experts"].hi)
+#: Most experts per token and layer (top-k) of a trace: the most ``model.top_k`` a run
+#: config takes.
+MAX_TOP_K = int(_MODEL["top_k"].hi)
+#: Most MoE layers of a trace: the most ``model.layers`` a run config takes.
+MAX_LAYERS = int(_MODEL["layers"].hi)
+#: Most ``tokens x layers x top_k`` entries a trace *file* may declare (2**24: a million
+#: tokens of a 16-layer top-1 model, 65,536 tokens of 32 layers at top-8).  Every importer
+#: checks it, with :data:`MAX_LAYERS` and :data:`MAX_TOP_K`, on the declared shape before
+#: any of the data is read, so that no file, however small, makes a reader allocate more
+#: than about 2**24 values per array.
+MAX_ENTRIES = 1 << 24
+#: Expansion a deflated zip member cannot exceed (deflate's limit is about 1032:1): a member
+#: that declares more is a zip bomb or a lie, and is refused before it is decompressed.
+DEFLATE_MAX_RATIO = 1032
+#: Bytes read from a zip member at a time.
+_CHUNK = 1 << 22
 
 
 @dataclass
@@ -45,24 +81,29 @@ class RoutingTrace:
     ----------
     experts : numpy.ndarray
         int16 ``[tokens, layers, k]``: the top-k expert ids of every token at every MoE
-        layer, ``0 <= id < num_experts``, distinct within a token and layer.
+        layer, ``0 <= id < num_experts``, distinct within a token and layer; at most
+        :data:`MAX_LAYERS` layers and :data:`MAX_TOP_K` experts per token.
     scores : numpy.ndarray or None
-        float32 ``[tokens, layers, k]``: gate scores of those experts (finite), if known.
+        float32 ``[tokens, layers, k]``: gate scores of those experts (finite, within
+        float32), if known.
     token_ids : numpy.ndarray or None
-        int32 ``[tokens]``: vocabulary ids, if known.
+        int32 ``[tokens]``: vocabulary ids (``>= 0``), if known.
     request : numpy.ndarray
         int32 ``[tokens]``: request (sequence) id of every token, ``>= 0``.
     position : numpy.ndarray
         int32 ``[tokens]``: position of every token in its request, ``>= 0``.
     num_experts : int
-        Routed experts per layer ``E`` (1..32767).
+        Routed experts per layer ``E`` (1 .. :data:`MAX_EXPERTS`).
     name : str
         Used as the ``file`` of a :class:`InputError`.
 
     Notes
     -----
     ``__post_init__`` converts the arrays to the dtypes above (after checking that the
-    values fit) and raises :class:`InputError` on a bad shape or value.
+    values fit, so that no conversion overflows or warns) and raises :class:`InputError` on
+    a bad shape or value.  It does not cap the token count (traces made in memory, such as
+    :func:`synthetic` ones, may be long); the file importers cap it with
+    :data:`MAX_ENTRIES` before they read anything.
     """
 
     experts: np.ndarray
@@ -80,34 +121,42 @@ class RoutingTrace:
             raise InputError(name, field, reason)
 
         ne = self.num_experts
-        if isinstance(ne, bool) or not isinstance(ne, (int, np.integer)) or not 1 <= ne <= 32767:
-            fail("num_experts", f"must be an integer in 1..32767, not {ne!r}")
+        if (
+            isinstance(ne, bool)
+            or not isinstance(ne, (int, np.integer))
+            or not 1 <= ne <= MAX_EXPERTS
+        ):
+            fail("num_experts", f"must be an integer in 1..{MAX_EXPERTS}, not {ne!r}")
         self.num_experts = ne = int(ne)
 
         e = np.asarray(self.experts)
-        if e.ndim != 3:
-            fail("experts", f"must be 3-D [tokens, layers, k], not shape {e.shape}")
-        if not np.issubdtype(e.dtype, np.integer):
+        if e.ndim == 3 and not np.issubdtype(e.dtype, np.integer):
             fail("experts", f"must hold integers, not {e.dtype}")
+        why = experts_shape_problem(e.shape, ne, entries=None)
+        if why:
+            fail("experts", why)
         t, layers, k = e.shape
-        if layers < 1 or k < 1:
-            fail("experts", f"needs at least one layer and one expert per token, shape {e.shape}")
-        if k > ne:
-            fail("experts", f"top-k = {k} exceeds num_experts = {ne}")
         if e.size:
             lo, hi = int(e.min()), int(e.max())
             if lo < 0 or hi >= ne:
                 fail("experts", f"expert ids must be in 0..{ne - 1}, found {lo}..{hi}")
-            if k > 1:
-                s = np.sort(e, axis=-1)
+        e16 = e.astype(np.int16, copy=False)
+        if isinstance(e16, np.memmap) or not e16.flags.writeable:
+            e16 = np.array(e16)  # an array of its own, not a view of a file
+        if k > 1:
+            # in slices of tokens: the sort's copy stays small whatever the trace's length
+            step = max(1, _CHUNK // (layers * k))
+            for a in range(0, t, step):
+                s = np.sort(e16[a : a + step], axis=-1)
                 dup = np.argwhere((s[..., 1:] == s[..., :-1]).any(axis=-1))
                 if len(dup):
                     tok, lay = (int(x) for x in dup[0])
+                    tok += a
                     fail(
                         "experts",
-                        f"token {tok} layer {lay} repeats an expert: {e[tok, lay].tolist()}",
+                        f"token {tok} layer {lay} repeats an expert: {e16[tok, lay].tolist()}",
                     )
-        self.experts = e.astype(np.int16, copy=False)
+        self.experts = e16
 
         if self.scores is not None:
             sc = np.asarray(self.scores)
@@ -115,10 +164,18 @@ class RoutingTrace:
                 fail("scores", f"shape {sc.shape} differs from experts {e.shape}")
             if not (np.issubdtype(sc.dtype, np.floating) or np.issubdtype(sc.dtype, np.integer)):
                 fail("scores", f"must hold numbers, not {sc.dtype}")
-            sc = sc.astype(np.float32, copy=False)
-            if not np.isfinite(sc).all():
-                fail("scores", "must be finite")
-            self.scores = sc
+            if np.issubdtype(sc.dtype, np.floating) and sc.size:
+                # checked in the stored dtype: a cast of a value beyond float32 would warn
+                if not np.isfinite(sc).all():
+                    fail("scores", "must be finite")
+                big = float(np.finfo(np.float32).max)
+                lo, hi = sc.min(), sc.max()
+                if lo < -big or hi > big:
+                    fail(
+                        "scores",
+                        f"must fit float32 (|score| <= {big:.4g}), found {lo:.4g}..{hi:.4g}",
+                    )
+            self.scores = sc.astype(np.float32, copy=False)
 
         def vector(field, v, lo):
             v = np.asarray(v)
@@ -126,14 +183,14 @@ class RoutingTrace:
                 fail(field, f"must have shape ({t},) (one per token), not {v.shape}")
             if not np.issubdtype(v.dtype, np.integer):
                 fail(field, f"must hold integers, not {v.dtype}")
-            if t and lo is not None and int(v.min()) < lo:
+            if t and int(v.min()) < lo:
                 fail(field, f"must be >= {lo}, found {int(v.min())}")
             if t and int(v.max()) > np.iinfo(np.int32).max:
                 fail(field, "does not fit int32")
             return v.astype(np.int32, copy=False)
 
         if self.token_ids is not None:
-            self.token_ids = vector("token_ids", self.token_ids, None)
+            self.token_ids = vector("token_ids", self.token_ids, 0)
         self.request = vector("request", self.request, 0)
         self.position = vector("position", self.position, 0)
 
@@ -154,6 +211,232 @@ class RoutingTrace:
 
     def __len__(self) -> int:
         return self.tokens
+
+
+# -- bounded readers -------------------------------------------------------------------
+
+
+def experts_shape_problem(shape, num_experts=None, entries=MAX_ENTRIES) -> str | None:
+    """Why ``shape`` cannot be the ``experts [tokens, layers, k]`` of a trace, or ``None``:
+    3-D, 1..:data:`MAX_LAYERS` layers, 1..:data:`MAX_TOP_K` (and at most ``num_experts``)
+    experts per token, and at most ``entries`` values in all (``None``: no cap).  The
+    importers check it on a file's declared shape before they read the array."""
+    shape = tuple(int(x) for x in shape)
+    if len(shape) != 3:
+        return f"must be 3-D [tokens, layers, k], not shape {shape}"
+    t, layers, k = shape
+    if layers < 1 or k < 1:
+        return f"needs at least one layer and one expert per token, shape {shape}"
+    if layers > MAX_LAYERS:
+        return f"{layers} layers (shape {shape}); a trace has at most {MAX_LAYERS}"
+    if k > MAX_TOP_K:
+        return f"top-k = {k} (shape {shape}); a trace has at most {MAX_TOP_K} experts per token"
+    if num_experts is not None and k > num_experts:
+        return f"top-k = {k} exceeds num_experts = {num_experts}"
+    if entries is not None and t * layers * k > entries:
+        return (
+            f"shape {shape} is {t * layers * k} (token, layer, expert) entries; a trace file "
+            f"holds at most {entries}"
+        )
+    return None
+
+
+def check_input_file(path) -> None:
+    """Refuse, before opening it, an input path that is not a regular file (a folder, a
+    FIFO that would block, a device such as ``/dev/zero`` that never ends)."""
+    file = str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(file, "<file>", "no such file") from None
+    except (OSError, ValueError) as e:
+        raise InputError(
+            file, "<file>", f"cannot read: {getattr(e, 'strerror', None) or e}"
+        ) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(file, "<file>", "is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(file, "<file>", "not a regular file")
+
+
+def read_npy_header(f, file: str, field: str) -> tuple[tuple, np.dtype, bool, int]:
+    """``(shape, dtype, fortran_order, count)`` of the ``.npy`` whose header starts at the
+    current position of the binary stream ``f`` (left just after the header), or an
+    :class:`InputError` naming ``file`` and ``field``: a header that is not ``.npy`` version
+    1 or 2 (longer than numpy's 10,000-byte limit included), or a dtype that is not plain
+    numbers or text (Python objects, i.e. a pickle; records; sub-arrays)."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f".npy format version {version[0]}.{version[1]} is not read here")
+    except Exception as e:  # ValueError, EOFError, zlib and zip errors of a corrupt member
+        raise InputError(
+            file, field, f"not a readable .npy array: {type(e).__name__}: {e}"
+        ) from None
+    if dtype.hasobject:
+        raise InputError(file, field, "holds Python objects (a pickle); not read")
+    if dtype.names is not None or dtype.subdtype is not None or dtype.kind not in "biufcUS":
+        raise InputError(file, field, f"dtype {dtype} is not plain numbers or text")
+    return tuple(shape), dtype, bool(fortran), math.prod(shape)
+
+
+class NpzReader:
+    """The arrays of a user's ``.npz``, each checked before it is decompressed and read only
+    when asked for (what :func:`numpy.load` does not promise: it reads a member whole,
+    whatever it declares).
+
+    On opening, every member of the zip (used or not) is refused when it is encrypted,
+    compressed with another method than stored or deflated (numpy writes no other), larger
+    uncompressed than ``max_member_bytes``, or declares more than deflate can expand
+    (:data:`DEFLATE_MAX_RATIO` times its compressed size: a zip bomb).  :meth:`header`
+    reads only a member's ``.npy`` header (dtype checked by :func:`read_npy_header`; its
+    shape must account for the member's size exactly); :meth:`array` reads the data, after
+    the caller has checked that shape, in slices, with the zip's CRC checked at the end.
+    Every problem is an :class:`InputError` naming the file and the array (``<file>`` when
+    the file is not a readable zip).  Use it as a context manager."""
+
+    def __init__(self, path, max_member_bytes: int, what: str = "an array of this file"):
+        self.file = file = str(path)
+        self.max_member_bytes = int(max_member_bytes)
+        self._headers: dict = {}
+        check_input_file(path)
+        try:
+            self._zip = zipfile.ZipFile(path)
+        except FileNotFoundError:
+            raise InputError(file, "<file>", "no such file") from None
+        except Exception as e:  # BadZipFile, OSError, ValueError, EOFError, ...
+            raise InputError(
+                file, "<file>", f"not a readable npz file: {type(e).__name__}: {e}"
+            ) from None
+        try:
+            self.infos: dict[str, zipfile.ZipInfo] = {}
+            for info in self._zip.infolist():
+                name = info.filename
+                key = name[:-4] if name.endswith(".npy") else name
+                self._check_info(key, info, what)
+                self.infos[key] = info
+        except BaseException:
+            self._zip.close()
+            raise
+
+    def _check_info(self, key: str, info: zipfile.ZipInfo, what: str):
+        def fail(reason):
+            raise InputError(self.file, key, reason)
+
+        if info.flag_bits & 0x1:
+            fail("an encrypted zip member; not read")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            fail(
+                f"compressed with zip method {info.compress_type}; only stored and deflated "
+                "members (what numpy writes) are read"
+            )
+        if info.file_size > self.max_member_bytes:
+            fail(
+                f"declares {info.file_size} bytes uncompressed; {what} holds at most "
+                f"{self.max_member_bytes}"
+            )
+        if info.file_size > DEFLATE_MAX_RATIO * info.compress_size + 1024:
+            fail(
+                f"declares {info.file_size} bytes from {info.compress_size} compressed bytes, "
+                f"more than deflate expands ({DEFLATE_MAX_RATIO}:1): a zip bomb"
+            )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._zip.close()
+
+    @property
+    def keys(self) -> list[str]:
+        """The names of the arrays (members without their ``.npy``), in file order."""
+        return list(self.infos)
+
+    def __contains__(self, key) -> bool:
+        return key in self.infos
+
+    def header(self, key: str) -> tuple[tuple, np.dtype]:
+        """``(shape, dtype)`` of the array ``key`` (only its header is decompressed)."""
+        if key not in self._headers:
+            info = self.infos[key]
+            with self._zip.open(info) as f:
+                shape, dtype, fortran, count = read_npy_header(f, self.file, key)
+                offset = f.tell()
+            nbytes = count * dtype.itemsize
+            if offset + nbytes != info.file_size:
+                raise InputError(
+                    self.file,
+                    key,
+                    f"declares shape {shape} of {dtype} ({nbytes} bytes) but the member holds "
+                    f"{info.file_size - offset} bytes of data",
+                )
+            self._headers[key] = (shape, dtype, fortran, count)
+        shape, dtype, _, _ = self._headers[key]
+        return shape, dtype
+
+    def array(self, key: str, max_values: int | None = None) -> np.ndarray:
+        """The array ``key`` (its size was bounded on opening; ``max_values`` bounds its
+        number of values further, checked on the header before any data is read)."""
+        shape, dtype = self.header(key)
+        _, _, fortran, count = self._headers[key]
+        if max_values is not None and count > max_values:
+            raise InputError(
+                self.file, key, f"declares shape {shape} ({count} values); at most {max_values}"
+            )
+        out = np.empty(count, dtype=dtype)
+        nbytes = count * dtype.itemsize
+        try:
+            with self._zip.open(self.infos[key]) as f:
+                read_npy_header(f, self.file, key)
+                if nbytes:
+                    view = memoryview(out.view(np.uint8))
+                    pos = 0
+                    while pos < nbytes:
+                        n = f.readinto(view[pos : pos + _CHUNK])
+                        if not n:
+                            raise EOFError(f"the data ends after {pos} of {nbytes} bytes")
+                        pos += n
+                f.read(1)  # the end of the member: the zip's CRC is checked here
+        except InputError:
+            raise
+        except Exception as e:  # BadZipFile (CRC), zlib.error, EOFError, OSError
+            raise InputError(self.file, key, f"cannot read: {type(e).__name__}: {e}") from None
+        if fortran:
+            return out.reshape(shape[::-1]).transpose()
+        return out.reshape(shape)
+
+    def small(self, key: str, max_values: int = 64, max_itemsize: int = 4096) -> np.ndarray:
+        """A scalar-like array (a format tag, a count, a JSON string): at most
+        ``max_values`` values of at most ``max_itemsize`` bytes each, checked first."""
+        shape, dtype = self.header(key)
+        if dtype.itemsize > max_itemsize:
+            raise InputError(
+                self.file, key, f"dtype {dtype} is wider than {max_itemsize} bytes a value"
+            )
+        return self.array(key, max_values)
+
+
+#: Largest member of a trace ``.npz`` (``experts`` or ``scores`` of :data:`MAX_ENTRIES`
+#: 8-byte values, and its header): anything larger is refused from the zip's directory.
+TRACE_MEMBER_BYTES = MAX_ENTRIES * 8 + (1 << 16)
+
+
+def _int_value(z: NpzReader, key: str, what: str = "a positive integer scalar") -> int:
+    """A one-value integer array ``key`` of ``z``, ``>= 1``."""
+    shape, dtype = z.header(key)
+    if math.prod(shape) != 1 or dtype.kind not in "iu":
+        raise InputError(z.file, key, f"must be {what}, not {dtype} shape {shape}")
+    v = int(z.array(key).reshape(()))
+    if v < 1:
+        raise InputError(z.file, key, f"must be {what}, not {v}")
+    return v
 
 
 # -- FLAME-MoE npz ------------------------------------------------------------------------
@@ -184,83 +467,82 @@ def load_flame(path, part: str = "prefill") -> RoutingTrace:
     ------
     InputError
         Unreadable file (field ``<file>``), or a missing or malformed array (field = the
-        array's name).
+        array's name).  Arrays are read through :class:`NpzReader`: shapes are checked
+        (:func:`experts_shape_problem`, :data:`MAX_ENTRIES`) before any data is read, and
+        arrays the part does not use are never decompressed.
     """
     file = str(path)
     if part not in ("prefill", "decode"):
         raise InputError(file, "part", f"must be 'prefill' or 'decode', not {part!r}")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except FileNotFoundError as e:
-        raise InputError(file, "<file>", f"cannot read: {e.strerror or e}") from None
-    except Exception as e:  # OSError, BadZipFile, ValueError (pickled or corrupt member), ...
-        raise InputError(
-            file, "<file>", f"not a readable npz file: {type(e).__name__}: {e}"
-        ) from None
+    with NpzReader(path, TRACE_MEMBER_BYTES, "an array of a trace file") as z:
+        return _flame(z, file, part)
 
-    def get(key):
-        if key not in arrays:
+
+def _flame(z: NpzReader, file: str, part: str) -> RoutingTrace:
+    def need(key):
+        if key not in z:
             raise InputError(
-                file, key, f"missing array (the file has: {', '.join(sorted(arrays)) or 'none'})"
+                file, key, f"missing array (the file has: {', '.join(sorted(z.keys)) or 'none'})"
             )
-        return arrays[key]
+        return z.header(key)
 
-    def scalar(key):
-        a = get(key)
-        if a.size != 1 or not np.issubdtype(a.dtype, np.integer) or int(a.reshape(())) < 1:
-            raise InputError(
-                file, key, f"must be a positive integer scalar, not {a.dtype} shape {a.shape}"
-            )
-        return int(a.reshape(()))
-
-    num_experts = scalar("num_experts")
+    need("num_experts")
+    num_experts = _int_value(z, "num_experts")
+    if num_experts > MAX_EXPERTS:
+        raise InputError(file, "num_experts", f"must be in 1..{MAX_EXPERTS}, not {num_experts}")
     ekey, skey, tkey = f"{part}_topk_experts", f"{part}_topk_scores", f"{part}_token_ids"
-    experts, scores, token_ids = get(ekey), get(skey), get(tkey)
+    eshape, edtype = need(ekey)
+    sshape, _ = need(skey)
+    tshape, _ = need(tkey)
+
+    def experts_shape(shape):
+        why = experts_shape_problem(shape, num_experts)
+        if why:
+            raise InputError(file, ekey, why)
 
     if part == "prefill":
-        if experts.ndim != 3:
-            raise InputError(
-                file, ekey, f"must be 3-D [tokens, layers, k], not shape {experts.shape}"
-            )
-        n = experts.shape[0]
-        seq_len = scalar("prefill_sequence_length")
+        if len(eshape) != 3:
+            raise InputError(file, ekey, f"must be 3-D [tokens, layers, k], not shape {eshape}")
+        experts_shape(eshape)
+        n = eshape[0]
+        need("prefill_sequence_length")
+        seq_len = _int_value(z, "prefill_sequence_length")
         if n % seq_len:
             raise InputError(
                 file,
                 "prefill_sequence_length",
                 f"{seq_len} does not divide the {n} tokens of {ekey}",
             )
+        if tshape != (n,):
+            raise InputError(file, tkey, f"must have shape ({n},), not {tshape}")
+    else:
+        if len(eshape) != 4:
+            raise InputError(
+                file, ekey, f"must be 4-D [sequences, positions, layers, k], not shape {eshape}"
+            )
+        s, p = eshape[:2]
+        experts_shape((s * p, *eshape[2:]))
+        if tshape != (s, p):
+            raise InputError(file, tkey, f"must have shape ({s}, {p}), not {tshape}")
+    if sshape != eshape:
+        raise InputError(file, skey, f"shape {sshape} differs from {ekey} {eshape}")
+    if "top_k" in z:
+        k = _int_value(z, "top_k")
+        if k != eshape[-1]:
+            raise InputError(
+                file, "top_k", f"{k} differs from the last axis of {ekey} ({eshape[-1]})"
+            )
+
+    experts, scores, token_ids = z.array(ekey), z.array(skey), z.array(tkey)
+    if part == "prefill":
         idx = np.arange(n)
         request, position = idx // seq_len, idx % seq_len
-        if token_ids.shape != (n,):
-            raise InputError(file, tkey, f"must have shape ({n},), not {token_ids.shape}")
     else:
-        if experts.ndim != 4:
-            raise InputError(
-                file,
-                ekey,
-                f"must be 4-D [sequences, positions, layers, k], not shape {experts.shape}",
-            )
-        s, p = experts.shape[:2]
-        if scores.shape != experts.shape:
-            raise InputError(
-                file, skey, f"shape {scores.shape} differs from {ekey} {experts.shape}"
-            )
-        if token_ids.shape != (s, p):
-            raise InputError(file, tkey, f"must have shape ({s}, {p}), not {token_ids.shape}")
-        experts = experts.reshape(s * p, *experts.shape[2:])
-        scores = scores.reshape(s * p, *scores.shape[2:])
+        experts = experts.reshape(s * p, *eshape[2:])
+        scores = scores.reshape(s * p, *eshape[2:])
         token_ids = token_ids.reshape(s * p)
         request = np.repeat(np.arange(s), p)
         position = np.tile(np.arange(p), s)
-
-    if "top_k" in arrays and experts.ndim == 3:
-        k = scalar("top_k")
-        if k != experts.shape[-1]:
-            raise InputError(
-                file, "top_k", f"{k} differs from the last axis of {ekey} ({experts.shape[-1]})"
-            )
 
     rename = {"experts": ekey, "scores": skey, "token_ids": tkey, "num_experts": "num_experts"}
     try:
@@ -311,13 +593,13 @@ def synthetic(
     Parameters
     ----------
     num_experts : int
-        Experts per layer ``E`` (1..32767).
+        Experts per layer ``E`` (1 .. :data:`MAX_EXPERTS`).
     top_k : int
-        Experts per token, ``1 <= top_k <= num_experts``.
+        Experts per token, ``1 <= top_k <= num_experts`` (and :data:`MAX_TOP_K`).
     tokens : int
         Number of tokens (``>= 0``).
     layers : int, default 1
-        MoE layers; each has its own popularity order.
+        MoE layers (1 .. :data:`MAX_LAYERS`); each has its own popularity order.
     seed : int, default 0
         Seed of :func:`numpy.random.default_rng`; equal arguments give equal traces.
     skew : float, default 1.1
@@ -346,10 +628,10 @@ def synthetic(
             raise InputError(src, field, f"must be {rng_txt}, not {v}")
         return int(v)
 
-    num_experts = need_int("num_experts", num_experts, 1, 32767)
-    top_k = need_int("top_k", top_k, 1, num_experts)
+    num_experts = need_int("num_experts", num_experts, 1, MAX_EXPERTS)
+    top_k = need_int("top_k", top_k, 1, min(num_experts, MAX_TOP_K))
     tokens = need_int("tokens", tokens, 0)
-    layers = need_int("layers", layers, 1)
+    layers = need_int("layers", layers, 1, MAX_LAYERS)
     if requests is None:
         requests = max(1, tokens // 16)
     requests = need_int("requests", requests, 1, max(tokens, 1))
@@ -363,14 +645,19 @@ def synthetic(
     rng = np.random.default_rng(seed)
     rank_weight = 1.0 / np.arange(1, num_experts + 1, dtype=np.float64) ** skew
     experts = np.empty((tokens, layers, top_k), dtype=np.int16)
+    # the Gumbel keys [tokens, E] are drawn in slices of tokens (the same numbers as one
+    # draw, in the same order), so memory does not grow with tokens x experts
+    step = max(1, _CHUNK // num_experts)
     for layer in range(layers):
         perm = rng.permutation(num_experts)
         logw = np.empty(num_experts)
         logw[perm] = np.log(rank_weight)
-        keys = logw + rng.gumbel(size=(tokens, num_experts))
-        top = np.argpartition(-keys, top_k - 1, axis=1)[:, :top_k]
-        order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1, kind="stable")
-        experts[:, layer, :] = np.take_along_axis(top, order, axis=1)
+        for a in range(0, tokens, step):
+            n = min(step, tokens - a)
+            keys = logw + rng.gumbel(size=(n, num_experts))
+            top = np.argpartition(-keys, top_k - 1, axis=1)[:, :top_k]
+            order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1, kind="stable")
+            experts[a : a + n, layer, :] = np.take_along_axis(top, order, axis=1)
 
     idx = np.arange(tokens)
     request = idx * requests // max(tokens, 1)

@@ -26,20 +26,62 @@ Importers (``fmt`` of :func:`load_any`; ``auto`` picks by content):
   every token must have every layer, all with the same ``k``;
 * ``npy``: an integer array ``[tokens, layers, k]`` (one request, positions in order);
 * Hugging Face models: :func:`record_hf` (``fsedp trace record``).
+
+Every file is read as hostile, with its sizes bounded before anything is allocated: at most
+:data:`~fsedp.trace.core.MAX_EXPERTS` experts (4096, the most a model config takes; the
+ids of a file without ``num_experts`` are checked against it before they become the expert
+count), :data:`~fsedp.trace.core.MAX_LAYERS` layers, :data:`~fsedp.trace.core.MAX_TOP_K`
+experts per token and :data:`~fsedp.trace.core.MAX_ENTRIES` (token, layer, expert) entries;
+``.npz`` members are checked on the zip directory and their ``.npy`` headers before they
+are decompressed (:class:`~fsedp.trace.core.NpzReader`; an unused member is never read),
+an ``.npy`` is checked on its header and then memory-mapped, and JSON lines are bounded
+by :data:`MAX_LINE` and :data:`MAX_RECORDS`.  Every problem is one
+:class:`~fsedp.errors.InputError` naming the file and the array (or line).
 """
 
 import json
+from array import array
 from pathlib import Path
 
 import numpy as np
 
 from fsedp.errors import InputError
 from fsedp.files import atomic_path
-from fsedp.trace.core import RoutingTrace, load_flame
+from fsedp.trace.core import (
+    MAX_ENTRIES,
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    MAX_TOP_K,
+    TRACE_MEMBER_BYTES,
+    NpzReader,
+    RoutingTrace,
+    check_input_file,
+    experts_shape_problem,
+    load_flame,
+    read_npy_header,
+)
 
-__all__ = ["save_trace", "load_trace", "load_jsonl", "load_npy", "load_any", "FORMATS", "record_hf"]
+__all__ = [
+    "save_trace",
+    "load_trace",
+    "load_jsonl",
+    "load_npy",
+    "load_any",
+    "FORMATS",
+    "record_hf",
+    "MAX_LINE",
+    "MAX_RECORDS",
+]
 
 FORMATS = ("auto", "fsedp", "flame", "jsonl", "npy")
+
+#: Longest line of a JSON-lines trace (a record is a few hundred bytes).
+MAX_LINE = 1 << 16
+#: Most records (token, layer) of a JSON-lines trace (each costs about 100 bytes of memory
+#: while it is read, so a file of the longest accepted size is read in well under 1 GB).
+MAX_RECORDS = 1 << 21
+#: Longest text member (``format``, ``name``) of a trace ``.npz``, in characters.
+MAX_TEXT = 4096
 
 
 def save_trace(trace: RoutingTrace, path) -> None:
@@ -60,68 +102,96 @@ def save_trace(trace: RoutingTrace, path) -> None:
         np.savez_compressed(tmp, **arrays)
 
 
-def _npz(path) -> dict:
-    file = str(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise InputError(file, "<file>", "no such file") from None
-    except Exception as e:
-        raise InputError(
-            file, "<file>", f"not a readable npz file: {type(e).__name__}: {e}"
-        ) from None
+def _reader(path) -> NpzReader:
+    """A trace ``.npz`` opened for bounded reading (:class:`~fsedp.trace.core.NpzReader`):
+    no member larger than :data:`~fsedp.trace.core.TRACE_MEMBER_BYTES` or bigger than
+    deflate can expand, whether used or not."""
+    return NpzReader(path, TRACE_MEMBER_BYTES, "an array of a trace file")
 
 
 def load_trace(path) -> RoutingTrace:
+    """A trace in the project's format.  Every array is checked on its ``.npy`` header
+    (dtype, shape against ``experts`` and the caps of
+    :func:`~fsedp.trace.core.experts_shape_problem`) before its data is read; ``name`` is
+    never read."""
     file = str(path)
-    a = _npz(path)
-    if str(a.get("format", "")) != "fsedp-trace":
-        raise InputError(file, "format", "not an fsedp trace (expected format = 'fsedp-trace')")
-    version = a["version"].item() if "version" in a and a["version"].size == 1 else None
-    if version != 1:
-        raise InputError(file, "version", f"unsupported version {version} (this reader: 1)")
-    for key in ("num_experts", "experts", "request", "position"):
-        if key not in a:
-            raise InputError(file, key, "missing array")
-    try:
-        return RoutingTrace(
-            experts=a["experts"],
-            scores=a.get("scores"),
-            token_ids=a.get("token_ids"),
-            request=a["request"],
-            position=a["position"],
-            num_experts=_int_scalar(file, a["num_experts"]),
-            name=file,
-        )
-    except (TypeError, ValueError) as e:
-        if isinstance(e, InputError):
-            raise
-        raise InputError(file, "num_experts", str(e)) from None
+    with _reader(path) as z:
+        fmt = z.small("format", 1, 4 * MAX_TEXT) if "format" in z else None
+        if fmt is None or str(fmt.reshape(())) != "fsedp-trace":
+            raise InputError(file, "format", "not an fsedp trace (expected format = 'fsedp-trace')")
+        version = z.small("version", 1).item() if "version" in z else None
+        if version != 1 or isinstance(version, (str, bytes, bool)):
+            raise InputError(file, "version", f"unsupported version {version!r} (this reader: 1)")
+        for key in ("num_experts", "experts", "request", "position"):
+            if key not in z:
+                raise InputError(file, key, "missing array")
+        ne = _int_scalar(file, z.small("num_experts", 1, 16))
+        if not 1 <= ne <= MAX_EXPERTS:
+            raise InputError(file, "num_experts", f"must be in 1..{MAX_EXPERTS}, not {ne}")
+        shape, dtype = z.header("experts")
+        if len(shape) == 3 and dtype.kind not in "iu":
+            raise InputError(file, "experts", f"must hold integers, not {dtype}")
+        why = experts_shape_problem(shape, ne)
+        if why:
+            raise InputError(file, "experts", why)
+        t = shape[0]
+        want = {"scores": shape, "token_ids": (t,), "request": (t,), "position": (t,)}
+        for key, expect in want.items():
+            if key in z and z.header(key)[0] != expect:
+                got = z.header(key)[0]
+                if key == "scores":
+                    raise InputError(file, key, f"shape {got} differs from experts {shape}")
+                raise InputError(file, key, f"must have shape {expect} (one per token), not {got}")
+        a = {key: z.array(key) for key in ("experts", *want) if key in z}
+    return RoutingTrace(
+        experts=a["experts"],
+        scores=a.get("scores"),
+        token_ids=a.get("token_ids"),
+        request=a["request"],
+        position=a["position"],
+        num_experts=ne,
+        name=file,
+    )
 
 
 def _lines(fh, file: str):
-    """The lines of a text file; bytes that are not UTF-8 are an error naming the line."""
+    """The lines of a text file, each at most :data:`MAX_LINE` characters (a longer one is
+    refused before more of it is read); bytes that are not UTF-8 are an error naming the
+    line."""
     n = 0
     while True:
         try:
-            line = fh.readline()
+            line = fh.readline(MAX_LINE + 1)
         except UnicodeDecodeError as e:
             raise InputError(file, f"line {n + 1}", f"not UTF-8 text (byte {e.start})") from None
         if not line:
             return
         n += 1
+        if len(line) > MAX_LINE:
+            raise InputError(
+                file,
+                f"line {n}",
+                f"longer than {MAX_LINE} characters; a record is a few hundred bytes",
+            )
         yield line
 
 
 def _int_scalar(file: str, v) -> int:
-    """An integer stored as a 0-d integer array (``num_experts``)."""
+    """An integer stored as a one-value integer array (``num_experts``)."""
     v = np.asarray(v)
-    if v.ndim != 0 or v.dtype.kind not in "iu":
+    if v.size != 1 or v.ndim != 0 or v.dtype.kind not in "iu":
         raise InputError(
             file, "num_experts", f"must be an integer scalar, not {v.dtype} of shape {v.shape}"
         )
     return int(v)
+
+
+def _check_num_experts(file: str, ne) -> None:
+    """A given expert count (``--num-experts``) is checked before the file is read."""
+    if ne is not None and (
+        isinstance(ne, bool) or not isinstance(ne, (int, np.integer)) or not 1 <= ne <= MAX_EXPERTS
+    ):
+        raise InputError(file, "num_experts", f"must be an integer in 1..{MAX_EXPERTS}, not {ne!r}")
 
 
 def _is_int(x) -> bool:
@@ -134,9 +204,22 @@ def _is_num(x) -> bool:
 
 
 def load_jsonl(path, num_experts: int | None = None) -> RoutingTrace:
+    """A JSON-lines trace (see the module's documentation).
+
+    Bounds, checked as the file is read: lines of at most :data:`MAX_LINE` characters, at
+    most :data:`MAX_RECORDS` records, each a JSON object whose values are integers, numbers
+    or flat lists of them (JSON nested past the parser's recursion limit is refused as well);
+    ``token < MAX_ENTRIES``, ``layer < MAX_LAYERS``, 1..``MAX_TOP_K`` expert ids in
+    0..``MAX_EXPERTS - 1``.  The records are kept in flat arrays, and the trace's arrays are
+    made only once the records are known to fill every (token, layer) exactly once."""
     file = str(path)
-    rows = {}
-    meta = {}
+    tok_a, lay_a, line_a = array("q"), array("q"), array("q")
+    ex_a, pr_a = array("h"), array("d")  # expert ids are < MAX_EXPERTS
+    meta_a = array("q")  # request, position, token_id per record
+    has_a = array("b")  # bit 0: probs, bit 1: position, bit 2: token_id
+    k = None
+    _check_num_experts(file, num_experts)
+    check_input_file(path)
     try:
         fh = open(path, encoding="utf-8")
     except OSError as e:
@@ -146,8 +229,8 @@ def load_jsonl(path, num_experts: int | None = None) -> RoutingTrace:
             if not line.strip():
                 continue
             where = f"line {n}"
-            if len(line) > 1 << 20:
-                raise InputError(file, where, "longer than 1 MiB; a record is a few hundred bytes")
+            if len(tok_a) >= MAX_RECORDS:
+                raise InputError(file, where, f"more than {MAX_RECORDS} records")
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
@@ -162,8 +245,28 @@ def load_jsonl(path, num_experts: int | None = None) -> RoutingTrace:
             tok, lay, ex = rec["token"], rec["layer"], rec["experts"]
             if not (_is_int(tok) and _is_int(lay)) or tok < 0 or lay < 0:
                 raise InputError(file, f"{where}.token", "token and layer must be integers >= 0")
+            if tok >= MAX_ENTRIES:
+                raise InputError(file, f"{where}.token", f"must be < {MAX_ENTRIES}, not {tok}")
+            if lay >= MAX_LAYERS:
+                raise InputError(
+                    file, f"{where}.layer", f"must be < {MAX_LAYERS} (a trace's most layers)"
+                )
             if not isinstance(ex, list) or not ex or not all(_is_int(x) for x in ex):
                 raise InputError(file, f"{where}.experts", "must be a non-empty list of integers")
+            if len(ex) > MAX_TOP_K or not all(0 <= x < MAX_EXPERTS for x in ex):
+                raise InputError(
+                    file,
+                    f"{where}.experts",
+                    f"must be 1..{MAX_TOP_K} expert ids in 0..{MAX_EXPERTS - 1}",
+                )
+            if k is None:
+                k = len(ex)
+            elif len(ex) != k:
+                raise InputError(
+                    file,
+                    "experts",
+                    f"{where}: token {tok} layer {lay} has {len(ex)} experts, others {k}",
+                )
             probs = rec.get("probs")
             if probs is not None and (
                 not isinstance(probs, list)
@@ -173,45 +276,71 @@ def load_jsonl(path, num_experts: int | None = None) -> RoutingTrace:
                 raise InputError(
                     file, f"{where}.probs", "must be a list of numbers as long as experts"
                 )
-            if (tok, lay) in rows:
-                raise InputError(file, where, f"token {tok} layer {lay} appears twice")
-            rows[tok, lay] = (ex, probs)
             m = (rec.get("request", 0), rec.get("position"), rec.get("token_id"))
-            if not all(x is None or _is_int(x) for x in m):
+            if not _is_int(m[0]) or not all(x is None or _is_int(x) for x in m[1:]):
                 raise InputError(file, where, "request, position and token_id must be integers")
-            if tok in meta and meta[tok] != m:
+            if len(ex_a) + k > MAX_ENTRIES:
                 raise InputError(
-                    file, where, f"token {tok}: request/position/token_id differ between its layers"
+                    file, where, f"more than {MAX_ENTRIES} (token, layer, expert) entries"
                 )
-            meta[tok] = m
-    if not rows:
+            tok_a.append(tok)
+            lay_a.append(lay)
+            line_a.append(n)
+            ex_a.extend(ex)
+            pr_a.extend(probs if probs is not None else [0.0] * k)
+            meta_a.extend(0 if x is None else x for x in m)
+            has_a.append((probs is not None) | (m[1] is not None) << 1 | (m[2] is not None) << 2)
+    if not tok_a:
         raise InputError(file, "<file>", "no records")
-    tokens = sorted(meta)
-    layers = sorted({lay for _, lay in rows})
-    if tokens != list(range(len(tokens))) or layers != list(range(len(layers))):
+    return _jsonl_trace(file, num_experts, k, tok_a, lay_a, line_a, ex_a, pr_a, meta_a, has_a)
+
+
+def _jsonl_trace(file, num_experts, k, tok_a, lay_a, line_a, ex_a, pr_a, meta_a, has_a):
+    """The trace of the records of :func:`load_jsonl`: every (token, layer) exactly once."""
+    toks = np.frombuffer(tok_a, dtype=np.int64)
+    lays = np.frombuffer(lay_a, dtype=np.int64)
+    lines = np.frombuffer(line_a, dtype=np.int64)
+    n = len(toks)
+    t, nl = int(toks.max()) + 1, int(lays.max()) + 1
+    present_t = np.unique(toks)
+    present_l = np.unique(lays)
+    if len(present_t) != t or len(present_l) != nl:
         raise InputError(file, "token", "tokens and layers must be numbered 0..N-1 without gaps")
-    k = len(next(iter(rows.values()))[0])
-    t, nl = len(tokens), len(layers)
-    experts = np.zeros((t, nl, k), dtype=np.int64)
-    has_probs = all(p is not None for _, p in rows.values())
-    scores = np.zeros((t, nl, k), dtype=np.float64) if has_probs else None
-    for tok in tokens:
-        for lay in layers:
-            if (tok, lay) not in rows:
-                raise InputError(file, "layer", f"token {tok} has no record for layer {lay}")
-            ex, pr = rows[tok, lay]
-            if len(ex) != k:
-                raise InputError(
-                    file, "experts", f"token {tok} layer {lay} has {len(ex)} experts, others {k}"
-                )
-            experts[tok, lay] = ex
-            if has_probs:
-                scores[tok, lay] = pr
-    request = np.asarray([meta[i][0] for i in tokens])
-    pos = [meta[i][1] for i in tokens]
-    position = np.asarray(pos) if all(p is not None for p in pos) else _positions(request)
-    ids = [meta[i][2] for i in tokens]
-    token_ids = np.asarray(ids) if all(x is not None for x in ids) else None
+    key = toks * nl + lays
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    dup = np.flatnonzero(sk[1:] == sk[:-1])
+    if len(dup):
+        i = order[dup[0] + 1]
+        raise InputError(
+            file,
+            f"line {int(lines[i])}",
+            f"token {int(toks[i])} layer {int(lays[i])} appears twice",
+        )
+    if n != t * nl:  # no duplicates: some (token, layer) has no record
+        off = np.flatnonzero(sk != np.arange(n))  # the first key not in its place is missing
+        miss = int(off[0]) if len(off) else n
+        raise InputError(file, "layer", f"token {miss // nl} has no record for layer {miss % nl}")
+    why = experts_shape_problem((t, nl, k), num_experts)
+    if why:
+        raise InputError(file, "experts", why)
+    experts = np.frombuffer(ex_a, dtype=np.int16).reshape(n, k)[order].reshape(t, nl, k)
+    has = np.frombuffer(has_a, dtype=np.int8)[order].reshape(t, nl)
+    meta = np.frombuffer(meta_a, dtype=np.int64).reshape(n, 3)[order].reshape(t, nl, 3)
+    same = (meta == meta[:, :1]).all(-1) & ((has >> 1) == (has[:, :1] >> 1))
+    if not same.all():
+        tok, lay = (int(x) for x in np.argwhere(~same)[0])
+        raise InputError(
+            file,
+            f"line {int(lines[order[tok * nl + lay]])}",
+            f"token {tok}: request/position/token_id differ between its layers",
+        )
+    scores = None
+    if (has & 1).all():
+        scores = np.frombuffer(pr_a, dtype=np.float64).reshape(n, k)[order].reshape(t, nl, k)
+    request = meta[:, 0, 0]
+    position = meta[:, 0, 1] if (has[:, 0] & 2).all() else _positions(request)
+    token_ids = meta[:, 0, 2] if (has[:, 0] & 4).all() else None
     ne = num_experts if num_experts is not None else int(experts.max()) + 1
     return RoutingTrace(
         experts=experts,
@@ -234,25 +363,69 @@ def _positions(request: np.ndarray) -> np.ndarray:
 
 
 def load_npy(path, num_experts: int | None = None) -> RoutingTrace:
+    """An integer ``.npy`` ``[tokens, layers, k]``: its header is read and checked (dtype,
+    shape, :func:`~fsedp.trace.core.experts_shape_problem`, the file's size) before the
+    data is mapped (``mmap``, never read whole into memory before it is checked); without
+    ``num_experts`` the expert count is the largest id + 1, at most
+    :data:`~fsedp.trace.core.MAX_EXPERTS`."""
     file = str(path)
+    _check_num_experts(file, num_experts)
+    check_input_file(path)
     try:
-        a = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(file, "<file>", "no such file") from None
-    except Exception as e:
-        raise InputError(file, "<file>", f"not a readable .npy array: {e}") from None
-    if not isinstance(a, np.ndarray):
+        fh = open(path, "rb")
+    except OSError as e:
+        raise InputError(file, "<file>", f"cannot read: {e.strerror or e}") from None
+    with fh:
+        if fh.read(4) == b"PK\x03\x04":
+            raise InputError(
+                file, "<file>", "holds several arrays (an .npz); use --format fsedp or flame"
+            )
+        fh.seek(0)
+        shape, dtype, fortran, count = read_npy_header(fh, file, "<file>")
+        offset = fh.tell()
+        size = fh.seek(0, 2)
+    if len(shape) == 3 and dtype.kind not in "iu":
+        raise InputError(file, "experts", f"must hold integers, not {dtype}")
+    why = experts_shape_problem(shape, num_experts)
+    if why:
+        raise InputError(file, "experts", why)
+    if offset + count * dtype.itemsize != size:
         raise InputError(
-            file, "<file>", "holds several arrays (an .npz); use --format fsedp or flame"
+            file,
+            "<file>",
+            f"not a readable .npy array: shape {shape} of {dtype} needs "
+            f"{count * dtype.itemsize} bytes of data, the file holds {size - offset}",
         )
-    if a.ndim != 3:
-        raise InputError(file, "experts", f"must be 3-D [tokens, layers, k], not shape {a.shape}")
-    if a.size and not np.issubdtype(a.dtype, np.integer):
-        raise InputError(file, "experts", f"must hold integers, not {a.dtype}")
-    ne = num_experts if num_experts is not None else (int(a.max()) + 1 if a.size else 1)
-    t = a.shape[0]
+    if count:
+        try:
+            a = np.memmap(
+                path,
+                dtype=dtype,
+                mode="r",
+                offset=offset,
+                shape=shape,
+                order="F" if fortran else "C",
+            )
+        except (OSError, ValueError) as e:
+            raise InputError(file, "<file>", f"not a readable .npy array: {e}") from None
+    else:
+        a = np.zeros(shape, dtype=dtype)
+    lo, hi = (int(a.min()), int(a.max())) if count else (0, 0)
+    if lo < 0:
+        raise InputError(file, "experts", f"expert ids must be >= 0, found {lo}")
+    if num_experts is None and hi >= MAX_EXPERTS:
+        raise InputError(
+            file,
+            "experts",
+            f"expert id {hi} is out of range: a trace has at most {MAX_EXPERTS} experts "
+            f"(ids 0..{MAX_EXPERTS - 1})",
+        )
+    ne = num_experts if num_experts is not None else hi + 1
+    t = shape[0]
+    experts = np.array(a, dtype=np.int16) if hi <= np.iinfo(np.int16).max else a
+    del a  # the file is unmapped once the ids are copied
     return RoutingTrace(
-        experts=a,
+        experts=experts,
         scores=None,
         token_ids=None,
         request=np.zeros(t, dtype=np.int64),
@@ -282,16 +455,18 @@ def _load_any(path, fmt: str = "auto", num_experts: int | None = None) -> Routin
         elif suffix == ".npy":
             fmt = "npy"
         elif suffix == ".npz":
-            keys = _npz(path)
+            with _reader(path) as z:  # the zip's directory only: no array is read
+                keys = z.keys
             fmt = (
                 "fsedp" if "format" in keys else "flame" if "prefill_topk_experts" in keys else None
             )
             if fmt is None:
+                names = ", ".join(sorted(k[:40] for k in keys)[:20])
                 raise InputError(
                     file,
                     "<file>",
-                    "an .npz that is neither an fsedp trace nor a "
-                    "FLAME excerpt (arrays: " + ", ".join(sorted(keys)) + ")",
+                    "an .npz that is neither an fsedp trace nor a FLAME excerpt "
+                    f"(arrays: {names}{', ...' if len(keys) > 20 else ''})",
                 )
         else:
             raise InputError(

@@ -36,6 +36,11 @@ __all__ = ["WINDOWS", "trace_stats", "format_stats", "plot_stats"]
 
 WINDOWS = (16, 64, 256, 1024)
 PEERS = (1, 2, 4, 8)
+#: Values of a dense table (windows x experts, tokens x experts) built at a time: the
+#: statistics are computed in slices of rows of this size, so that their memory does not
+#: grow with the length of the trace (at most 32 MiB of float64 a slice, about 1 GB in all
+#: for the largest trace a file may hold, :data:`fsedp.trace.core.MAX_ENTRIES`).
+BLOCK = 1 << 22
 
 
 def _gini(x: np.ndarray) -> float:
@@ -44,6 +49,13 @@ def _gini(x: np.ndarray) -> float:
     if n == 0 or x.sum() == 0:
         return 0.0
     return float((2 * np.arange(1, n + 1) - n - 1) @ x / (n * x.sum()))
+
+
+def _rows(n: int, width: int):
+    """Slices ``[a, b)`` of ``n`` rows of ``width`` values, about :data:`BLOCK` values each."""
+    step = max(1, BLOCK // max(1, width))
+    for a in range(0, n, step):
+        yield a, min(n, a + step)
 
 
 def window_loads(experts: np.ndarray, num_experts: int, window: int) -> np.ndarray:
@@ -56,41 +68,104 @@ def window_loads(experts: np.ndarray, num_experts: int, window: int) -> np.ndarr
     )
 
 
-def skew(loads: np.ndarray) -> dict:
-    active = loads > 0
-    n_active = active.sum(1)
-    cold = ((loads > 0) & (loads <= 2)).sum(1) / np.maximum(n_active, 1)
-    mean_active = loads.sum(1) / np.maximum(n_active, 1)
+def _load_blocks(experts: np.ndarray, num_experts: int, window: int):
+    """:func:`window_loads` of whole windows, a slice of windows at a time."""
+    for a, b in _rows(len(experts) // window, num_experts):
+        yield window_loads(experts[a * window : b * window], num_experts, window)
+
+
+def skew(experts: np.ndarray, num_experts: int, window: int) -> dict:
+    """Load skew of one layer's ``experts [T, k]`` over its windows of ``window`` tokens."""
+    active, cold, peak, gini = 0, [], [], []
+    for loads in _load_blocks(experts, num_experts, window):
+        n_active = (loads > 0).sum(1)
+        active += int(n_active.sum())
+        cold.append(((loads > 0) & (loads <= 2)).sum(1) / np.maximum(n_active, 1))
+        mean_active = loads.sum(1) / np.maximum(n_active, 1)
+        peak.append(loads.max(1) / np.maximum(mean_active, 1e-9))
+        gini += [_gini(r) for r in loads]
+    n = len(gini)
     return {
-        "active": float(active.mean()),
-        "cold": float(cold.mean()),
-        "peak_mean": float((loads.max(1) / np.maximum(mean_active, 1e-9)).mean()),
-        "gini": float(np.mean([_gini(r) for r in loads])),
+        "active": float(active / (n * num_experts)),
+        "cold": float(np.concatenate(cold).mean()),
+        "peak_mean": float(np.concatenate(peak).mean()),
+        "gini": float(np.mean(gini)),
     }
 
 
-def coactivation(experts: np.ndarray, num_experts: int) -> np.ndarray:
-    """Co-activation counts ``M [E, E]`` of one layer (same token; diagonal zero)."""
-    return pair_counts(experts, experts, num_experts, other_slots=True)
-
-
-def concentration(m: np.ndarray, peers=PEERS) -> dict:
-    tot = m.sum(1)
-    srt = -np.sort(-m, axis=1)
-    cum = np.cumsum(srt, axis=1)
+def concentration(experts: np.ndarray, num_experts: int, peers=PEERS) -> dict:
+    """Co-activation concentration of one layer's ``experts [T, k]``: the co-activation
+    counts (other experts chosen by the same token; :func:`fsedp.trace.core.pair_counts`
+    with ``other_slots``) are counted sparsely, as (expert, peer) pairs, instead of in an
+    ``[E, E]`` table, and each expert's top-``r`` peers are summed from its sorted row."""
+    ne = num_experts
+    e = experts.astype(np.int64)
+    k = e.shape[1]
+    keys = [e[:, x] * ne + e[:, y] for x in range(k) for y in range(k) if x != y]
+    tot = np.zeros(ne)
+    top = {r: np.zeros(ne) for r in peers}
+    if keys:
+        pair, cnt = np.unique(np.concatenate(keys), return_counts=True)
+        row = pair // ne
+        # each row's counts in decreasing order: sort by (row, -count)
+        order = np.lexsort((-cnt, row))
+        row, cnt = row[order], cnt[order].astype(np.float64)
+        start = np.searchsorted(row, np.arange(ne))
+        rank = np.arange(len(row)) - start[row]
+        tot = np.bincount(row, weights=cnt, minlength=ne)
+        for r in peers:
+            keep = rank < min(r, ne)
+            top[r] = np.bincount(row[keep], weights=cnt[keep], minlength=ne)
     w = tot / max(1, tot.sum())
-    return {
-        f"top{r}": float((cum[:, min(r, m.shape[1]) - 1] / np.maximum(tot, 1)) @ w) for r in peers
-    }
+    return {f"top{r}": float((top[r] / np.maximum(tot, 1)) @ w) for r in peers}
+
+
+def _hits(pred: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Per row, how many of ``chosen [N, k]`` the row of ``pred [N, k']`` holds."""
+    out = np.empty(len(chosen), dtype=np.int64)
+    for a, b in _rows(len(chosen), pred.shape[1] * chosen.shape[1]):
+        out[a:b] = (pred[a:b, :, None] == chosen[a:b, None, :]).any(-1).sum(1)
+    return out
 
 
 def _precision(pred: np.ndarray, chosen: np.ndarray) -> float:
-    hits = (pred[:, :, None] == chosen[:, None, :]).any(-1).sum(1)
+    hits = _hits(pred, chosen)
     return float(hits.mean() / chosen.shape[1]) if len(chosen) else float("nan")
 
 
 def _topk(scores: np.ndarray, k: int) -> np.ndarray:
-    return np.argsort(-scores, axis=-1, kind="stable")[..., :k]
+    """Indices of the ``k`` largest scores of each row, largest first, ties to the lower
+    index: ``argsort(-scores, kind="stable")[..., :k]``, found in linear time (a partition
+    for the k-th largest value, then a sort of the ``k`` kept) instead of sorting rows of
+    up to 4096 experts."""
+    n = scores.shape[-1]
+    if scores.ndim != 2 or n <= 4 * k:
+        return np.argsort(-scores, axis=-1, kind="stable")[..., :k]
+    kth = np.partition(scores, n - k, axis=-1)[:, n - k : n - k + 1]  # the k-th largest
+    keep = scores >= kth
+    tie = scores == kth
+    extra = keep.sum(1) - k  # ties beyond the k: keep the lowest-index ones
+    rows = np.flatnonzero(extra)
+    if len(rows):
+        t = tie[rows]
+        keep[rows] &= ~t | (
+            np.cumsum(t, axis=1, dtype=np.int32) <= (t.sum(1) - extra[rows])[:, None]
+        )
+    idx = (np.flatnonzero(keep) % n).reshape(len(scores), k)  # increasing index in each row
+    order = np.argsort(-np.take_along_axis(scores, idx, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(idx, order, axis=1)
+
+
+def _sparse_rows(keys: np.ndarray, counts: np.ndarray, rows: np.ndarray, ne: int) -> np.ndarray:
+    """Dense rows ``[len(rows), ne]`` of a sparse count table (sorted ``keys = row * ne +
+    column`` with their ``counts``)."""
+    out = np.zeros((len(rows), ne), dtype=np.int64)
+    lo = np.searchsorted(keys, rows * ne)
+    n = np.searchsorted(keys, (rows + 1) * ne) - lo
+    at = np.repeat(np.arange(len(rows)), n)
+    src = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)
+    out[at, keys[src] - rows[at] * ne] = counts[src]
+    return out
 
 
 def predictability(trace: RoutingTrace, fit: float = 0.2) -> dict:
@@ -104,19 +179,31 @@ def predictability(trace: RoutingTrace, fit: float = 0.2) -> dict:
         row["popularity"] = _precision(np.tile(_topk(pop, k), (len(test), 1)), test)
         if l > 0:
             trans = pair_counts(e[:n_fit, l - 1], e[:n_fit, l], ne)
-            score = trans[e[n_fit:, l - 1]].sum(1) + 1e-6 * pop
-            row["inter_layer"] = _precision(_topk(score, k), test)
+            prev = e[n_fit:, l - 1]
+            pred = np.empty((len(test), k), dtype=np.int64)
+            for a, b in _rows(len(test), ne):
+                score = trans[prev[a:b, 0]]  # counts: their sum is exact in any order
+                for j in range(1, prev.shape[1]):
+                    score += trans[prev[a:b, j]]
+                pred[a:b] = _topk(score + 1e-6 * pop, k)
+            row["inter_layer"] = _precision(pred, test)
         if trace.token_ids is not None:
             tok = trace.token_ids.astype(np.int64)
             ids, inv = np.unique(tok[:n_fit], return_inverse=True)
-            table = np.zeros((len(ids), ne), dtype=np.int64)
-            np.add.at(table, (np.repeat(inv, k), e[:n_fit, l].reshape(-1)), 1)
+            # the (id, expert) counts of the fitting part, sparse: [ids, E] may not fit
+            keys, counts = np.unique(
+                np.repeat(inv, k) * ne + e[:n_fit, l].reshape(-1), return_counts=True
+            )
             pos = np.searchsorted(ids, tok[n_fit:])
             pos[pos == len(ids)] = 0
             seen = ids[pos] == tok[n_fit:]
-            score = np.where(seen[:, None], table[pos], 0) + 1e-6 * pop
-            row["token_id"] = _precision(_topk(score, k)[seen], test[seen])
-            row["token_id_all"] = _precision(_topk(score, k), test)
+            pred = np.empty((len(test), k), dtype=np.int64)
+            for a, b in _rows(len(test), ne):
+                table = _sparse_rows(keys, counts, pos[a:b], ne)
+                score = np.where(seen[a:b, None], table, 0) + 1e-6 * pop
+                pred[a:b] = _topk(score, k)
+            row["token_id"] = _precision(pred[seen], test[seen])
+            row["token_id_all"] = _precision(pred, test)
             row["coverage"] = float(seen.mean()) if len(seen) else float("nan")
         out["layers"].append(row)
     return out
@@ -139,12 +226,9 @@ def trace_stats(trace: RoutingTrace, windows=WINDOWS, fit: float = 0.2) -> dict:
         if trace.tokens < w:
             continue
         for l in range(trace.layers):
-            res["skew"].append(
-                {"window": w, "layer": l, **skew(window_loads(trace.experts[:, l], ne, w))}
-            )
+            res["skew"].append({"window": w, "layer": l, **skew(trace.experts[:, l], ne, w)})
     for l in range(trace.layers):
-        m = coactivation(trace.experts[:, l].astype(np.int64), ne)
-        res["coactivation"].append({"layer": l, **concentration(m)})
+        res["coactivation"].append({"layer": l, **concentration(trace.experts[:, l], ne)})
     res["predictability"] = predictability(trace, fit)
     return res
 
@@ -231,8 +315,11 @@ def plot_stats(stats: dict, trace: RoutingTrace, out_dir) -> list:
     for w in WINDOWS:
         if trace.tokens < w:
             continue
-        loads = window_loads(trace.experts[:, 0], trace.num_experts, w)
-        curve = np.mean(-np.sort(-loads, axis=1), axis=0)
+        total, n = 0.0, 0
+        for loads in _load_blocks(trace.experts[:, 0], trace.num_experts, w):
+            total = total + (-np.sort(-loads, axis=1)).sum(0)
+            n += len(loads)
+        curve = total / n
         ax.plot(np.arange(1, len(curve) + 1), curve / max(curve.sum(), 1), label=f"{w} tokens")
     ax.set_xlabel("expert rank in the window")
     ax.set_ylabel("share of the window's activations")

@@ -24,6 +24,7 @@ co-activation concentration, token-id predictability and load skew
 (``fsedp.trace.stats.summary``, :data:`MATCHED`).
 """
 
+import copy
 import itertools
 import json
 
@@ -33,7 +34,24 @@ from fsedp.errors import InputError
 from fsedp.trace.core import RoutingTrace, pair_counts
 from fsedp.trace.stats import summary, trace_stats
 
-__all__ = ["RoutingModel", "fit", "MATCHED"]
+__all__ = ["RoutingModel", "fit", "MATCHED", "MAX_MODEL_BYTES"]
+
+#: Most bytes the fitted tables of a :class:`RoutingModel` (``[layers, E, E]`` lifts, token
+#: affinities) or one :meth:`RoutingModel.sample` (``[tokens, E]`` scores) may take: the
+#: size is computed from the source's shape and refused before anything is allocated
+#: (4096 experts need 256 MiB a layer; the models of ``configs/models`` need a few MiB).
+MAX_MODEL_BYTES = 1 << 28
+
+
+def _budget(name: str, field: str, nbytes: int, what: str):
+    if nbytes > MAX_MODEL_BYTES:
+        raise InputError(
+            name,
+            field,
+            f"{what} would take {nbytes / 2**20:.0f} MiB; at most {MAX_MODEL_BYTES >> 20} MiB "
+            "(fewer experts, layers, tokens or vocabulary ids)",
+        )
+
 
 #: statistics the calibration matches, with the tolerance the tests hold the fit to
 MATCHED = {
@@ -56,10 +74,17 @@ class RoutingModel:
         b: float = 0.0,
         c: float = 0.5,
     ):
-        e = source.experts.astype(np.int64)
         self.ne, self.k, self.layers = source.num_experts, source.top_k, source.layers
         self.a, self.b, self.c = a, b, c
         ne, k = self.ne, self.k
+        n_ids = 0 if source.token_ids is None else len(np.unique(source.token_ids))
+        _budget(
+            source.name,
+            "num_experts",
+            8 * (2 * self.layers + 3) * ne * ne + 8 * (self.layers + 2) * n_ids * ne,
+            f"fitting {self.layers} layers of {ne} experts and {n_ids} vocabulary ids",
+        )
+        e = source.experts.astype(np.int64)
         self.logp = np.zeros((self.layers, ne))
         self.logq = np.zeros((self.layers, ne, ne))
         self.logt = np.zeros((self.layers, ne, ne))
@@ -84,16 +109,27 @@ class RoutingModel:
                     np.log((tab + kappa * prior) / (tab.sum(1, keepdims=True) + kappa))
                     - self.logp[l]
                 )
-        lengths = np.bincount(source.request)
-        self.req_len = int(np.median(lengths[lengths > 0])) if len(lengths) else 64
+        lengths = np.unique(source.request, return_counts=True)[1]  # tokens per request
+        self.req_len = int(np.median(lengths)) if len(lengths) else 64
         self.name = source.name
 
     def params(self) -> dict:
         return {"a": self.a, "b": self.b, "c": self.c}
 
+    def check_sample(self, tokens: int):
+        """Refuse a :meth:`sample` of ``tokens`` whose ``[tokens, E]`` scores would take more
+        than :data:`MAX_MODEL_BYTES`."""
+        _budget(
+            f"synth-like:{self.name}",
+            "tokens",
+            8 * tokens * self.ne * (6 + self.k),
+            f"sampling {tokens} tokens over {self.ne} experts",
+        )
+
     def sample(self, tokens: int, seed: int = 0) -> RoutingTrace:
-        rng = np.random.default_rng(seed)
         ne, k, L = self.ne, self.k, self.layers
+        self.check_sample(tokens)
+        rng = np.random.default_rng(seed)
         out = np.zeros((tokens, L, k), dtype=np.int64)
         tok_idx = (
             rng.choice(len(self.vocab), size=tokens, p=self.vocab_p)
@@ -144,11 +180,14 @@ def fit(source: RoutingTrace, seed: int = 0, grid=None, log=None) -> tuple[Routi
         raise InputError(
             source.name, "experts", f"{source.tokens} tokens are too few to fit (>= 64)"
         )
+    fitted = RoutingModel(source)  # the tables do not depend on (a, b, c): fitted once
+    fitted.check_sample(source.tokens)  # before any work
     target = summary(trace_stats(source))
     grid = grid or list(itertools.product((1.0, 2.0, 3.0), (0.0, 0.5), (0.5, 1.0, 2.0)))
     best = None
     for a, b, c in grid:
-        model = RoutingModel(source, a=a, b=b, c=c)
+        model = copy.copy(fitted)
+        model.a, model.b, model.c = a, b, c
         got = summary(trace_stats(model.sample(source.tokens, seed)))
         d = distance(target, got)
         if log:

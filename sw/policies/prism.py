@@ -72,6 +72,13 @@ def profile_activations(model, ids: np.ndarray, max_rows: int = 4096) -> dict:
     return {k: np.concatenate(v)[:max_rows] for k, v in acts.items()}
 
 
+def _short(a: np.ndarray) -> str:
+    """A stored array as a reason quotes it: its value when small, else dtype and shape."""
+    if a.size <= 4 and a.dtype.kind in "biuf":
+        return f"{a.tolist()!r} ({a.dtype})"
+    return f"an array of {a.dtype} {a.shape}"
+
+
 def contiguous_groups(F: int, S: int) -> np.ndarray:
     """The sub-expert of each of ``F`` neurons when ``S`` groups are contiguous (neurons
     ``[s F/S, (s+1) F/S)`` form sub-expert ``s``: the naive split, and every refactored
@@ -194,8 +201,11 @@ class Partition:
 
     @classmethod
     def of(cls, model):
-        """The partition stored in a refactored model (``None`` if it has none; checked
-        against the model: one line naming ``prism.gates`` if it does not fit)."""
+        """The partition stored in a refactored model (``None`` if it has none), every array
+        it is read from checked against the model: ``prism.gates`` ``[layers, experts, S,
+        g]`` integer neuron positions, each sub-expert's inside its own contiguous group of
+        ``F / S`` (``1 <= g <= F / S``), and ``prism.S`` the integer ``S`` (one line naming
+        the array that does not fit)."""
         if "prism.gates" not in model.extra:
             return None
         from fsedp.errors import InputError
@@ -212,8 +222,37 @@ class Partition:
                 "prism.gates",
                 f"{S} sub-experts of integer neuron indices do not split {c.d_ffn} neurons",
             )
-        if gates.size and not ((gates >= 0) & (gates < c.d_ffn)).all():
+        size = c.d_ffn // S
+        if not 1 <= g <= size:
+            raise InputError(
+                model.name,
+                "prism.gates",
+                f"{g} gate neurons per sub-expert: a sub-expert of {size} neurons has 1..{size}",
+            )
+        if not ((gates >= 0) & (gates < c.d_ffn)).all():
             raise InputError(model.name, "prism.gates", f"a neuron index outside 0..{c.d_ffn - 1}")
+        group = np.arange(S)[None, None, :, None]
+        if not (gates // size == group).all():
+            raise InputError(
+                model.name,
+                "prism.gates",
+                f"a gate neuron outside its sub-expert (sub-expert s holds neurons "
+                f"s x {size} .. s x {size} + {size - 1})",
+            )
+        stored = model.extra.get("prism.S")
+        if stored is None:
+            raise InputError(model.name, "prism.S", "missing array (the sub-experts per expert)")
+        if (
+            stored.shape not in ((), (1,))
+            or not np.issubdtype(stored.dtype, np.integer)
+            or int(stored.reshape(-1)[0]) != S
+        ):
+            raise InputError(
+                model.name,
+                "prism.S",
+                f"must be the integer {S} of prism.gates' {S} sub-experts per expert, not "
+                f"{_short(stored)}",
+            )
         part = cls(L, E, model.cfg.d_ffn, S, g)
         part.gates = gates.astype(np.int64)
         return part
