@@ -2,6 +2,7 @@
 table and a report folder (JSON, Markdown, PNG plots)."""
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -15,7 +16,14 @@ from fsedp.sim.fsedp import VARIANTS, fsedp_layer
 from fsedp.sim.setup import Setup, make_setup
 from fsedp.workload import iterations
 
-__all__ = ["STRATEGIES", "run_experiment", "summarize", "format_table", "write_report"]
+__all__ = [
+    "STRATEGIES",
+    "run_experiment",
+    "summarize",
+    "format_table",
+    "write_report",
+    "binned_utilization",
+]
 
 #: ``EP``: our expert parallelism (micro-slices streamed, loading overlaps computing);
 #: ``EP-paper``: the paper's (a whole expert loaded before it is computed)
@@ -24,26 +32,27 @@ STRATEGIES = (*BASELINES, *VARIANTS)
 DEFAULT_STRATEGIES = ("EP", "Hydra", "A1", "A2", "A3", "A6")
 
 
-def _layer(setup: Setup, records, strategy: str, home, trace: bool, slices=None):
+def _layer(setup: Setup, records, strategy: str, home, trace: bool, slices=None, log: bool = False):
     """One layer under a strategy whose layers are independent (EP and Hydra with their
     placement ``home``, A1-A4, A6).  Only the traced layer keeps its utilization timeline
     (the report plots that one; the others would only cost time to move between
-    processes)."""
+    processes); ``log`` (FSE-DP) keeps its micro-slice event log too, for the trace viewer
+    (:mod:`fsedp.sim.trace_events`)."""
     if strategy in BASELINES:
         r = ep_layer(setup, records, home, strategy, whole=strategy == "EP-paper")
     else:
-        r = fsedp_layer(setup, records, strategy, trace=trace, slices=slices)
+        r = fsedp_layer(setup, records, strategy, trace=trace, slices=slices, log=log)
     if not trace:
         r.timeline = []
     return r
 
 
-def _layer_task(setup: Setup, records, jobs, trace: bool, slices=None):
+def _layer_task(setup: Setup, records, jobs, trace: bool, slices=None, log: bool = False):
     """A worker's share: one layer under every independent strategy, timed."""
     out = []
     for s, home in jobs:
         t0 = time.perf_counter()
-        r = _layer(setup, records, s, home, trace, slices)
+        r = _layer(setup, records, s, home, trace, slices, log)
         out.append((s, r, time.perf_counter() - t0))
     return out
 
@@ -60,6 +69,7 @@ def run_experiment(
     a5_slack: float | None = None,
     trace=None,
     slices: dict | None = None,
+    trace_layers: int = 0,
 ) -> dict:
     """Simulate ``n_iter`` iterations x ``layers`` MoE layers under every strategy
     (``a5_slack``: A5's QoS slack, default 20 %).
@@ -74,6 +84,10 @@ def run_experiment(
     not depend on ``workers``.  ``trace``: a routing trace to use instead of the scenario's
     (:func:`fsedp.workload.scenario_trace`).  ``slices``: per ``(iteration, layer)`` the
     micro-slices each expert streams (the slice table, [D13]; FSE-DP A2, A3, A4 and A6 only).
+    ``trace_layers``: the first that many layers of the last iteration keep their timeline,
+    activity and (FSE-DP but A5) micro-slice event log, for the trace viewer; their indices
+    in ``layers`` are ``run["traced"]`` (:mod:`fsedp.sim.trace_events`).  The report's plots
+    use the first of them (traced in any case).
     """
     for s in strategies:
         if s not in STRATEGIES:
@@ -98,7 +112,14 @@ def run_experiment(
             leave=False,
             desc=f"{cfg.model.name} on {cfg.hardware.name}",
         )
-    traced = [l.layer == 0 and l.iteration == n_iter - 1 for l in flat]
+    per_iteration = sum(l.iteration == n_iter - 1 for l in flat)
+    if not 0 <= trace_layers <= per_iteration:
+        raise ValueError(
+            f"trace_layers {trace_layers}: the last iteration has {per_iteration} layers"
+        )
+    last = [l.iteration == n_iter - 1 for l in flat]
+    logged = [x and l.layer < trace_layers for x, l in zip(last, flat)]
+    traced = [x and l.layer < max(1, trace_layers) for x, l in zip(last, flat)]
     experts = setup.sp.experts
     # the baselines' placements: EP's is fixed; Hydra's follows the expert counts of the
     # previous iteration (known from the workload, not from any result)
@@ -133,6 +154,7 @@ def run_experiment(
                 [(s, homes.get((s, i))) for s in parallel],
                 traced[i],
                 slices.get((lay.iteration, lay.layer)),
+                logged[i],
             ): i
             for i, lay in enumerate(flat)
         }
@@ -147,7 +169,7 @@ def run_experiment(
                     r = a5.layer(lay)
                 else:
                     sl = slices.get((lay.iteration, lay.layer))
-                    r = _layer(setup, lay.records, s, homes.get((s, i)), traced[i], sl)
+                    r = _layer(setup, lay.records, s, homes.get((s, i)), traced[i], sl, logged[i])
                 wall[s] += time.perf_counter() - t0
                 results[s][i] = r
                 if on_layer is not None:
@@ -182,6 +204,7 @@ def run_experiment(
         "attention": attention,
         "wall_s": {s: round(w, 2) for s, w in wall.items()},
         "qos": qos if "A5" in strategies else None,
+        "traced": [i for i, x in enumerate(logged) if x],
     }
 
 
@@ -425,26 +448,10 @@ def write_report(
         ]
         (tmp / "report.md").write_text("\n".join(md))
 
-        # utilization timeline of one layer (the first layer of the last iteration)
+        # utilization of one layer (the first layer of the last iteration), binned: one
+        # panel per strategy, the mean share of chiplets computing in each bin
         idx = max(i for i, l in enumerate(run["layers"]) if l.layer == 0)
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        for s, rs in run["results"].items():
-            r = rs[idx]
-            xs = [t * setup.ns_per_cycle / 1000 for t, _ in r.timeline] + [
-                r.cycles * setup.ns_per_cycle / 1000
-            ]
-            ys = [v / setup.chiplets * 100 for _, v in r.timeline] + [0]
-            ax.step(xs, ys, where="post", label=_label(s))
-        ax.set_xlabel("time in the MoE layer (us)")
-        ax.set_ylabel("chiplets computing (%)")
-        ax.set_title(
-            f"Compute utilization over one MoE layer ({cfg.model.name}, "
-            f"{run['layers'][idx].tokens} tokens)"
-        )
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(tmp / "utilization.png", dpi=120)
-        plt.close(fig)
+        _plot_utilization(plt, run, idx, tmp / "utilization.png")
 
         fig, ax = plt.subplots(figsize=(8, 3.5))
         names = list(run["results"])
@@ -456,10 +463,18 @@ def write_report(
             ax.bar(np.arange(setup.chiplets) + k * width, frac, width, label=_label(s))
         ax.set_xlabel("chiplet")
         ax.set_ylabel("busy (% of MoE time)")
-        ax.set_title("Per-chiplet compute activity over all simulated layers")
+        ax.set_title("Per-chiplet compute activity over all simulated layers", pad=22)
         ax.set_xticks(np.arange(setup.chiplets) + 0.4 - width / 2)
         ax.set_xticklabels([str(c) for c in range(setup.chiplets)])
-        ax.legend(fontsize=7)
+        # above the bars, not over them
+        ax.legend(
+            fontsize=7,
+            ncol=len(names),
+            loc="lower center",
+            bbox_to_anchor=(0.5, 1.0),
+            frameon=False,
+            handlelength=1,
+        )
         fig.tight_layout()
         fig.savefig(tmp / "chiplets.png", dpi=120)
         plt.close(fig)
@@ -487,11 +502,98 @@ def write_report(
             ax.set_yticks([c + 0.4 for c in range(setup.chiplets)])
             ax.set_yticklabels([f"chiplet {c}" for c in range(setup.chiplets)])
             ax.set_xlabel("time in the MoE layer (us)")
-            ax.set_title(f"FSE-DP {traced}: activity of each chiplet over one MoE layer")
-            ax.legend(fontsize=7, loc="upper right", ncol=4)
+            ax.set_title(f"FSE-DP {traced}: activity of each chiplet over one MoE layer", pad=22)
+            ax.legend(
+                fontsize=7,
+                ncol=4,
+                loc="lower center",
+                bbox_to_anchor=(0.5, 1.0),
+                frameon=False,
+                handlelength=1,
+            )
             fig.tight_layout()
             fig.savefig(tmp / "activity.png", dpi=120)
             plt.close(fig)
             md_extra = "![activity per chiplet](activity.png)\n"
             (tmp / "report.md").write_text((tmp / "report.md").read_text() + md_extra)
     return sorted(str(p) for p in out_dir.iterdir() if p.name != OUTPUT_MARKER)
+
+
+#: Bins of the utilization plot over the longest strategy's layer.
+UTILIZATION_BINS = 150
+
+
+def binned_utilization(timeline, cycles: int, edges, chiplets: int) -> np.ndarray:
+    """The mean share of chiplets computing (0..1) in each bin ``[edges[k], edges[k+1])``
+    (cycles) of a layer whose ``timeline`` is ``(cycle, computing chiplets)`` steps and that
+    ends at ``cycles``; ``nan`` for a bin wholly after the end, the part up to the end for the
+    bin it ends in.  Exact: the integral of the step function over each bin."""
+    edges = np.asarray(edges, dtype=float)
+    steps = [(t, v) for t, v in timeline if t < cycles] or [(0, 0)]
+    t = np.array([a for a, _ in steps] + [cycles], dtype=float)
+    v = np.array([b for _, b in steps], dtype=float)
+    area = np.concatenate([[0.0], np.cumsum(v * np.diff(t))])  # integral up to each step
+
+    def integral(x):
+        x = np.clip(x, t[0], t[-1])
+        k = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(v) - 1)
+        return area[k] + v[k] * (x - t[k])
+
+    lo, hi = edges[:-1], np.minimum(edges[1:], cycles)
+    width = hi - lo
+    out = np.full(len(lo), np.nan)
+    inside = width > 0
+    out[inside] = (integral(hi[inside]) - integral(lo[inside])) / width[inside] / chiplets
+    return out
+
+
+def _plot_utilization(plt, run: dict, idx: int, path: Path):
+    """``utilization.png``: layer ``idx`` under every strategy, one panel each (shared time
+    axis), the share of chiplets computing averaged over :data:`UTILIZATION_BINS` bins, the
+    layer's end marked, its mean utilization and latency in the panel."""
+    setup: Setup = run["setup"]
+    us = setup.ns_per_cycle / 1000
+    names = list(run["results"])
+    rs = [run["results"][s][idx] for s in names]
+    longest = max((r.cycles for r in rs), default=0) or 1
+    edges = np.linspace(0, longest, UTILIZATION_BINS + 1)
+    mid = (edges[:-1] + edges[1:]) / 2 * us
+    fig, axes = plt.subplots(
+        len(names), 1, sharex=True, sharey=True, figsize=(8, 1.0 + 0.85 * len(names)), squeeze=False
+    )
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    shares = [binned_utilization(r.timeline, r.cycles, edges, setup.chiplets) * 100 for r in rs]
+    # the shared y axis up to the highest bin (a quarter at a time), so that a low
+    # utilization is not a flat line at the bottom of a 0-100 % axis
+    peak = max((float(np.nanmax(x)) for x in shares if np.isfinite(x).any()), default=0.0)
+    top = 25 * max(1, math.ceil(peak / 25))
+    for k, (s, r, ax, share) in enumerate(zip(names, rs, axes[:, 0], shares)):
+        c = colours[k % len(colours)]
+        ax.fill_between(mid, share, step="mid", color=c, alpha=0.35, linewidth=0)
+        ax.step(mid, share, where="mid", color=c, linewidth=1)
+        ax.axvline(r.cycles * us, color=c, linestyle="--", linewidth=0.8)
+        ax.text(
+            0.995,
+            0.9,
+            f"{_label(s)}: {r.cycles * us:.1f} us, {r.utilization * 100:.0f} % busy",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+        )
+        ax.set_ylim(0, top * 1.05)
+        ax.set_yticks(range(0, top + 1, 25 if top <= 75 else 50))
+        ax.grid(axis="y", linewidth=0.3)
+    axes[-1, 0].set_xlim(0, longest * us * 1.01)
+    axes[-1, 0].set_xlabel("time in the MoE layer (us); dashed: the layer ends")
+    fig.supylabel("chiplets computing (%)", fontsize=9)
+    lay = run["layers"][idx]
+    fig.suptitle(
+        f"Compute utilization over one MoE layer ({setup.cfg.model.name}, {lay.tokens} tokens; "
+        f"mean over {UTILIZATION_BINS} bins)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

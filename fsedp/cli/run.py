@@ -45,6 +45,8 @@ def cmd_run(args):
     ):
         if given:
             raise usage(option, "applies to experiment files (experiment: sweep or grid)")
+    if args.trace_layers is not None and args.trace_events is None:
+        raise usage("--trace-layers", "needs --trace-events FILE.json")
     cfg = load_config(args)
     strategies = (
         [x.strip() for x in args.strategies.split(",") if x.strip()]
@@ -60,6 +62,7 @@ def cmd_run(args):
     out = check_output_folder(
         args.out or build_dir("run", Path(cfg.source).stem.strip("<>")), args.force
     )
+    events_file, trace_layers = _trace_events_option(args, cfg, out)
     check = None
     if args.scheduler == "rtl":
         require_simulator("verilator")
@@ -75,6 +78,7 @@ def cmd_run(args):
         progress=not args.json,
         on_layer=check.record if check else None,
         workers=args.workers,
+        trace_layers=trace_layers,
     )
     summary = summarize(run)
     doc = {"config": config_to_dict(cfg), "summary": summary, "wall_s": round(time.time() - t0, 1)}
@@ -88,6 +92,9 @@ def cmd_run(args):
         f"MoE layers (simulated, golden models)"
     )
     text = format_table(summary, title) + f"\nreport: {out}/ (summary.json, report.md, *.png)"
+    if events_file is not None:
+        doc["trace_events"] = _write_trace_events(run, events_file, command)
+        text += f"\ntrace events: {events_file} (open in ui.perfetto.dev or chrome://tracing)"
     if check is not None:
         rc = doc["rtl_check"]
         text += (
@@ -98,6 +105,56 @@ def cmd_run(args):
             text += f"\n  first difference: {rc['first_mismatch']}"
     emit(args, doc, text)
     return 0 if check is None or doc["rtl_check"]["mismatches"] == 0 else 1
+
+
+def _trace_events_option(args, cfg, out: Path):
+    """``--trace-events FILE`` and ``--trace-layers N``, checked before any work: the file
+    can be written (not a folder, not a link, not inside the report folder, which is
+    replaced as a whole) and ``N`` layers exist in an iteration.  ``(path or None,
+    layers to trace)``."""
+    if args.trace_events is None:
+        return None, 0
+    if not args.trace_events.strip():
+        raise usage("--trace-events", "must not be empty")
+    path = check_output_file(args.trace_events)
+    try:
+        inside = path.resolve().is_relative_to(Path(out).resolve())
+    except (OSError, RuntimeError):
+        inside = False
+    if inside:
+        raise usage(
+            "--trace-events",
+            f"{path} is inside the report folder {out}, which each run replaces: name a file "
+            "outside it",
+        )
+    n = args.trace_layers or 1
+    per_iteration = args.layers or cfg.model.layers
+    if n > per_iteration:
+        raise usage(
+            "--trace-layers",
+            f"{n} layers asked, an iteration has {per_iteration} (--layers or the model's)",
+        )
+    return path, n
+
+
+def _write_trace_events(run: dict, path: Path, command: str) -> str:
+    """The traced layers of ``run`` in the Trace Event Format (:mod:`fsedp.sim.trace_events`),
+    checked, written all at once."""
+    import json
+
+    from fsedp.files import write_text
+    from fsedp.sim.trace_events import check_trace_events, trace_events
+
+    idx = run["traced"]
+    doc = trace_events(
+        run["setup"],
+        [run["layers"][i] for i in idx],
+        {s: [rs[i] for i in idx] for s, rs in run["results"].items()},
+        other={"command": command},
+    )
+    check_trace_events(doc)
+    write_text(path, json.dumps(doc, allow_nan=False, separators=(",", ":")))
+    return str(path)
 
 
 def _executor(args) -> dict:
@@ -129,6 +186,12 @@ def _run_experiment_file(args):
     from fsedp.sim.sweep import load_experiment, load_grid, run_experiment_file, run_grid
 
     kind = read_yaml(args.config).get("experiment")
+    for option, value in (
+        ("--trace-events", args.trace_events),
+        ("--trace-layers", args.trace_layers),
+    ):
+        if value is not None:
+            raise usage(option, "applies to a run config, not to an experiment file")
     if args.out:
         check_output_file(args.out)
     t0 = time.time()
@@ -279,6 +342,20 @@ def add_parsers(sub):
         "--out",
         help="report folder (default ./build/run/<config name>); with an experiment file, "
         "the table's Markdown file",
+    )
+    run.add_argument(
+        "--trace-events",
+        metavar="FILE.json",
+        help="also write the traced layers in the Trace Event Format, for ui.perfetto.dev or "
+        "chrome://tracing: per strategy the DDR loads, computations and D2D transfers of "
+        "every chiplet and the scheduler's decisions (docs/simulator.md, Trace viewer)",
+    )
+    run.add_argument(
+        "--trace-layers",
+        type=positive("--trace-layers", 1024),
+        metavar="N",
+        help="with --trace-events: the first N layers of the last iteration (default 1, the "
+        "layer the report plots)",
     )
     add_force(run)
     _executor_arguments(run)
