@@ -214,7 +214,9 @@ def check_output_folder(path, force: bool = False) -> Path:
     why = _protected(path)
     if why:
         raise InputError(
-            str(path), "<file>", f"{why}; a report needs a folder of its own, e.g. {path / 'report'}"
+            str(path),
+            "<file>",
+            f"{why}; a report needs a folder of its own, e.g. {path / 'report'}",
         )
     if path.is_dir() and not force:
         foreign = _foreign(path)
