@@ -298,6 +298,15 @@ MUTANTS = [
         "it were on it",
         FAST,
     ),
+    M(
+        "ahead-released-at-preload-compiled",
+        "sim/fast_kernel.py",
+        "got = bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)",
+        "got = bind_ahead(P, DIRT, SL, expert, traj, 0, QH[k], QRD[k], tmp)",
+        "compiled engine: micro-slices loaded ahead released at a PRELOAD beat instead of "
+        "held (ran forever before the progress watchdog; now stops as SimulationStalled)",
+        FAST,
+    ),
 ]
 
 

@@ -16,6 +16,7 @@ from collections import deque
 import numpy as np
 
 from fsedp.params import DatapathParams, bits_for
+from fsedp.sw.streaming.watchdog import slot_status, stalled
 
 __all__ = [
     "STREAMING",
@@ -162,7 +163,10 @@ def run_layer(
     """The cycle loop of :func:`fsedp.sim.fsedp.fsedp_layer` on the compiled engine: the
     same bookkeeping (``busy``, ``peak``, ``timeline``, counts, idle causes, completion
     script, decisions) as the Python loop; with ``log`` the event list too.  ``ahead``:
-    ``(chiplet, expert, index)`` pre-loaded before the layer (``ddr.load_ahead``)."""
+    ``(chiplet, expert, index)`` pre-loaded before the layer (``ddr.load_ahead``).  A layer
+    that reaches a state in which nothing can happen any more raises
+    :class:`fsedp.sw.streaming.SimulationStalled` with the same state, at the same cycle, as
+    the Python loop (``fsedp.sw.streaming.watchdog``)."""
     if not available():
         raise RuntimeError("the compiled streaming engine needs numba")
     k = _kernel
@@ -200,6 +204,8 @@ def run_layer(
         beats.clear()
         done = k.run(S, B, BT, len(made), sched.in_round, plan.n)
         pos = int(a.SC[k.X_BPOS])
+        if done == k.STALLED:
+            raise stalled("compiled", _state(a), sched)
         if not done:
             break
         script.append(int(done))
@@ -234,6 +240,64 @@ def run_layer(
     if trace:
         out["activity"] = activity(out["events"], dp, tokens)
     return out
+
+
+def _state(a: "_Arrays") -> dict:
+    """``watchdog.array_state`` of the kernel's arrays (the same values, field by field)."""
+    k = _kernel
+    SL, CH, JB, PR, SC = a.SL, a.CH, a.JB, a.PR, a.SC
+    chiplets = []
+    for c in range(a.p.chiplets):
+        slots = []
+        for i in range(a.p.slots):
+            s = SL[c, i].tolist()
+            if s[k.S_BUSY]:
+                what = slot_status(
+                    s[k.S_RESV],
+                    s[k.S_WAIT],
+                    s[k.S_HELD],
+                    s[k.S_COMP],
+                    s[k.S_COMPUTING],
+                    s[k.S_SEND],
+                    s[k.S_TX],
+                )
+                slots.append((i, s[k.S_EXPERT], s[k.S_INDEX], s[k.S_TRAJ], s[k.S_DEST], what))
+        cnt = int(CH[c, k.C_CNT])
+        computing = (int(CH[c, k.C_CEXPERT]), int(CH[c, k.C_CINDEX]), cnt) if cnt else None
+        chiplets.append({"computing": computing, "slots": slots})
+    jobs = [
+        {
+            "entry": j,
+            "expert": int(JB[j, k.J_EXPERT]),
+            "traj": int(JB[j, k.J_TRAJ]),
+            "loaded": int(JB[j, k.J_LOADED]),
+            "retired": int(JB[j, k.J_RETIRED]),
+            "count": int(JB[j, k.J_COUNT]),
+        }
+        for j in range(a.p.chiplets)
+        if JB[j, k.J_VALID]
+    ]
+    preloads = [
+        {
+            "expert": int(PR[q, k.Q_EXPERT]),
+            "traj": int(PR[q, k.Q_TRAJ]),
+            "chiplet": int(PR[q, k.Q_CHIPLET]),
+            "loaded": int(PR[q, k.Q_LOADED]),
+            "count": int(PR[q, k.Q_COUNT]),
+        }
+        for q in range(a.p.preload_entries)
+        if PR[q, k.Q_VALID]
+    ]
+    return {
+        "cycle": int(SC[k.X_CYCLE]),
+        "chiplets": chiplets,
+        "jobs": jobs,
+        "preloads": preloads,
+        "ddr_queued": [int(x) for x in a.FQ[:, 1]],
+        "done_pending": int(SC[k.X_DONE]),
+        "bad_dispatch": bool(SC[k.X_BAD]),
+        "orphan": bool(SC[k.X_ORPHAN]),
+    }
 
 
 def activity(events: list, dp: DatapathParams, tokens: dict) -> list:

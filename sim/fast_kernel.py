@@ -60,6 +60,8 @@ E_DDR, E_LINK, E_HELD, E_NONE, E_FILL, E_DRAIN, E_STARVED = range(7)
 # -- event log kinds -------------------------------------------------------------------------
 EV_LOAD, EV_TRANSFER, EV_COMPUTE = 0, 1, 2
 DISPATCH = 0
+#: :func:`run`'s result when the layer reached a state in which nothing can happen any more
+STALLED = -1
 
 
 @njit(cache=True)
@@ -202,7 +204,9 @@ def need(P, JH, j, a):
 def step(S, beat, ddr_stall, st, ws):
     """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle:
     ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj)``, ``st``
-    the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run."""
+    the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run.
+    Returns ``(horizon, done)``: the cycles a skip may jump (0 after an active cycle, -1 when
+    nothing is counting either: ``StreamingArray.stuck``) and the ``done`` mask shown."""
     P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, MS, SC = S
     n, K = P[P_N], P[P_K]
     chans = P[P_CHAN]
@@ -620,8 +624,14 @@ def step(S, beat, ddr_stall, st, ws):
         or beat[0] != 0
         or any_rel
     )
-    # cycles until a counter can change a decision, on the registered state
-    hz = 0 if active else horizon(P, SL, CH, FF, FQ, GP, SC)
+    # cycles until a counter can change a decision, on the registered state; -1 when none
+    # is counting: nothing but counters changed and none will, a fixed point without inputs
+    # (``StreamingArray.stuck``, the progress watchdog of ``fsedp.sw.streaming.watchdog``)
+    hz = 0
+    if not active:
+        hz = horizon(P, SL, CH, FF, FQ, GP, SC)
+        if hz == 0:
+            hz = -1
 
     # -- bookkeeping of the cycle (the simulator's) ------------------------------------------
     cycle = SC[X_CYCLE]
@@ -987,7 +997,9 @@ def recount(P, DI, PI, DW, PW, weight):
 @njit(cache=True)
 def run(S, B, BT, nbeats, in_round, plan_n):
     """Run the layer's cycles until a job finishes (returns its done mask, the scheduler is
-    asked for more beats) or the layer ends (returns 0).  ``BT[b] = (kind, expert, entry,
+    asked for more beats), the layer ends (returns 0) or nothing can happen any more (returns
+    :data:`STALLED`, the state as it is: ``fsedp.sw.streaming.watchdog``, the same cycle as
+    the Python loop's).  ``BT[b] = (kind, expert, entry,
     traj)`` are the beats to present, one per cycle from ``SC[X_BPOS]`` on; ``S`` is the
     state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
     P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, MS, SC = S
@@ -1047,6 +1059,8 @@ def run(S, B, BT, nbeats, in_round, plan_n):
         if done:
             SC[X_FF] = h
             return done
+        if h < 0 and SC[X_BPOS] >= nbeats and (in_round or not idle(P, SL, CH, JB, PR, FQ, SC)):
+            return STALLED  # the progress watchdog: every further cycle is this one again
         if SC[X_BPOS] >= nbeats and h > 1:
             fast_forward(P, SL, CH, GP, SC, h - 1)
             recount(P, DI, PI, DW, PW, h - 1)

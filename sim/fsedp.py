@@ -33,6 +33,7 @@ from fsedp.sim.setup import Setup
 from fsedp.sw.scheduler import DISPATCH, Scheduler, layer_tokens
 from fsedp.sw.streaming import StepIn, StreamingArray
 from fsedp.sw.streaming.ddr import load_ahead
+from fsedp.sw.streaming.watchdog import array_state, stalled
 
 __all__ = [
     "VARIANTS",
@@ -116,7 +117,10 @@ def fsedp_layer(
     sub-experts) is not routed at all ([D13], ``docs/codesign.md``; not with A1, whose
     expert is one unit).  ``ahead``: micro-slices pre-loaded before the layer began
     (predicted pre-loads across layers, :func:`check_ahead`), held in their slots until
-    their expert's first beat binds them to its trajectory (``ddr.bind_ahead``)."""
+    their expert's first beat binds them to its trajectory (``ddr.bind_ahead``).  A layer in
+    which nothing can happen any more (a scheduler decision the datapath cannot serve) raises
+    :class:`fsedp.sw.streaming.SimulationStalled` with its state, on either engine
+    (``fsedp.sw.streaming.watchdog``)."""
     sp = sched.p if sched is not None else setup.sp
     dp = variant_params(setup, "A3" if variant == "A5" else variant)
     if slices is not None:
@@ -237,7 +241,10 @@ def python_loop(
     """The cycle loop of one layer on the Python golden model (:class:`StreamingArray`, the
     specification): the scheduler's beats in, the bookkeeping of every cycle out; the
     compiled engine (:func:`fsedp.sim.fast.run_layer`) returns the same.  ``slices``: the
-    slice table, one count per expert ([D13]; default ``micro_slices`` each)."""
+    slice table, one count per expert ([D13]; default ``micro_slices`` each).  A layer that
+    reaches a state in which nothing can happen any more (a scheduler decision the datapath
+    cannot serve) raises :class:`fsedp.sw.streaming.SimulationStalled` with its state, as
+    the compiled engine does, at the same cycle."""
     arr = StreamingArray(dp, probes=True)
     for (c, e), t in tokens.items():
         arr.tokens[c][e] = t  # the gate fills the tables with the records
@@ -319,6 +326,11 @@ def python_loop(
             sched.complete(out.done)
             beats.extend(sched.decide())
         if not beats:
+            # the progress watchdog (exact: ``fsedp.sw.streaming.watchdog``): a cycle that
+            # changed nothing but counters, none counting, no beat to present, and the loop
+            # would go on: every further cycle is this one again
+            if arr.stuck and (sched.in_round or not arr.idle):
+                raise stalled("python", array_state(arr), sched)
             skipped = arr.fast_forward()
             if skipped:
                 _count(ddr_idle, ddr_why, skipped)

@@ -5,7 +5,8 @@ Split by block like its RTL: :mod:`.ring_buffer` (slots, arrival, release),
 :mod:`.router` (offers, accepts, transfers), :mod:`.ddr` (Rule 4/5 loads, pre-loads,
 dispatch beats, jobs), :mod:`.compute` (Rules 1-2 compute, retirement) and :mod:`.array`
 (the chiplet array: one cycle is the blocks' decisions on the registered state, then their
-next state).
+next state); :mod:`.watchdog` is the layer loops' test that nothing can happen any more
+(:class:`SimulationStalled`).
 
 This is the executable specification of the datapath RTL (``fsedp.hw.ring_buffer``,
 ``router``, ``chiplet``, ``ddr_ctrl``, ``chiplet_array``): both compute the same next state
@@ -74,6 +75,7 @@ in cycle ``t`` is usable from ``t + 1``.
 from fsedp.sw.streaming.array import Chiplet, StepIn, StepOut, StreamingArray
 from fsedp.sw.streaming.ddr import Job, Preload
 from fsedp.sw.streaming.ring_buffer import Header, Slot, arrive
+from fsedp.sw.streaming.watchdog import SimulationStalled
 
 __all__ = [
     "Header",
@@ -85,4 +87,5 @@ __all__ = [
     "Chiplet",
     "Job",
     "Preload",
+    "SimulationStalled",
 ]

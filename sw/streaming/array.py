@@ -109,6 +109,14 @@ class StreamingArray:
             and all(ch.cnt == 0 for ch in self.chips)
         )
 
+    @property
+    def stuck(self) -> bool:
+        """Whether the last :meth:`step` left a fixed point: it changed nothing but counters
+        and no counter is counting, so with no input (no beat, no stall, no table write)
+        every further cycle decides nothing either; the layer loops' progress watchdog
+        (:mod:`.watchdog`)."""
+        return not self.last_active and self._horizon == 0
+
     # -- one clock cycle --------------------------------------------------------------
     def step(self, inp: StepIn) -> StepOut:
         """One clock cycle: every block decides from the registered state and this cycle's
