@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fsedp.errors import InputError
-from fsedp.fields import build, describe, same_as, spec
+from fsedp.fields import build, describe, same_as, spec, specs
 from fsedp.files import parse_yaml, read_yaml
 from fsedp.params import DatapathParams, SchedulerParams, max_hops
 
@@ -63,6 +63,10 @@ __all__ = [
     "derived_microslices",
     "derived_count_width",
     "mesh_slots",
+    "buffer_slots",
+    "smallest_buffer_kib",
+    "smallest_microslices",
+    "SYNTHETIC_ONLY",
 ]
 
 #: Routing of the project's MoE LM on held-out WikiText-2 test text (``scenario.trace:
@@ -104,6 +108,54 @@ def derived_microslices(
     return min(256, max(floor, need))
 
 
+def buffer_slots(expert_bytes: int, buffer_kib: int, microslices: int) -> int:
+    """Micro-slice slots of a ``buffer_kib`` buffer when an ``expert_bytes`` expert is cut
+    into ``microslices``: what :meth:`RunConfig.datapath_params` gives ``slots`` (at most
+    64)."""
+    return min(64, (buffer_kib * 1024) // math.ceil(expert_bytes / microslices))
+
+
+def _smallest(lo: int, hi: int, fits) -> int | None:
+    """The smallest ``x`` in ``lo..hi`` with ``fits(x)``, for a ``fits`` false below some
+    point and true from it on; ``None`` when ``fits(hi)`` is false."""
+    if not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return lo
+
+
+def smallest_buffer_kib(
+    expert_bytes: int, rows: int, cols: int, microslices: int | None = None
+) -> int | None:
+    """The smallest ``hardware.onchip_buffer_kib`` whose :func:`buffer_slots` meet deadlock
+    freedom's ``max_hops + 1`` on a ``rows x cols`` mesh: with ``microslices`` micro-slices
+    per expert, or, with ``None``, with the count :func:`run_from_dict` derives for each
+    buffer.  ``None`` when no buffer in the field's range does.
+
+    The slots grow with the buffer (a derived count fails only at its cap, 256, where they
+    do), so the search is a bisection; ``tests/test_config.py`` checks that the result is
+    accepted and one KiB less refused."""
+    need = max_hops(rows, cols) + 1
+    hi = specs(HardwareConfig)["onchip_buffer_kib"].hi
+
+    def fits(kib: int) -> bool:
+        m = microslices or derived_microslices(expert_bytes, kib, slots=mesh_slots(rows, cols))
+        return buffer_slots(expert_bytes, kib, m) >= need
+
+    return _smallest(1, hi, fits)
+
+
+def smallest_microslices(expert_bytes: int, buffer_kib: int, rows: int, cols: int) -> int | None:
+    """The smallest ``hardware.microslices_per_expert`` for which a ``buffer_kib`` buffer
+    holds deadlock freedom's ``max_hops + 1`` micro-slices on a ``rows x cols`` mesh;
+    ``None`` when no count in the field's range does."""
+    need = max_hops(rows, cols) + 1
+    hi = specs(HardwareConfig)["microslices_per_expert"].hi
+    return _smallest(1, hi, lambda m: buffer_slots(expert_bytes, buffer_kib, m) >= need)
+
+
 def derived_count_width(tokens_per_iteration: int) -> int:
     """The EIT count width a config gets when it leaves ``scheduler.count_width`` out: the
     smallest that holds a whole iteration's tokens (``2**w - 1 >= tokens_per_iteration``), at
@@ -142,8 +194,9 @@ class HardwareConfig:
         1,
         256,
         default=None,
-        doc="micro-slices an expert is cut into (Section IV-A); left out: derived, at least "
-        "8 and enough for the buffer to hold 7",
+        doc="micro-slices an expert is cut into (Section IV-A); left out: derived per model, "
+        "at least 8 and enough for the buffer to hold max(7, max_hops + 2) (2x2: 7, 3x3: 13, "
+        "4x4: 19)",
     )
 
     @property
@@ -194,13 +247,26 @@ class SchedulerConfig:
     count_width: int | None = same_as(SchedulerParams, "count_width", default=None)
 
 
-@dataclass(frozen=True)
+#: Scenario fields that describe the synthetic workload only: required with
+#: ``trace: synthetic``, refused with a trace (a file or ``model``), where nothing reads them.
+SYNTHETIC_ONLY = ("skew", "prefill_fraction")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ScenarioConfig:
-    """The workload of a run (:mod:`fsedp.workload` turns it into gate records)."""
+    """The workload of a run (:mod:`fsedp.workload` turns it into gate records).
+
+    The :data:`SYNTHETIC_ONLY` fields are ``None`` in a scenario that replays a trace."""
 
     tokens_per_iteration: int = spec(int, 1, 65_536, doc="tokens of one forward iteration")
-    rounds: int = spec(
-        int, 1, 1_000_000, doc="scheduling rounds (iteration x MoE layer) of fsedp rtl rounds"
+    #: left out: one iteration, ``model.layers`` rounds
+    rounds: int | None = spec(
+        int,
+        1,
+        1_000_000,
+        default=None,
+        doc="scheduling rounds (iteration x MoE layer) of fsedp rtl rounds; left out: one "
+        "iteration (model.layers)",
     )
     seed: int = spec(int, 0, 2**32 - 1, doc="seed of every random choice")
     trace: str = spec(
@@ -208,8 +274,21 @@ class ScenarioConfig:
         doc="synthetic, model (the project's LM on WikiText-2), or a "
         "trace file, relative to the config's folder",
     )
-    skew: float = spec(float, 0.0, 10.0, doc="Zipf-like exponent of synthetic popularity")
-    prefill_fraction: float = spec(float, 0.0, 1.0, doc="share of prefill tokens")
+    skew: float | None = spec(
+        float,
+        0.0,
+        10.0,
+        default=None,
+        doc="Zipf-like exponent of synthetic popularity (synthetic only: required there, "
+        "refused with a trace)",
+    )
+    prefill_fraction: float | None = spec(
+        float,
+        0.0,
+        1.0,
+        default=None,
+        doc="share of prefill tokens (synthetic only: required there, refused with a trace)",
+    )
     sharding: str = spec(
         str,
         choices=("token", "request"),
@@ -272,6 +351,72 @@ class RunConfig:
         """Bytes of one micro-slice: the expert over ``hardware.microslices_per_expert``."""
         return math.ceil(self.model.expert_bytes / self.hardware.microslices_per_expert)
 
+    def check_buffer(self, derived: bool = False) -> None:
+        """Deadlock freedom's room: the buffer must hold ``max_hops + 1`` micro-slices
+        (:func:`buffer_slots`), else an :class:`~fsedp.errors.InputError` at
+        ``hardware.onchip_buffer_kib`` names the smallest buffer that would
+        (:func:`smallest_buffer_kib`) and, for a micro-slice count set by hand, the smallest
+        count that would (:func:`smallest_microslices`).  ``derived``: the count was derived
+        from the buffer (:func:`run_from_dict`), so the buffer named is the smallest with the
+        count derived for it."""
+        h, m = self.hardware, self.model
+        size, buf, count = m.expert_bytes, h.onchip_buffer_kib, h.microslices_per_expert
+        slots = buffer_slots(size, buf, count)
+        need = max_hops(h.rows, h.cols) + 1
+        if slots >= need:
+            return
+        top_kib = specs(HardwareConfig)["onchip_buffer_kib"].hi
+        top_count = specs(HardwareConfig)["microslices_per_expert"].hi
+        rows, cols = h.rows, h.cols
+        none_fits = f"no hardware.onchip_buffer_kib up to {top_kib} fits this model on this mesh"
+        if derived:
+            cut = f"derived microslices_per_expert {count}" + (
+                ", the most" if count == top_count else ""
+            )
+            kib = smallest_buffer_kib(size, rows, cols)
+            hint = f"hardware.onchip_buffer_kib >= {kib} would fit" if kib else none_fits
+        else:
+            cut = f"microslices_per_expert {count}"
+            kib = smallest_buffer_kib(size, rows, cols, count)
+            more = smallest_microslices(size, buf, rows, cols)
+            if kib and more:
+                hint = (
+                    f"hardware.onchip_buffer_kib >= {kib} or "
+                    f"hardware.microslices_per_expert >= {more} would fit"
+                )
+            elif kib:
+                # no count fits this buffer: a smaller one may do with the count derived
+                least = smallest_buffer_kib(size, rows, cols)
+                hint = (
+                    f"hardware.onchip_buffer_kib >= {kib} would fit (no microslices_per_expert "
+                    f"up to {top_count} does"
+                    + (
+                        f"; >= {least} with microslices_per_expert left out)"
+                        if least and least < kib
+                        else ")"
+                    )
+                )
+            elif more:
+                hint = (
+                    f"hardware.microslices_per_expert >= {more} would fit (no "
+                    f"onchip_buffer_kib up to {top_kib} does)"
+                )
+            else:  # neither alone: a larger buffer with the count derived for it
+                kib = smallest_buffer_kib(size, rows, cols)
+                hint = (
+                    f"hardware.onchip_buffer_kib >= {kib} with microslices_per_expert left "
+                    "out would fit (neither alone does)"
+                    if kib
+                    else none_fits
+                )
+        raise InputError(
+            self.source,
+            "hardware.onchip_buffer_kib",
+            f"{buf} KiB holds {slots} micro-slices of {self.microslice_bytes() / 1024:.0f} KiB "
+            f"({cut}), but a {h.rows}x{h.cols} mesh needs at least {need} per chiplet for "
+            f"deadlock-free streaming; {hint}",
+        )
+
     def datapath_params(self, **overrides) -> DatapathParams:
         """Generics of the chiplet datapath RTL for this run, in clock cycles.
 
@@ -281,15 +426,16 @@ class RunConfig:
         ``ddr_latency`` = :data:`DDR_LATENCY_NS`; ``cycles_per_token`` = MACs of one token on
         one micro-slice over ``macs_per_chiplet``.  A buffer that holds fewer micro-slices
         than deadlock freedom needs (``max_hops + 1``) is an error naming
-        ``hardware.onchip_buffer_kib``; a derived generic out of the RTL's range names
-        ``<datapath>.<generic>``.
+        ``hardware.onchip_buffer_kib`` and a buffer that would do (:meth:`check_buffer`); a
+        derived generic out of the RTL's range names ``<datapath>.<generic>``.
         """
         h, m = self.hardware, self.model
         sp = self.scheduler_params()
         ms = self.microslice_bytes()
         per_cycle = 1e6 * h.clock_mhz
+        self.check_buffer()
         gen = {
-            "slots": min(64, (h.onchip_buffer_kib * 1024) // ms),
+            "slots": buffer_slots(m.expert_bytes, h.onchip_buffer_kib, h.microslices_per_expert),
             "micro_slices": h.microslices_per_expert,
             "link_cycles": math.ceil(ms / (h.d2d_bandwidth_gbps * 1e9 / per_cycle))
             + math.ceil(h.d2d_latency_ns * h.clock_mhz / 1000),
@@ -300,16 +446,6 @@ class RunConfig:
             ),
         }
         gen.update(overrides)
-        need = max_hops(h.rows, h.cols) + 1
-        if gen["slots"] < need:
-            raise InputError(
-                self.source,
-                "hardware.onchip_buffer_kib",
-                f"{h.onchip_buffer_kib} KiB holds {gen['slots']} micro-slices "
-                f"of {ms / 1024:.0f} KiB, but a {h.rows}x{h.cols} mesh needs at "
-                f"least {need} for deadlock-free streaming (raise the buffer or "
-                f"hardware.microslices_per_expert)",
-            )
         try:
             return DatapathParams.for_scheduler(sp, h.rows, h.cols, **gen)
         except InputError as e:
@@ -378,6 +514,24 @@ def _cross_check(cls, v: dict, file: str, prefix: str):
             SchedulerParams(**fields)
         except InputError as e:
             raise e.at(file, where(e.field)) from None
+    if cls is ScenarioConfig:
+        # the synthetic workload's own fields: needed to make it, read by nothing else
+        given = [name for name in SYNTHETIC_ONLY if v.get(name) is not None]
+        if v["trace"] == "synthetic":
+            for name in SYNTHETIC_ONLY:
+                if name not in given:
+                    raise InputError(
+                        file,
+                        where(name),
+                        f"missing key (trace: synthetic needs {' and '.join(SYNTHETIC_ONLY)})",
+                    )
+        elif given:
+            trace = v["trace"] if len(v["trace"]) <= 80 else v["trace"][:77] + "..."
+            raise InputError(
+                file,
+                where(given[0]),
+                f"applies to synthetic scenarios only; this scenario replays trace: {trace}",
+            )
 
 
 def _section(cls, data: Any, file: str, prefix: str = ""):
@@ -443,7 +597,8 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
 
     ``hardware``, ``model`` and ``scheduler`` may be mappings, names of configs under
     :data:`CONFIG_DIR` or file paths; ``scenario`` must be a mapping.  A hardware section
-    without ``microslices_per_expert`` gets :func:`derived_microslices`.  Cross-section
+    without ``microslices_per_expert`` gets :func:`derived_microslices`, a scenario without
+    ``rounds`` one iteration (``model.layers`` rounds).  Cross-section
     checks: the EIT count must hold a whole iteration (``2**count_width - 1 >=
     tokens_per_iteration``), :meth:`RunConfig.scheduler_params` must accept the result, and
     so must :meth:`RunConfig.datapath_params` (micro-slices, buffer, link and DDR timing).
@@ -473,7 +628,8 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
             )
             raise InputError(source, key, f"must be {what}, not {describe(v)}")
     h, m = built["hardware"], built["model"]
-    if h.microslices_per_expert is None:
+    derived = h.microslices_per_expert is None
+    if derived:
         built["hardware"] = dataclasses.replace(
             h,
             microslices_per_expert=derived_microslices(
@@ -483,6 +639,8 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
     s, tokens = built["scheduler"], built["scenario"].tokens_per_iteration
     if s.count_width is None:
         built["scheduler"] = dataclasses.replace(s, count_width=derived_count_width(tokens))
+    if built["scenario"].rounds is None:
+        built["scenario"] = dataclasses.replace(built["scenario"], rounds=m.layers)
     run = RunConfig(source=source, **built)
     cw, tokens = run.scheduler.count_width, run.scenario.tokens_per_iteration
     if 2**cw - 1 < tokens:
@@ -493,6 +651,7 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
             f"= {tokens}, an expert's token count could saturate",
         )
     run.scheduler_params()
+    run.check_buffer(derived)
     run.datapath_params()
     return run
 
@@ -572,16 +731,17 @@ def config_to_dict(cfg) -> dict:
     Returns
     -------
     dict
-        Field name -> value (nested for a :class:`RunConfig`; its ``source`` is left out).
-        Feeding the result of a :class:`RunConfig` to :func:`run_from_dict` gives an equal
-        config back.
+        Field name -> value (nested for a :class:`RunConfig`; its ``source`` is left out, and
+        so is a field that is ``None``: a scenario's :data:`SYNTHETIC_ONLY` fields when it
+        replays a trace, a derived field of a section loaded on its own).  Feeding the
+        result of a :class:`RunConfig` to :func:`run_from_dict` gives an equal config back.
     """
     if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise TypeError(f"not a config dataclass: {cfg!r}")
     out = {}
     for f in dataclasses.fields(cfg):
-        if f.name == "source":
-            continue
         v = getattr(cfg, f.name)
+        if f.name == "source" or v is None:
+            continue
         out[f.name] = config_to_dict(v) if dataclasses.is_dataclass(v) else v
     return out

@@ -198,7 +198,7 @@ STREAMING_ONLY = {"deadlock"}
 
 def _default_config() -> tuple[dict, set[str]]:
     """The embedded default run as a plain mapping, and its required dotted fields."""
-    from fsedp.config import config_to_dict, default_run
+    from fsedp.config import SYNTHETIC_ONLY, config_to_dict, default_run
 
     run = default_run()
     required = set()
@@ -206,6 +206,8 @@ def _default_config() -> tuple[dict, set[str]]:
         for f in dataclasses.fields(getattr(run, section)):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 required.add(f"{section}.{f.name}")
+    # the synthetic generator's keys: required by the default's synthetic scenario
+    required |= {f"scenario.{k}" for k in SYNTHETIC_ONLY}
     return config_to_dict(run), required
 
 
@@ -341,6 +343,12 @@ def _config_cases(out: _Cases, rng: random.Random, bad_traces: dict[str, bytes])
     }.items():
         add("hardware.rows", f"tag-{variant}", _with(cfg, "hardware.rows", raw))
     trace_files = list(bad_traces.items())
+    # a scenario that replays a trace takes none of the synthetic generator's keys
+    from fsedp.config import SYNTHETIC_ONLY
+
+    replay = copy.deepcopy(cfg)
+    for key in SYNTHETIC_ONLY:
+        del replay["scenario"][key]
     for variant, raw in {
         "missing-file": "nosuch.npz",
         "directory": "'.'",
@@ -349,12 +357,12 @@ def _config_cases(out: _Cases, rng: random.Random, bad_traces: dict[str, bytes])
         "nul-byte": '"t\\0.npz"',
         "unknown-ext": "c.yaml",
     }.items():
-        add("scenario.trace", variant, _with(cfg, "scenario.trace", raw), cmds=["run", "rounds"])
+        add("scenario.trace", variant, _with(replay, "scenario.trace", raw), cmds=["run", "rounds"])
     for i, (fname, data) in enumerate(trace_files[::3]):
         add(
             "scenario.trace",
             f"bad-{fname}",
-            _with(cfg, "scenario.trace", fname),
+            _with(replay, "scenario.trace", fname),
             cmds=[("run", "rounds")[i % 2]],
             extra={fname: data},
         )

@@ -67,7 +67,7 @@ FLAME = Path(__file__).resolve().parents[2] / "shared" / "data" / "routing" / "f
 def flame_config(tokens=64, rounds=16, **scheduler):
     """FLAME-MoE-290M routing as a run config: 64 tokens per iteration, all 8 MoE layers of
     each window as consecutive rounds, sequences as requests (``fsedp.workload``)."""
-    from fsedp.config import config_to_dict, default_run, run_from_dict
+    from fsedp.config import SYNTHETIC_ONLY, config_to_dict, default_run, run_from_dict
 
     if not FLAME.exists():
         pytest.skip(f"{FLAME} not found: the shared data folder is absent")
@@ -93,6 +93,8 @@ def flame_config(tokens=64, rounds=16, **scheduler):
         **scheduler,
     }
     d["scenario"].update({"tokens_per_iteration": tokens, "rounds": rounds, "trace": str(FLAME)})
+    for key in SYNTHETIC_ONLY:  # the synthetic generator's keys do not apply to a trace
+        del d["scenario"][key]
     return run_from_dict(d, "<flame>")
 
 

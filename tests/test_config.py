@@ -3,6 +3,7 @@
 import builtins
 import io
 import json
+import math
 import pathlib
 import pickle
 from pathlib import Path
@@ -13,6 +14,7 @@ import yaml
 from fsedp import config
 from fsedp.config import (
     CONFIG_DIR,
+    SYNTHETIC_ONLY,
     HardwareConfig,
     InputError,
     ModelConfig,
@@ -28,8 +30,11 @@ from fsedp.config import (
     load_run,
     load_scheduler,
     run_from_dict,
+    smallest_buffer_kib,
+    smallest_microslices,
 )
-from fsedp.params import SchedulerParams
+from fsedp.files import read_yaml
+from fsedp.params import SchedulerParams, max_hops
 
 BAD_DIR = CONFIG_DIR / "bad"
 
@@ -118,6 +123,8 @@ def test_bad_config_reasons():
     assert "qwen3-30b-a3b" in reason("unknown-model.yaml")  # lists known names
     assert "63" in reason("width-too-small.yaml")
     assert "4..16" in reason("too-few-chiplets.yaml")
+    assert "replays trace: routing.npz" in reason("synthetic-key-with-trace.yaml")
+    assert reason("buffer-too-small.yaml").endswith("hardware.onchip_buffer_kib >= 12096 would fit")
 
 
 def test_table_i_values():
@@ -314,8 +321,256 @@ def test_mixtral_is_accepted_by_the_scheduler():
 
 
 def test_trace_path(tmp_path):
-    d = run_dict(scenario=dict(config_to_dict(default_run().scenario), trace="traces/t.npz"))
+    # a trace scenario without the synthetic keys (refused with a trace since issue 30)
+    sc = {"tokens_per_iteration": 64, "seed": 1, "trace": "traces/t.npz"}
+    d = run_dict(scenario=sc)
     assert run_from_dict(d, str(tmp_path / "run.yaml")).trace_path() == tmp_path / "traces/t.npz"
+
+
+# -- scenario keys that apply only to a synthetic workload (issue 30) ----------------------
+
+#: the first config of a user with a real trace (the routing of the project's LM: 16 experts,
+#: top-2, 4 layers): no rounds, skew or prefill_fraction
+TRACE_RUN = """\
+hardware: chip2x2
+model: {name: lm, d_model: 256, d_ffn: 512, experts: 16, top_k: 2, shared_experts: 0,
+        layers: 4, heads: 4, params_b: 0.1}
+scheduler: default
+scenario:
+  tokens_per_iteration: 64
+  seed: 1
+  trace: %s
+"""
+
+
+@pytest.mark.parametrize("trace", ["model", "long.npz"])
+def test_a_trace_scenario_needs_no_synthetic_keys(tmp_path, trace):
+    run = load_run(write(tmp_path, TRACE_RUN % trace))
+    sc = run.scenario
+    assert (sc.skew, sc.prefill_fraction) == (None, None)
+    assert sc.rounds == run.model.layers == 4  # left out: one iteration
+    d = config_to_dict(run)
+    assert not set(SYNTHETIC_ONLY) & set(d["scenario"])
+    assert run_from_dict(d, run.source) == run  # still round-trips
+
+
+def test_left_out_rounds_are_one_iteration_of_the_trace(tmp_path):
+    from fsedp.workload import rounds
+
+    run = load_run(write(tmp_path, TRACE_RUN % "model"))
+    assert len(rounds(run)) == run.scenario.rounds == 4
+    # given with a trace, rounds is kept: fsedp rtl rounds reads it whatever the trace
+    text = (TRACE_RUN % "model").replace("  seed: 1\n", "  seed: 1\n  rounds: 6\n")
+    run = load_run(write(tmp_path, text, "six.yaml"))
+    assert run.scenario.rounds == 6 and len(rounds(run)) == 6
+    # and in a synthetic scenario too
+    sc = config_to_dict(default_run().scenario)
+    del sc["rounds"]
+    run = run_from_dict(run_dict(scenario=sc))
+    assert run.scenario.rounds == run.model.layers == 48
+
+
+@pytest.mark.parametrize("key", SYNTHETIC_ONLY)
+@pytest.mark.parametrize("trace", ["model", "traces/long.npz"])
+def test_synthetic_keys_are_refused_with_a_trace(key, trace):
+    sc = {"tokens_per_iteration": 64, "seed": 1, "trace": trace, key: 0.5}
+    e = error_of(run_dict(scenario=sc), "run.yaml")
+    assert (e.file, e.field) == ("run.yaml", f"scenario.{key}")
+    assert e.reason == f"applies to synthetic scenarios only; this scenario replays trace: {trace}"
+
+
+def test_synthetic_keys_refused_in_schema_order_with_the_trace_cut_short():
+    trace = "t" * 300 + ".npz"
+    sc = {"tokens_per_iteration": 64, "seed": 1, "trace": trace, "prefill_fraction": 0.5}
+    e = error_of(run_dict(scenario=dict(sc, skew=1.0)))
+    assert e.field == "scenario.skew" and e.reason.endswith("trace: " + "t" * 77 + "...")
+    assert error_of(run_dict(scenario=sc)).field == "scenario.prefill_fraction"
+
+
+@pytest.mark.parametrize("key", SYNTHETIC_ONLY)
+def test_synthetic_keys_are_required_with_a_synthetic_trace(key):
+    sc = config_to_dict(default_run().scenario)
+    del sc[key]
+    e = error_of(run_dict(scenario=sc))
+    assert e.field == f"scenario.{key}"
+    assert e.reason == "missing key (trace: synthetic needs skew and prefill_fraction)"
+    # the range is still the field's own, with or without a trace
+    bad = {"skew": 11, "prefill_fraction": -0.1}[key]
+    sc = config_to_dict(default_run().scenario)
+    assert error_of(run_dict(scenario=dict(sc, **{key: bad}))).field == f"scenario.{key}"
+    sc = {"tokens_per_iteration": 64, "seed": 1, "trace": "model", key: bad}
+    e = error_of(run_dict(scenario=sc))
+    assert e.field == f"scenario.{key}" and e.reason.startswith("must be in")
+
+
+# -- micro-slices derived on every shipped hardware, and the buffer a refusal names --------
+
+HARDWARE = ("chip2x2", "mesh3x3", "mesh4x4")
+#: model -> micro-slices per expert derived on chip2x2, mesh3x3 and mesh4x4 (4 MiB per
+#: chiplet; None: refused, no count up to 256 gives deadlock freedom's slots), as
+#: docs/configs.md shows them
+DERIVED = {
+    "deepseek-moe-16b": (15, 27, 40),
+    "deepseek-v2-lite": (15, 27, 40),
+    "mixtral-8x7b": (256, None, None),
+    "olmoe-1b-7b": (11, 20, 29),
+    "phi-3.5-moe": (66, 122, 179),
+    "qwen3-30b-a3b": (8, 15, 22),
+    "yuan2.0-m32": (42, 78, 114),
+}
+
+
+def hardware_dict(name, **fields):
+    return dict(read_yaml(CONFIG_DIR / f"hardware/{name}.yaml"), **fields)
+
+
+def test_every_shipped_hardware_derives_the_microslices():
+    assert config.named_configs("hardware") == list(HARDWARE)
+    assert config.named_configs("models") == sorted(DERIVED)
+    for name in HARDWARE:
+        hw = load_hardware(CONFIG_DIR / f"hardware/{name}.yaml")
+        assert hw.microslices_per_expert is None and hw.onchip_buffer_kib == 4096
+
+
+@pytest.mark.parametrize("model", sorted(DERIVED))
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_every_model_on_every_hardware(hardware, model):
+    want = DERIVED[model][HARDWARE.index(hardware)]
+    d = run_dict(hardware=hardware, model=model)
+    if want is None:
+        e = error_of(d)
+        assert e.field == "hardware.onchip_buffer_kib" and e.reason.endswith(" would fit")
+        return
+    run = run_from_dict(d)
+    assert run.hardware.microslices_per_expert == want
+    dp = run.datapath_params()
+    assert dp.micro_slices == want and dp.slots >= dp.max_hops + 1
+    # the slots derivation aims for, or one fewer where a micro-slice's bytes round up
+    aim = config.mesh_slots(dp.rows, dp.cols)
+    short = model == "yuan2.0-m32" or (model, hardware) == ("mixtral-8x7b", "chip2x2")
+    assert dp.slots == aim - short, (dp.slots, aim)
+
+
+@pytest.mark.parametrize("model", sorted(DERIVED))
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_the_named_buffer_is_the_smallest_that_fits(hardware, model):
+    """With the count derived: the buffer smallest_buffer_kib names loads (every check of
+    run_from_dict, DatapathParams' included), one KiB less is refused naming it."""
+    hw = hardware_dict(hardware)
+    size = load_model(CONFIG_DIR / f"models/{model}.yaml").expert_bytes
+    kib = smallest_buffer_kib(size, hw["rows"], hw["cols"])
+    assert kib is not None and kib > 1
+    run = run_from_dict(run_dict(hardware=dict(hw, onchip_buffer_kib=kib), model=model))
+    dp = run.datapath_params()
+    assert dp.slots >= dp.max_hops + 1 and dp.held_room >= 0
+    e = error_of(run_dict(hardware=dict(hw, onchip_buffer_kib=kib - 1), model=model))
+    assert e.field == "hardware.onchip_buffer_kib"
+    assert e.reason.endswith(f"; hardware.onchip_buffer_kib >= {kib} would fit")
+    assert (kib <= 4096) == (DERIVED[model][HARDWARE.index(hardware)] is not None)
+
+
+@pytest.mark.parametrize("rows, cols", [(2, 2), (2, 3), (3, 3), (4, 4)])
+def test_the_smallest_buffer_is_a_threshold(rows, cols):
+    """The bisection's premise, by brute force about the answer and up to twice it: with the
+    count fixed or derived, every smaller buffer fails the slot check and every larger one
+    passes it."""
+    need = max_hops(rows, cols) + 1
+    slots = config.mesh_slots(rows, cols)
+    for size in (1, 1000, 3 * 2**20, 7_340_033, 25_165_824, 176_160_768, 1_000_000_007):
+        for count in (None, 1, 8, 48, 256):
+
+            def fits(b, size=size, count=count):
+                m = count or derived_microslices(size, b, slots=slots)
+                return config.buffer_slots(size, b, m) >= need
+
+            kib = smallest_buffer_kib(size, rows, cols, count)
+            if kib is None:  # not even the largest buffer (1 GiB; large experts, uncut)
+                assert count and size >= 176_160_768 and not fits(2**20)
+                continue
+            near = range(max(1, kib - 1500), kib + 1500)  # every buffer about the answer
+            far = range(kib, 2 * kib + 2, max(1, kib // 300))  # and a sample up to twice it
+            for b in [*near, *far]:
+                assert fits(b) == (b >= kib), (size, count, b, kib)
+
+
+def test_mixtral_on_the_4x4_mesh_names_the_buffer_that_fits():
+    e = error_of(run_dict(hardware="mesh4x4", model="mixtral-8x7b"), "run.yaml")
+    assert str(e) == (
+        "run.yaml: hardware.onchip_buffer_kib: 4096 KiB holds 6 micro-slices of 672 KiB "
+        "(derived microslices_per_expert 256, the most), but a 4x4 mesh needs at least 18 per "
+        "chiplet for deadlock-free streaming; hardware.onchip_buffer_kib >= 12096 would fit"
+    )
+    # the same number from the rule itself: 18 slots of a 256th of the expert
+    size = load_model(CONFIG_DIR / "models/mixtral-8x7b.yaml").expert_bytes
+    assert 12096 == math.ceil((max_hops(4, 4) + 1) * math.ceil(size / 256) / 1024)
+    run = run_from_dict(run_dict(hardware=hardware_dict("mesh4x4", onchip_buffer_kib=12096),
+                                 model="mixtral-8x7b"))  # fmt: skip
+    dp = run.datapath_params()
+    assert (dp.micro_slices, dp.slots, dp.held_room) == (256, 18, 0)
+
+
+def test_a_count_set_by_hand_names_a_buffer_and_a_count():
+    hw = hardware_dict("mesh4x4", microslices_per_expert=48)  # mesh4x4's count before issue 30
+    e = error_of(run_dict(hardware=hw, model="phi-3.5-moe"))
+    assert e.reason.endswith(
+        "hardware.onchip_buffer_kib >= 14400 or hardware.microslices_per_expert >= 169 would fit"
+    )
+    size = load_model(CONFIG_DIR / "models/phi-3.5-moe.yaml").expert_bytes
+    assert smallest_buffer_kib(size, 4, 4, 48) == 14400
+    assert smallest_microslices(size, 4096, 4, 4) == 169
+    for fields, ok in [
+        ({"onchip_buffer_kib": 14400}, True),
+        ({"onchip_buffer_kib": 14399}, False),
+        ({"microslices_per_expert": 169}, True),
+        ({"microslices_per_expert": 168}, False),
+    ]:
+        d = run_dict(hardware=dict(hw, **fields), model="phi-3.5-moe")
+        if ok:
+            run_from_dict(d)
+        else:
+            assert error_of(d).field == "hardware.onchip_buffer_kib", fields
+
+    # Mixtral: no count up to 256 fits 4 MiB; the buffer for 48 micro-slices, and the
+    # smaller one that the derived count allows
+    e = error_of(run_dict(hardware=hw, model="mixtral-8x7b"), "run.yaml")
+    assert str(e) == (
+        "run.yaml: hardware.onchip_buffer_kib: 4096 KiB holds 1 micro-slices of 3584 KiB "
+        "(microslices_per_expert 48), but a 4x4 mesh needs at least 18 per chiplet for "
+        "deadlock-free streaming; hardware.onchip_buffer_kib >= 64512 would fit (no "
+        "microslices_per_expert up to 256 does; >= 12096 with microslices_per_expert left out)"
+    )
+    run_from_dict(run_dict(hardware=dict(hw, onchip_buffer_kib=64512), model="mixtral-8x7b"))
+    e = error_of(run_dict(hardware=dict(hw, onchip_buffer_kib=64511), model="mixtral-8x7b"))
+    assert e.field == "hardware.onchip_buffer_kib"
+    # one micro-slice per expert: neither a buffer up to 1 GiB nor a count alone fits
+    e = error_of(run_dict(hardware=dict(hw, microslices_per_expert=1), model="mixtral-8x7b"))
+    assert e.reason.endswith(
+        "hardware.onchip_buffer_kib >= 12096 with microslices_per_expert left out would fit "
+        "(neither alone does)"
+    )
+
+
+def test_a_model_no_buffer_fits_says_so():
+    huge = dict(config_to_dict(default_run().model), d_model=65536, d_ffn=262144, experts=8,
+                top_k=2)  # fmt: skip
+    e = error_of(run_dict(hardware="mesh4x4", model=huge))
+    assert e.field == "hardware.onchip_buffer_kib"
+    assert e.reason.endswith(
+        "no hardware.onchip_buffer_kib up to 1048576 fits this model on this mesh"
+    )
+    assert smallest_buffer_kib(3 * 65536 * 262144, 4, 4) is None
+
+
+def test_docs_show_the_derived_microslices():
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "configs.md").read_text()
+    for model, counts in DERIVED.items():
+        size = load_model(CONFIG_DIR / f"models/{model}.yaml").expert_bytes
+        cells = [
+            str(m) if m else f"refused; `onchip_buffer_kib >= {smallest_buffer_kib(size, *rc)}`"
+            for m, rc in zip(counts, [(2, 2), (3, 3), (4, 4)])
+        ]
+        row = f"| `{model}` | " + " | ".join(cells) + " |"
+        assert row in docs, row
 
 
 def test_dataclasses_are_frozen():

@@ -270,7 +270,7 @@ def test_simulator_layer_replays_on_rtl(variant):
     """A layer of the simulator's default chip (2x2, a DDR channel per chiplet, remote
     loads) on real routing (the embedded trace of our MoE LM) through the datapath RTL: the
     same beats, completions and cycles as :func:`fsedp.sim.fsedp.fsedp_layer` reports."""
-    from fsedp.config import config_to_dict, default_run, run_from_dict
+    from fsedp.config import SYNTHETIC_ONLY, config_to_dict, default_run, run_from_dict
     from fsedp.sim.fsedp import fsedp_layer, make_scheduler, variant_params
     from fsedp.sim.setup import make_setup
     from fsedp.workload import iterations
@@ -283,6 +283,8 @@ def test_simulator_layer_replays_on_rtl(variant):
     d["hardware"]["onchip_buffer_kib"] = 48  # 8 slots of a 2x2 mesh
     del d["scheduler"]["count_width"]
     d["scenario"].update(tokens_per_iteration=32, trace="model")
+    for key in SYNTHETIC_ONLY:  # the synthetic generator's keys do not apply to a trace
+        del d["scenario"][key]
     setup = make_setup(run_from_dict(d, "<replay>"))
     layer = iterations(setup.cfg, 1, 1)[0][0]
     res = fsedp_layer(setup, layer.records, variant, streaming="python", log=True)

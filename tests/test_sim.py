@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fsedp.config import config_to_dict, default_run, run_from_dict
+from fsedp.config import SYNTHETIC_ONLY, config_to_dict, default_run, run_from_dict
 from fsedp.sim.baselines import _flow_shop, ep_home, ep_layer, hydra_home
 from fsedp.sim.fsedp import fsedp_layer
 from fsedp.sim.run import run_experiment, summarize
@@ -176,7 +176,8 @@ def one_request_run(tmp_path, iterations: int, requests: int = 1, tokens: int = 
     path = tmp_path / "long.npz"
     t = synthetic(16, 2, tokens * iterations, layers=4, seed=3, skew=1.2, requests=requests)
     save_trace(t, path)
-    d = {**TINY, "scenario": {**TINY["scenario"], "trace": str(path)}}
+    scenario = {k: v for k, v in TINY["scenario"].items() if k not in SYNTHETIC_ONLY}
+    d = {**TINY, "scenario": {**scenario, "trace": str(path)}}
     d["scheduler"] = {"requests": 8, "theta_min": 2, "n_threshold": 4, "qos_width": 4}
     d["scheduler"]["t_qos_init"] = 0
     return run_from_dict(d, "long.yaml")

@@ -5,7 +5,7 @@ same gate records, and ``scenario.sharding`` places tokens as documented."""
 import pytest
 from conftest import SHARED_DATA
 
-from fsedp.config import config_to_dict, default_run, run_from_dict
+from fsedp.config import SYNTHETIC_ONLY, config_to_dict, default_run, run_from_dict
 from fsedp.errors import InputError
 from fsedp.sim.run import run_experiment
 from fsedp.workload import iterations, rounds
@@ -29,6 +29,9 @@ def tiny(requests=8, **scenario):
     d["model"] = TINY_MODEL
     del d["scheduler"]["count_width"]  # derived from the tokens
     d["scenario"].update({"tokens_per_iteration": 32, "rounds": 8, **scenario})
+    if d["scenario"]["trace"] != "synthetic":  # the synthetic generator's keys do not apply
+        for key in SYNTHETIC_ONLY:
+            d["scenario"].pop(key, None)
     return run_from_dict(d, "<tiny>")
 
 

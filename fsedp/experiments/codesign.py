@@ -354,7 +354,9 @@ def deployment_config(model: MoELM, scale_to: str, tokens: int, base: RunConfig 
         layers=model.cfg.layers,
         shared_experts=0,
     )
-    sc = dataclasses.replace(base.scenario, tokens_per_iteration=tokens, trace="model")
+    sc = dataclasses.replace(
+        base.scenario, tokens_per_iteration=tokens, trace="model", skew=None, prefill_fraction=None
+    )
     return dataclasses.replace(base, model=m, scenario=sc)
 
 
