@@ -5,13 +5,13 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
 from fsedp.errors import InputError
+from fsedp.log import logger
 
 __all__ = [
     "atomic_path",
@@ -266,7 +266,7 @@ def _remove_ours(folder: Path, ours: set[str]):
     try:
         folder.rmdir()
     except OSError:
-        print(f"fsedp: kept {folder}: it holds files fsedp did not write", file=sys.stderr)
+        logger("files").warning(f"kept {folder}: it holds files fsedp did not write")
 
 
 def _merge(staged: Path, path: Path):

@@ -11,7 +11,7 @@ invalidates everything.  A cached result and a fresh one are the same JSON docum
 sweep gives the same table either way.  Results do not depend on the engine or the workers.
 Nothing in the cache is trusted: an entry that is not what the writer produces (its envelope,
 :func:`decode_entry`, and its result, the ``check`` of :func:`run_points`) is recomputed,
-replaced, and reported on one line on stderr.
+replaced, and reported on one line on stderr (a warning of the ``fsedp.executor`` logger).
 
 Engines:
 
@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 
 from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.log import logger
+from fsedp.log import progress as progress_bar
 
 __all__ = [
     "ENGINES",
@@ -53,6 +55,8 @@ __all__ = [
 ]
 
 ENGINES = ("local", "ray")
+
+log = logger("executor")
 
 #: A cache entry larger than this is refused unread (a sweep point's is a few KiB).
 MAX_ENTRY_BYTES = 1 << 20
@@ -251,7 +255,7 @@ def _report(bad: dict, root) -> None:
     (path, reason), more = next(iter(bad.items())), len(bad) - 1
     also = f", and {more} more bad entries in {root}" if more else ""
     line = InputError(path, "<cache>", f"unreadable entry ({reason[:200]}); recomputing it{also}")
-    print(f"fsedp: {line}", file=sys.stderr, flush=True)
+    log.warning("%s", line)
 
 
 def run_points(
@@ -298,19 +302,16 @@ def run_points(
     todo = [i for i, r in enumerate(results) if r is MISSING]
     if costs is not None:  # the longest first: a shorter makespan on a few workers
         todo.sort(key=lambda i: -costs[i])
-    from tqdm import tqdm
-
     # Ray is reached (or refused) before the progress bar starts: a refusal is one line
     ray, started = _ray_connect(workers, address) if todo and engine == "ray" else (None, False)
     try:
         cached = len(points) - len(todo)
-        bar = tqdm(
+        bar = progress_bar(  # on a terminal only, never in a log file
             total=len(points),
             initial=cached,
             desc=f"{label} ({cached} cached)" if cached else label,
             unit="point",
-            disable=not (progress and points),
-            file=sys.stderr,
+            quiet=not (progress and points),
             leave=True,
         )
 

@@ -10,11 +10,11 @@ variable ``FSEDP_STREAMING=python|compiled`` or ``fsedp run --streaming`` choose
 """
 
 import os
-import sys
 from collections import deque
 
 import numpy as np
 
+from fsedp.log import logger
 from fsedp.params import DatapathParams, bits_for
 from fsedp.sw.streaming.watchdog import slot_status, stalled
 
@@ -62,10 +62,9 @@ def streaming_engine() -> str:
         return "compiled"
     if not _said:
         _said = True
-        print(
-            "fsedp: numba is not available; the simulator runs the Python streaming model "
-            "(same results, about 30x slower)",
-            file=sys.stderr,
+        logger("fast").warning(
+            "numba is not available; the simulator runs the Python streaming model (same "
+            "results, slower: fsedp bench measures by how much)"
         )
     return "python"
 
@@ -300,17 +299,23 @@ def _state(a: "_Arrays") -> dict:
     }
 
 
-def activity(events: list, dp: DatapathParams, tokens: dict) -> list:
-    """The per-chiplet activity spans of a layer (Figure 13, ``trace=True``) from its event
-    list, in the Python loop's order: per cycle computations, loads, then transfers."""
-    out = []
+def by_cycle(events: list):
+    """``(cycle, events of that cycle)`` of an event list (ordered by cycle), in order."""
     i = 0
     while i < len(events):
         cycle = events[i][1]
         j = i
         while j < len(events) and events[j][1] == cycle:
             j += 1
-        group = events[i:j]
+        yield cycle, events[i:j]
+        i = j
+
+
+def activity(events: list, dp: DatapathParams, tokens: dict) -> list:
+    """The per-chiplet activity spans of a layer (Figure 13, ``trace=True``) from its event
+    list, in the Python loop's order: per cycle computations, loads, then transfers."""
+    out = []
+    for cycle, group in by_cycle(events):
         for kind, _, c, _, e, _ in group:
             if kind == 2:
                 dur = max(1, tokens.get((c, e), 0)) * dp.cycles_per_token
@@ -322,7 +327,6 @@ def activity(events: list, dp: DatapathParams, tokens: dict) -> list:
             if kind == 1:
                 out.append((src, "D2D send", cycle, cycle + dp.link_cycles))
                 out.append((dp.neighbour(src, d), "D2D receive", cycle, cycle + dp.link_cycles))
-        i = j
     return out
 
 

@@ -103,14 +103,14 @@ def run_experiment(
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
     bar = None
-    if progress:
-        from tqdm import tqdm
+    if progress:  # a bar on a terminal only (fsedp.log.progress), never in a log file
+        from fsedp.log import progress as progress_bar
 
-        bar = tqdm(
+        bar = progress_bar(
             total=len(flat) * len(strategies),
+            desc=f"{cfg.model.name} on {cfg.hardware.name}",
             unit="layer",
             leave=False,
-            desc=f"{cfg.model.name} on {cfg.hardware.name}",
         )
     per_iteration = sum(l.iteration == n_iter - 1 for l in flat)
     if not 0 <= trace_layers <= per_iteration:

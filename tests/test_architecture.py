@@ -27,6 +27,7 @@ LAYERS = [
         [
             [
                 "fsedp.errors",
+                "fsedp.log",
                 "fsedp.fields",
                 "fsedp.files",
                 "fsedp.params",

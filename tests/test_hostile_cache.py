@@ -34,6 +34,15 @@ SWEEP = dict(
 )
 
 
+@pytest.fixture(autouse=True)
+def _cli_logging():
+    """The sweeps here report as ``fsedp`` does (:func:`fsedp.log.configure`, called by
+    :func:`fsedp.cli.main`): a bad entry is a warning line ``fsedp: ...`` on stderr."""
+    from fsedp.log import configure
+
+    configure()
+
+
 def strip(rows):
     """Sweep rows without wall times (the only field that differs between two runs)."""
     return [

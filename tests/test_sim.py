@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from tiny import TINY
 
 from fsedp.config import SYNTHETIC_ONLY, config_to_dict, default_run, run_from_dict
 from fsedp.sim.baselines import _flow_shop, ep_home, ep_layer, hydra_home
@@ -9,42 +10,6 @@ from fsedp.sim.fsedp import fsedp_layer
 from fsedp.sim.run import run_experiment, summarize
 from fsedp.sim.setup import make_setup
 from fsedp.workload import iterations
-
-TINY = {
-    "hardware": {
-        "name": "tiny2x2",
-        "rows": 2,
-        "cols": 2,
-        "clock_mhz": 800,
-        "macs_per_chiplet": 2048,
-        "onchip_buffer_kib": 24,
-        "d2d_bandwidth_gbps": 288,
-        "d2d_latency_ns": 4.02,
-        "ddr_channels": 4,
-        "ddr_bandwidth_gbps_per_channel": 25.6,
-        "microslices_per_expert": 8,
-    },
-    "model": {
-        "name": "tiny",
-        "d_model": 64,
-        "d_ffn": 128,
-        "experts": 16,
-        "top_k": 2,
-        "shared_experts": 0,
-        "layers": 4,
-        "heads": 2,
-        "params_b": 0.01,
-    },
-    "scheduler": "default",
-    "scenario": {
-        "tokens_per_iteration": 64,
-        "rounds": 2,
-        "seed": 5,
-        "trace": "synthetic",
-        "skew": 1.2,
-        "prefill_fraction": 0.5,
-    },
-}
 
 
 def tiny(tokens=64, **hw):

@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from tiny import TINY_RUN as TINY
 
 import fsedp.sim.fsedp as fsedp_sim
 from fsedp.cli import main
@@ -20,17 +21,6 @@ from fsedp.workload import iterations
 
 FSEDP = ("A3", "A6")
 LAYERS = 2
-#: a tiny run (the 2x2 chip of ``tests/test_cli.py``'s ``TINY_HW`` with 24 KiB of buffer)
-TINY = """\
-hardware: {name: tiny2x2, rows: 2, cols: 2, clock_mhz: 800, macs_per_chiplet: 2048,
-           onchip_buffer_kib: 24, d2d_bandwidth_gbps: 288, d2d_latency_ns: 4.02,
-           ddr_channels: 4, ddr_bandwidth_gbps_per_channel: 25.6, microslices_per_expert: 8}
-model: {name: tiny, d_model: 64, d_ffn: 128, experts: 16, top_k: 2, shared_experts: 0,
-        layers: 3, heads: 2, params_b: 0.01}
-scheduler: default
-scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew: 1.2,
-           prefill_fraction: 0.5}
-"""
 
 
 def us(cycle, ns_per_cycle):

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from tiny import TINY
 
 from fsedp.config import run_from_dict
 from fsedp.params import DatapathParams, SchedulerParams
@@ -24,42 +25,6 @@ from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch, Scheduler
 from fsedp.sw.streaming import SimulationStalled, StepIn, StreamingArray
 from fsedp.sw.streaming.watchdog import MESSAGE_CHARS, array_state
 from fsedp.workload import iterations
-
-TINY = {
-    "hardware": {
-        "name": "tiny2x2",
-        "rows": 2,
-        "cols": 2,
-        "clock_mhz": 800,
-        "macs_per_chiplet": 2048,
-        "onchip_buffer_kib": 24,
-        "d2d_bandwidth_gbps": 288,
-        "d2d_latency_ns": 4.02,
-        "ddr_channels": 4,
-        "ddr_bandwidth_gbps_per_channel": 25.6,
-        "microslices_per_expert": 8,
-    },
-    "model": {
-        "name": "tiny",
-        "d_model": 64,
-        "d_ffn": 128,
-        "experts": 16,
-        "top_k": 2,
-        "shared_experts": 0,
-        "layers": 4,
-        "heads": 2,
-        "params_b": 0.01,
-    },
-    "scheduler": "default",
-    "scenario": {
-        "tokens_per_iteration": 64,
-        "rounds": 2,
-        "seed": 5,
-        "trace": "synthetic",
-        "skew": 1.2,
-        "prefill_fraction": 0.5,
-    },
-}
 
 #: the scheduler decisions the datapath cannot serve (:class:`Contradicting`)
 CASES = ("off-trajectory", "busy-entry", "dropped", "as-preload")

@@ -20,7 +20,7 @@ def need_torch(command: str):
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
-        raise usage(command, "needs torch, the 'model' extra: pip install -e '.[model]'")
+        raise usage(command, "needs torch, the 'model' extra: pip install 'fsedp[model]'")
 
 
 def cmd_lm_train(args):
@@ -44,9 +44,10 @@ def cmd_lm_train(args):
     need_torch("lm train")
     tc = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, aux=args.aux)
     from fsedp.files import output_dir
+    from fsedp.log import logger
 
-    with output_dir(args.out, args.force) as staged:
-        info = train_command(staged, cfg, tc, log=lambda s: print(s, flush=True), data=args.data)
+    with output_dir(args.out, args.force) as staged:  # progress lines: logging, on stderr
+        info = train_command(staged, cfg, tc, log=logger("lm").info, data=args.data)
     print(f"wrote {args.out}/moe_lm.npz, tokenizer.json, training.json ({info['seconds']} s)")
     return 0
 

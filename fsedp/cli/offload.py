@@ -2,7 +2,6 @@
 LM or a trace."""
 
 import json
-import sys
 
 from fsedp.cli.common import (
     DATA_OR_EMBEDDED,
@@ -18,6 +17,9 @@ from fsedp.cli.common import (
 )
 from fsedp.cli.lm import load_lm
 from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.log import logger
+
+_log = logger("offload")
 
 
 def _offload_config(args):
@@ -134,9 +136,7 @@ def cmd_offload(args):
     model = _model(args)
     model, test, prof = lm_data(args.max_tokens, model=model, data=args.data)
     if args.grid:
-        say = (
-            (lambda r: print(json.dumps(r), file=sys.stderr, flush=True)) if args.verbose else None
-        )
+        say = (lambda r: _log.info(json.dumps(r))) if args.verbose else None
         buddy = buddy_grid(model, test, prof, cfg, progress=say)
         prism = prism_grid(model, test, prof, cfg, progress=say)
         text = (

@@ -1,8 +1,6 @@
 """``fsedp prism ...``: MoE-Prism refactoring into sub-experts, the router fine-tuning and the
 quality curve."""
 
-import sys
-
 import numpy as np
 
 from fsedp.cli.common import (
@@ -17,6 +15,9 @@ from fsedp.cli.common import (
 )
 from fsedp.cli.lm import load_lm, need_torch
 from fsedp.lm.finetune import SCHEDULES, FinetuneConfig  # no torch at import
+from fsedp.log import logger
+
+_log = logger("prism")
 
 
 def cmd_prism_refactor(args):
@@ -132,7 +133,7 @@ def cmd_prism_finetune(args):
         distill=args.distill,
         seed=args.seed,
     )
-    say = (lambda s: print(s, file=sys.stderr, flush=True)) if args.verbose else (lambda s: None)
+    say = _log.info if args.verbose else (lambda s: None)
     gate, history = finetune_router(
         ref, LinearGate(*linear_gate_init(ref, part.S), part.S), ids, fc, say
     )
@@ -184,11 +185,7 @@ def cmd_prism_curve(args):
         iters = 3000 if args.iters is None else args.iters
         ref, _, _, _ = refactor_model(model, prof, S=S, iters=iters)
     naive, _, _ = refactor(model, profile_activations(model, prof, 2048), S=S, contiguous=True)
-    say = (
-        (lambda K, row: print(f"K = {K}: {row}", file=sys.stderr, flush=True))
-        if args.verbose
-        else None
-    )
+    say = (lambda K, row: _log.info(f"K = {K}: {row}")) if args.verbose else None
     curve = quality_curve(model, ref, naive, test, say)
     ops = [operating_points(curve, s) for s in args.stable]
     cols = [

@@ -24,8 +24,11 @@ from fsedp.cli.common import (
 from fsedp.config import config_to_dict
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.files import build_dir, output_dir, work_folder
+from fsedp.log import logger
 from fsedp.params import SchedulerParams
 from fsedp.sw.sorter import SORTERS
+
+_log = logger("rtl")
 
 
 def _params(args) -> SchedulerParams:
@@ -334,11 +337,9 @@ def _cosim_native(args, p, knobs):
 
     def progress(run):
         rate = f"{run.cycles / run.wall_s:,.0f} cycles/s" if run.wall_s else ""
-        print(
-            f"  {run.rounds + run.resets}/{run.rounds_total} rounds checked, "
-            f"{run.mismatches} mismatches, {run.cycles:,} cycles, {rate}",
-            file=sys.stderr,
-            flush=True,
+        _log.info(
+            f"{run.rounds + run.resets}/{run.rounds_total} rounds checked, "
+            f"{run.mismatches} mismatches, {run.cycles:,} cycles, {rate}"
         )
 
     def stop(signum, frame):  # a stopped run still reports what it checked
@@ -354,7 +355,7 @@ def _cosim_native(args, p, knobs):
             report=report,
             progress=None if args.json else progress,
             progress_s=args.progress_every,
-            log=None if args.json else lambda msg: print(f"  {msg}", file=sys.stderr),
+            log=None if args.json else _log.info,
         )
     finally:
         signal.signal(signal.SIGTERM, old)
@@ -396,9 +397,9 @@ def cmd_coverage(args):
     if why:
         raise usage("--build-opt", f"the native driver cannot be built here: {why}")
 
-    def log(msg):
+    def say(msg):
         if not args.json:
-            print(f"  {msg}", file=sys.stderr, flush=True)
+            _log.info(msg)
 
     t0 = time.time()
     cov, history, mismatches = close_coverage(
@@ -408,7 +409,7 @@ def cmd_coverage(args):
         batches=args.batches,
         seed=args.seed,
         opt=args.build_opt,
-        log=log,
+        log=say,
     )
     rep = cov.report()
     missed = cov.missed()
@@ -555,7 +556,7 @@ def cmd_datapath(args):
             raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
         require_simulator(args.sim)
         if not args.json:
-            print(f"cosimulating {layers} layers on {r}x{c} ({args.sim}) ...", file=sys.stderr)
+            _log.info(f"cosimulating {layers} layers on {r}x{c} ({args.sim}) ...")
         same = dict(
             sim=args.sim,
             seed=args.seed,

@@ -19,6 +19,7 @@ from fsedp.config import ModelConfig, config_path, load_section
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.lm.build import perplexity
 from fsedp.lm.model import Hooks, MoELM, Routing
+from fsedp.log import logger
 from fsedp.sw.policies.buddy import BuddyConfig, BuddyProfile, random_substitute, substitute
 from fsedp.sw.policies.offload import (
     LINKS,
@@ -352,18 +353,15 @@ def lm_data(
     if root is None or not (root / TEST_FILE).exists() or not (root / TRAIN_FILES[0]).exists():
         # no corpora (a user's fresh clone): the embedded trace's held-out tokens,
         # its first half to profile, the second to evaluate
-        import sys
-
         from fsedp.config import EMBEDDED_TRACE
         from fsedp.trace.io import load_trace
 
         ids = load_trace(EMBEDDED_TRACE).token_ids.astype(np.int64)
         half = len(ids) // 2
         where = f"{root / TEST_FILE} not found" if root is not None else "no --data folder"
-        print(
-            f"fsedp: {where}: using the {len(ids)} held-out WikiText-2 "
-            "test tokens of the embedded trace (half to profile, half to evaluate)",
-            file=sys.stderr,
+        logger("offload").warning(
+            f"{where}: using the {len(ids)} held-out WikiText-2 "
+            "test tokens of the embedded trace (half to profile, half to evaluate)"
         )
         test = ids[half:]
         if max_tokens:

@@ -5,13 +5,15 @@ import dataclasses
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 from fsedp.files import build_dir
 from fsedp.hw.generate import BLOCKS, top_name, write_verilog
+from fsedp.log import logger
 from fsedp.params import SchedulerParams
 from fsedp.sw.sorter import network
+
+_log = logger("rtl_report")
 
 #: Generic gate-level flow: memories stay macros ($mem, counted in bits), constant tables
 #: stay logic (``proc -norom``), the rest is mapped to Yosys' internal gate library by ABC;
@@ -186,7 +188,7 @@ def rtl_report(
                 "sorter_cycles": network(p.sorter_lanes, p.sorter).cycles,
             }
             if progress:
-                print(f"[report] E={e} C={c} ...", file=sys.stderr, flush=True)
+                _log.info(f"E={e} C={c} ...")
             if latency:
                 res = _tb(
                     "scheduler",

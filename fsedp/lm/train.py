@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.lm.config import LMConfig
 from fsedp.lm.model import EPS
 
@@ -22,10 +23,13 @@ __all__ = ["TrainConfig", "build_torch_model", "to_numpy", "from_numpy", "train"
 
 
 def _torch():
+    """The torch module; refused on one line when the ``model`` extra is not installed."""
     try:
         import torch
     except ImportError:
-        raise SystemExit("fsedp lm train needs torch: pip install -e '.[model]'") from None
+        raise InputError(
+            COMMAND_LINE, "torch", "not installed: the 'model' extra, pip install 'fsedp[model]'"
+        ) from None
     return torch
 
 

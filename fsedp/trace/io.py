@@ -495,7 +495,9 @@ def record_hf(
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise InputError(
-            str(model_path), "<model>", "needs torch and transformers: pip install -e '.[model]'"
+            str(model_path),
+            "<model>",
+            "needs torch and transformers, the 'model' extra: pip install 'fsedp[model]'",
         ) from None
     from fsedp.files import read_text
 
