@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow bench verilog lint clean distclean
+.PHONY: run test test-slow bench results verilog lint clean distclean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,12 +26,19 @@ test-slow: $(STAMP)
 # Benchmarks (figures, not pass/fail): scheduler latency and cells (docs/rtl-report.md),
 # datapath streaming time, cells and long cosimulations with one package DDR channel
 # (docs/datapath-report.md) and a channel per chiplet (docs/datapath-report-ddr-per-chiplet.md),
-# and the simulator's speed (printed; recorded in docs/results.md).
+# and the simulator's speed, the Python model against the compiled engine
+# (docs/performance-bench.md).
 bench: $(STAMP)
 	$(BIN)/fsedp rtl report --count-width 10 --sorters shuffle2,shuffle,stage,parallel --out docs/rtl-report.md
 	$(BIN)/fsedp rtl datapath --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report.md
 	$(BIN)/fsedp rtl datapath --no-ring --ddr-per-chiplet --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report-ddr-per-chiplet.md
-	$(BIN)/fsedp bench
+	$(BIN)/fsedp bench --e2e 100 --out docs/performance-bench.md
+
+# The tables of docs/results.md, one per experiment file (configs/experiments/), rewritten
+# between their markers from the same runs as `fsedp run --config FILE` (finished points from
+# the sweep cache); `fsedp results docs/results.md --check` checks without running anything.
+results: $(STAMP)
+	$(BIN)/fsedp results docs/results.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,7 +1,7 @@
 """``fsedp bench``: speed of the simulator (wall time per simulated MoE layer, golden-model
 steps and micro-slice events per second) and how it grows with tokens, experts and
-chiplets.  A benchmark, not a test: the
-figures go to ``docs/results.md`` with the command."""
+chiplets.  A benchmark, not a test: ``fsedp bench --e2e 100 --out
+docs/performance-bench.md`` (``make bench``) writes the figures with the command."""
 
 import time
 

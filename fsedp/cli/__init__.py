@@ -18,15 +18,17 @@ import os
 import sys
 from pathlib import Path
 
-from fsedp.cli import codesign, lm, offload, prism, rtl, run, serve, shuffle, trace
+from fsedp.cli import codesign, lm, offload, prism, results, rtl, run, serve, shuffle, trace
 from fsedp.cli.common import Parser, add_force, held_warnings, usage
 from fsedp.errors import InputError
 from fsedp.files import check_output_file, check_output_folder
+from fsedp.log import configure
+from fsedp.sw.streaming import SimulationStalled
 
 __all__ = ["main", "build_parser"]
 
 #: Command groups in the order ``fsedp --help`` lists them.
-GROUPS = (run, rtl, trace, lm, offload, prism, serve, shuffle, codesign)
+GROUPS = (run, rtl, trace, lm, offload, prism, serve, shuffle, codesign, results)
 
 
 def build_parser() -> Parser:
@@ -102,11 +104,16 @@ def main(argv=None) -> int:
     try:
         with held_warnings():  # a refusal is its one line: a library's warnings are dropped
             args = build_parser().parse_args(argv)
+            # info lines on stderr through logging; only warnings under --json
+            configure(json=getattr(args, "json", False), verbose=getattr(args, "verbose", False))
             check_common(args)
             return args.func(args)
     except InputError as e:
         print(f"fsedp: {e}", file=sys.stderr)
         return 2
+    except SimulationStalled as e:  # a contradiction inside the models, not the user's input
+        print(f"fsedp: internal error: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (fsedp ... | head): not an error of ours

@@ -260,6 +260,19 @@ def cmd_bench(args):
             f"iterations x 48 layers ({e2e['layers']} layers) on {e2e['workers']} processes: "
             f"{e2e['wall_s']} s"
         )
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    if ratios:
+        doc["speedup"] = [min(ratios), max(ratios)]
+        text += (
+            f"\n\nThe compiled engine is {min(ratios):.0f}-{max(ratios):.0f}x the Python golden "
+            "model (python / compiled, over the points above), equal to it event for event."
+        )
+    if args.out:
+        write_output(
+            args.out,
+            "# Simulator speed\n\nWritten by `fsedp bench --out FILE` (`make bench`), not by "
+            f"hand: the Python golden model and the compiled engine side by side.\n\n{text}",
+        )
     emit(args, doc, text)
     return 0
 
@@ -400,4 +413,5 @@ def add_parsers(sub):
         "tokens, 2x2, all 48 layers, EP + Hydra + A3)",
     )
     bn.add_argument("--workers", type=positive("--workers", 256), help="processes of --e2e")
-    bn.set_defaults(func=cmd_bench)
+    bn.add_argument("--out", help="also write the result (Markdown) to this file")
+    bn.set_defaults(func=cmd_bench, out_kind="file")
