@@ -11,7 +11,9 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,model]'
+	@# setuptools' notice that an editable install of mapped folders (fsedp.hw = hw/, ...)
+	@# goes through an import hook is information, not a problem: filtered, all else shown
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[test,model]'
 	@touch $(STAMP)
 
 run: $(STAMP)
