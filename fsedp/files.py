@@ -255,8 +255,11 @@ def _write_marker(folder: Path, files):
 
 def _remove_ours(folder: Path, ours: set[str]):
     """Remove from ``folder`` the entries of ``ours`` (deepest first), then the folder if
-    nothing else is left; what fsedp did not write stays, and is said once."""
-    for entry in sorted(ours, key=lambda e: e.count("/"), reverse=True):
+    nothing else is left; what fsedp did not write stays, and is said once.  Only entries
+    found inside ``folder`` (walked, links not followed) are touched: a marker naming
+    ``../x`` or an absolute path reaches nothing outside."""
+    present = set(_entries(folder))
+    for entry in sorted(ours & present, key=lambda e: e.count("/"), reverse=True):
         p = folder / entry
         with contextlib.suppress(OSError):
             if p.is_dir() and not p.is_symlink():

@@ -168,3 +168,20 @@ def test_fsedp_run_keeps_a_users_files(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == sorted(
         [OUTPUT_MARKER, "summary.json", "report.md", "utilization.png", "chiplets.png"]
     )
+
+
+@pytest.mark.parametrize("name", ["../../outside.txt", "/ABS", "sub/../../../outside.txt"])
+def test_a_forged_marker_reaches_nothing_outside_the_folder(tmp_path, name):
+    """A marker is a file in a user's folder: what it names outside the folder is never
+    deleted when the report is replaced."""
+    out = tmp_path / "r"
+    _report(out, **{"x.md": "1"})
+    victim = tmp_path / "outside.txt"
+    victim.write_text("precious")
+    target = str(victim) if name == "/ABS" else name
+    marker = out / OUTPUT_MARKER
+    doc = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**doc, "files": doc["files"] + [target]}))
+    _report(out, **{"x.md": "2"})
+    assert victim.read_text() == "precious"
+    assert _tree(out) == {"x.md": "2"}
