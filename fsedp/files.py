@@ -5,8 +5,9 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
@@ -106,10 +107,18 @@ def _check_place(path: Path):
             try:
                 with tempfile.TemporaryFile(dir=parent):
                     pass
+                name_max = os.pathconf(parent, "PC_NAME_MAX")
             except OSError as e:
                 raise InputError(
                     str(path), "<file>", f"cannot write into {parent}: {e.strerror}"
                 ) from None
+            # the temporary name beside it: ".NAME.XXXXXXXX" plus a suffix (atomic_path)
+            if len(os.fsencode(path.name)) + 12 + len(os.fsencode(path.suffix or ".tmp")) > (
+                name_max
+            ):
+                raise InputError(
+                    str(path)[:200], "<file>", f"the name is too long for {parent}'s file system"
+                )
             return
 
 
@@ -169,34 +178,61 @@ def _manifest(folder: Path) -> set[str] | None:
     except (OSError, ValueError, RecursionError):
         return None
     files = doc.get("files") if isinstance(doc, dict) and doc.get("tool") == "fsedp" else None
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+    if not isinstance(files, list) or not all(isinstance(f, str) and _plain(f) for f in files):
+        return None  # a marker naming "../x" or "/x" is not one fsedp wrote: not ours
+    stamps = doc.get("stamps")
+    if not isinstance(stamps, dict):
         return None
-    return set(files)
+    return {f: stamps.get(f) for f in files}
+
+
+def _plain(entry: str) -> bool:
+    """A relative path in normal form that stays inside its folder."""
+    p = PurePosixPath(entry)
+    return bool(entry) and not p.is_absolute() and ".." not in p.parts and p.as_posix() == entry
+
+
+def _stamp(p: Path) -> list | None:
+    """Size and modification time of a regular file (``None`` for anything else): a file
+    of ours that the user has changed since is the user's."""
+    st = p.lstat()
+    return [st.st_size, st.st_mtime_ns] if stat.S_ISREG(st.st_mode) else None
 
 
 def _entries(folder: Path):
     """Every entry under ``folder`` (relative paths, folders before what they hold), links
     not followed."""
-    for root, dirs, files in os.walk(folder, followlinks=False):
+
+    def fail(e: OSError):  # a folder that cannot be listed is never taken as empty
+        raise e
+
+    for root, dirs, files in os.walk(folder, followlinks=False, onerror=fail):
         rel = Path(root).relative_to(folder)
         for name in sorted(dirs) + sorted(files):
             yield (rel / name).as_posix()
 
 
 def _foreign(folder: Path) -> list[str]:
-    """Entries of the existing folder ``folder`` that fsedp did not write there (at most a
-    few): everything when it has no marker, else what its marker does not list."""
-    ours = _manifest(folder) or set()
-    ours.add(OUTPUT_MARKER)
+    """Entries of the existing folder ``folder`` that are not fsedp's (at most a few):
+    everything when it has no marker, else what its marker does not list or lists with
+    another size or time (changed by the user since), and what cannot be read."""
+    ours = _manifest(folder) or {}
     found = []
-    for n, entry in enumerate(_entries(folder)):
-        if entry not in ours and not any(entry.startswith(f + "/") for f in found):
-            found.append(entry)
+    try:
+        for n, entry in enumerate(_entries(folder)):
+            if n >= _MAX_ENTRIES:
+                found.append(f"more than {_MAX_ENTRIES} entries")
+                break
+            if entry == OUTPUT_MARKER or any(entry.startswith(f + "/") for f in found):
+                continue
+            if entry not in ours:
+                found.append(entry)
+            elif ours[entry] is not None and _stamp(folder / entry) != ours[entry]:
+                found.append(f"{entry} (changed since fsedp wrote it)")
             if len(found) == 3:
                 break
-        if n >= _MAX_ENTRIES:
-            found.append(f"more than {_MAX_ENTRIES} entries")
-            break
+    except OSError as e:
+        found.append(f"{e.filename} (cannot be read)")
     return found
 
 
@@ -225,8 +261,8 @@ def check_output_folder(path, force: bool = False) -> Path:
                 str(path),
                 "<file>",
                 f"holds {', '.join(foreign)}, which fsedp did not write; a report replaces only "
-                "a folder of its own: choose a new folder, empty this one, or pass --force to "
-                "write the report beside what it holds",
+                "a folder of its own, as fsedp left it: choose a new folder, empty this one, or "
+                "pass --force to write the report beside what it holds",
             )
     return path
 
@@ -248,7 +284,13 @@ def output_folder(path) -> Path:
 
 
 def _write_marker(folder: Path, files):
-    doc = {"tool": "fsedp", "files": sorted(set(files) | {OUTPUT_MARKER})}
+    names = sorted(set(files) | {OUTPUT_MARKER})
+    stamps = {}
+    for f in names:
+        with contextlib.suppress(OSError):
+            if f != OUTPUT_MARKER and (s := _stamp(folder / f)) is not None:
+                stamps[f] = s
+    doc = {"tool": "fsedp", "files": names, "stamps": stamps}
     with atomic_path(folder / OUTPUT_MARKER) as tmp:
         tmp.write_text(json.dumps(doc, indent=0) + "\n")
 
@@ -258,8 +300,11 @@ def _remove_ours(folder: Path, ours: set[str]):
     nothing else is left; what fsedp did not write stays, and is said once.  Only entries
     found inside ``folder`` (walked, links not followed) are touched: a marker naming
     ``../x`` or an absolute path reaches nothing outside."""
-    present = set(_entries(folder))
-    for entry in sorted(ours & present, key=lambda e: e.count("/"), reverse=True):
+    try:
+        present = set() if os.path.islink(folder) else set(_entries(folder))
+    except OSError:
+        present = set()
+    for entry in sorted(set(ours) & present, key=lambda e: e.count("/"), reverse=True):
         p = folder / entry
         with contextlib.suppress(OSError):
             if p.is_dir() and not p.is_symlink():
@@ -277,15 +322,17 @@ def _merge(staged: Path, path: Path):
     namesakes are replaced, every other entry of ``path`` stays; the marker then lists our
     files, old and new."""
     entries = list(_entries(staged))
-    for entry in entries:
+    for entry in entries:  # every obstacle first: a refused merge has moved nothing
         src, dst = staged / entry, path / entry
         if dst.is_symlink() or (dst.exists() and dst.is_dir() != src.is_dir()):
             raise InputError(str(dst), "<file>", "is in the way of the report's own entry")
+    for entry in entries:
+        src, dst = staged / entry, path / entry
         if src.is_dir():
             dst.mkdir(exist_ok=True)
         elif entry != OUTPUT_MARKER:
             os.replace(src, dst)
-    kept = {e for e in (_manifest(path) or ()) if os.path.lexists(path / e)}
+    kept = {e for e in (_manifest(path) or {}) if os.path.lexists(path / e)}
     _write_marker(path, kept | set(entries))
 
 
@@ -296,15 +343,18 @@ def work_folder(path, force: bool = False):
     made, and on leaving given the marker listing what fsedp wrote there (with ``force``,
     only what was not there before)."""
     path = check_output_folder(path, force)
-    before = set(_entries(path)) if path.is_dir() else set()
+    try:
+        before = set(_entries(path)) if path.is_dir() else set()
+    except OSError as e:
+        raise InputError(str(path), "<file>", f"cannot list {e.filename}: {e.strerror}") from None
     path = output_folder(path)
-    ours = _manifest(path) or set()
+    ours = _manifest(path) or {}
     try:
         yield path
     finally:
-        new = {e for e in _entries(path) if e not in before}
-        kept = {e for e in ours if os.path.lexists(path / e)}
         with contextlib.suppress(OSError, InputError):
+            new = {e for e in _entries(path) if e not in before}
+            kept = {e for e in ours if os.path.lexists(path / e)}
             _write_marker(path, new | kept | (before if not force else set()))
 
 
@@ -328,6 +378,9 @@ def output_dir(path, force: bool = False):
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staged, 0o777 & ~umask)  # mkdtemp makes 0700; a report is a normal folder
     except OSError as e:
         raise InputError(str(path), "<file>", f"cannot make the folder: {e.strerror}") from None
     try:
@@ -337,13 +390,18 @@ def output_dir(path, force: bool = False):
         if not os.path.lexists(path):
             os.rename(staged, path)
         elif not _foreign(path):
-            ours = _manifest(path) or set()
+            ours = set(_manifest(path) or {})
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.rename(path, old / "report")
+            if os.path.islink(old / "report") or not (old / "report").is_dir():
+                os.rename(old / "report", path)  # made a link since the check: left as it is
+                raise InputError(str(path), "<file>", "changed while the report was written")
             try:
                 os.rename(staged, path)
-            except OSError:
+            except BaseException:  # an error or an interrupt: the old report back in place
                 os.rename(old / "report", path)
+                with contextlib.suppress(OSError):
+                    old.rmdir()
                 raise
             _remove_ours(old / "report", ours | {OUTPUT_MARKER})
             with contextlib.suppress(OSError):

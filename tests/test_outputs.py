@@ -172,8 +172,8 @@ def test_fsedp_run_keeps_a_users_files(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("name", ["../../outside.txt", "/ABS", "sub/../../../outside.txt"])
 def test_a_forged_marker_reaches_nothing_outside_the_folder(tmp_path, name):
-    """A marker is a file in a user's folder: what it names outside the folder is never
-    deleted when the report is replaced."""
+    """A marker is a file in a user's folder: one naming a path outside the folder is not
+    one fsedp wrote, so the folder is not ours (refused), and nothing outside is touched."""
     out = tmp_path / "r"
     _report(out, **{"x.md": "1"})
     victim = tmp_path / "outside.txt"
@@ -182,6 +182,39 @@ def test_a_forged_marker_reaches_nothing_outside_the_folder(tmp_path, name):
     marker = out / OUTPUT_MARKER
     doc = json.loads(marker.read_text())
     marker.write_text(json.dumps({**doc, "files": doc["files"] + [target]}))
-    _report(out, **{"x.md": "2"})
+    with pytest.raises(InputError, match="which fsedp did not write"):
+        _report(out, **{"x.md": "2"})
     assert victim.read_text() == "precious"
-    assert _tree(out) == {"x.md": "2"}
+    assert _tree(out) == {"x.md": "1"}
+
+
+def test_a_report_file_the_user_changed_is_the_users(tmp_path):
+    out = tmp_path / "r"
+    _report(out, **{"report.md": "ours"})
+    with open(out / "report.md", "a") as f:
+        f.write("\nmy notes\n")
+    with pytest.raises(InputError, match=r"report.md \(changed since fsedp wrote it\)"):
+        _report(out, **{"report.md": "new"})
+    assert (out / "report.md").read_text() == "ours\nmy notes\n"
+
+
+def test_a_refused_merge_moves_nothing(tmp_path):
+    """--force into a folder where one of the report's names is taken by a folder: refused
+    before any file of the report replaces a user's namesake."""
+    out = tmp_path / "r"
+    (out / "b.json").mkdir(parents=True)
+    (out / "a.md").write_text("the user's")
+    with pytest.raises(InputError, match="in the way"):
+        _report(out, force=True, **{"a.md": "ours", "b.json": "ours"})
+    assert (out / "a.md").read_text() == "the user's" and (out / "b.json").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+def test_a_report_folder_has_the_users_umask(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        _report(tmp_path / "r", **{"x.md": "1"})
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "r").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "r" / "x.md").stat().st_mode & 0o777 == 0o644

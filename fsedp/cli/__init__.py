@@ -15,7 +15,9 @@ prints one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits with status 2
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from fsedp.cli import codesign, lm, offload, prism, results, rtl, run, serve, shuffle, trace
@@ -99,8 +101,21 @@ def check_common(args):
         raise usage("--data", f"{data[:200]} is not a folder")
 
 
+class _Terminated(Exception):
+    """SIGTERM (``timeout``, a job scheduler): unwinds like Ctrl-C, so that every staged
+    output is removed and nothing half-written stays."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated
+
+
 def main(argv=None) -> int:
-    """Run one command; its exit status (2 for bad input, 130 when interrupted)."""
+    """Run one command; its exit status (2 for bad input, 3 for a stalled simulation, 130
+    when interrupted, 143 when terminated)."""
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _terminate)
     try:
         with held_warnings():  # a refusal is its one line: a library's warnings are dropped
             args = build_parser().parse_args(argv)
@@ -116,10 +131,15 @@ def main(argv=None) -> int:
         return 3
     except KeyboardInterrupt:
         return 130
+    except _Terminated:
+        return 143
     except BrokenPipeError:  # the reader went away (fsedp ... | head): not an error of ours
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":
