@@ -238,7 +238,7 @@ def test_an_overflowing_trace_is_one_line(tmp_path, capsys):
 
 
 def test_held_warnings_are_issued_when_the_block_succeeds():
-    from fsedp.cli.lm import held_warnings
+    from fsedp.cli.common import held_warnings
 
     with pytest.warns(RuntimeWarning, match="kept"):
         with held_warnings():

@@ -38,7 +38,8 @@ __all__ = [
 @contextlib.contextmanager
 def held_warnings():
     """Hold the warnings raised inside (NumPy's on a malformed file, say): dropped when the
-    block is refused, so a refusal stays its one line; issued as usual when it succeeds."""
+    block is refused, so a refusal stays its one line; issued as usual when it succeeds.
+    :func:`fsedp.cli.main` holds them around every command."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
@@ -193,8 +194,7 @@ def load_trace(path, fmt: str = "auto", num_experts: int | None = None):
     """A routing trace in any format :func:`fsedp.trace.io.load_any` reads."""
     from fsedp.trace.io import load_any
 
-    with held_warnings():
-        return load_any(path, fmt, num_experts)
+    return load_any(path, fmt, num_experts)
 
 
 def trace_out(path: str, option: str = "OUT") -> Path:

@@ -2,7 +2,7 @@
 
 import json
 
-from fsedp.cli.common import DATA, JSON, held_warnings, number, positive, trace_out, usage
+from fsedp.cli.common import DATA, JSON, number, positive, trace_out, usage
 from fsedp.errors import COMMAND_LINE, InputError
 
 
@@ -11,8 +11,7 @@ def load_lm(path=None):
     committed model), a refusal on its one line alone."""
     from fsedp.lm.model import MoELM
 
-    with held_warnings():
-        return MoELM.load(path)
+    return MoELM.load(path)
 
 
 def need_torch(command: str):
@@ -55,8 +54,7 @@ def cmd_lm_train(args):
 def cmd_lm_eval(args):
     from fsedp.lm.build import evaluate
 
-    with held_warnings():  # a refused file is its one line, without NumPy's warnings
-        res = evaluate(args.weights, args.tokenizer, args.max_tokens, data=args.data)
+    res = evaluate(args.weights, args.tokenizer, args.max_tokens, data=args.data)
     if args.json:
         print(json.dumps(res))
     else:
@@ -73,8 +71,7 @@ def cmd_lm_trace(args):
     from fsedp.trace.io import save_trace
 
     out = trace_out(args.out, "--out")
-    with held_warnings():  # a refused file is its one line, without NumPy's warnings
-        trace = record_routing(args.max_tokens, args.weights, args.tokenizer, data=args.data)
+    trace = record_routing(args.max_tokens, args.weights, args.tokenizer, data=args.data)
     save_trace(trace, out)
     print(
         f"{out}: {trace.tokens} tokens x {trace.layers} layers, top-{trace.top_k} of "

@@ -6,7 +6,6 @@ import json
 from fsedp.cli.common import (
     DATA_OR_EMBEDDED,
     JSON,
-    held_warnings,
     int_at_least,
     load_trace,
     model_configs,
@@ -107,8 +106,7 @@ def cmd_offload(args):
     if args.trace:
         from fsedp.config import EMBEDDED_TRACE
 
-        with held_warnings():  # a refusal is its one line, without NumPy's warnings
-            trace = load_trace(EMBEDDED_TRACE if args.trace == "model" else args.trace)
+        trace = load_trace(EMBEDDED_TRACE if args.trace == "model" else args.trace)
         rows = []
         for c in args.cache_rates or [cfg.cache_rate]:
             for pf in args.prefetches or [cfg.prefetch]:

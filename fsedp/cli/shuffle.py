@@ -1,6 +1,6 @@
 """``fsedp shuffle``: Speculative MoE token and expert placement."""
 
-from fsedp.cli.common import JSON, held_warnings, load_trace, number, positive, report, usage
+from fsedp.cli.common import JSON, load_trace, number, positive, report, usage
 
 METHODS = ("cem", "metis", "kmeans")
 
@@ -27,8 +27,7 @@ def cmd_shuffle(args):
         trace = load_trace(EMBEDDED_TRACE)
         emb = MoELM.load().w["embed"]
     else:
-        with held_warnings():  # a refusal is its one line, without NumPy's warnings
-            trace = load_trace(args.trace, args.format)
+        trace = load_trace(args.trace, args.format)
         if args.lm_embeddings:
             from fsedp.lm.model import MoELM
 
