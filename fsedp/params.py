@@ -23,6 +23,7 @@ __all__ = [
     "next_pow2",
     "DIRS",
     "OPPOSITE",
+    "ring_after",
     "mesh_position",
     "xy_direction",
     "max_hops",
@@ -221,7 +222,11 @@ def xy_direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
     return 2 if r2 > r else 0
 
 
-def _ring_after(traj: int, c: int, n: int) -> int:
+def ring_after(traj: int, c: int, n: int) -> int:
+    """The chiplet after ``c`` in ring order among the members of ``traj`` (a bit mask over
+    ``n`` chiplets): Rule 4's next DDR target and a station's next ring leg.  Written once
+    in plain Python so that the compiled engine compiles this very function
+    (``fsedp.sim.fast_kernel.ring_after``); the RTL's is ``fsedp.hw.common.ring_after``."""
     for s in range(1, n + 1):
         m = (c + s) % n
         if traj >> m & 1:
@@ -443,6 +448,19 @@ class DatapathParams:
         return max(0, self.slots - self.max_hops - 1)
 
     @property
+    def ddr_age_bits(self) -> int:
+        """Width of a DDR delivery queue entry's issue time stamp: wide enough that the age
+        ``now - issued`` (modulo ``2**ddr_age_bits``) of any entry still queued is exact."""
+        return bits_for(self.ddr_latency + 1) + 8
+
+    @property
+    def ddr_fifo_depth(self) -> int:
+        """Entries of each DDR channel's delivery queue: ``ceil(ddr_latency / ddr_interval)``
+        loads in flight at one issue every ``ddr_interval`` cycles, plus two entries of
+        margin (``docs/blocks/datapath.md``, the bounded-storage property)."""
+        return -(-self.ddr_latency // self.ddr_interval) + 2
+
+    @property
     def hop_bits(self) -> int:
         return bits_for(self.max_hops + 2)
 
@@ -495,7 +513,7 @@ class DatapathParams:
         n = self.chiplets
         total, c = 0, start
         for _ in range(bin(traj).count("1") - 1):
-            nxt = _ring_after(traj, c, n)
+            nxt = ring_after(traj, c, n)
             total += self.distance(c, nxt)
             c = nxt
         return total

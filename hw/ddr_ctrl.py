@@ -472,8 +472,8 @@ class DDRController(wiring.Component):
         p = self.p
         n, M, P, nc = p.chiplets, p.micro_slices, p.preload_entries, p.ddr_channels
         m = Module()
-        age_bits = bits_for(p.ddr_latency + 1) + 8
-        depth = -(-p.ddr_latency // p.ddr_interval) + 2
+        age_bits = p.ddr_age_bits
+        depth = p.ddr_fifo_depth
         ld_bits = bits_for(M + 1)
         entry_layout = data.StructLayout({"d": delivery_layout(p), "ts": age_bits})
         queues = []

@@ -15,7 +15,7 @@ from collections import deque
 import numpy as np
 
 from fsedp.log import logger
-from fsedp.params import DatapathParams, bits_for
+from fsedp.params import DatapathParams
 from fsedp.sw.streaming.watchdog import slot_status, stalled
 
 __all__ = [
@@ -102,8 +102,8 @@ class _Arrays:
         P[k.P_DINT], P[k.P_DLAT] = p.ddr_interval, p.ddr_latency
         P[k.P_NPRE], P[k.P_RULE5], P[k.P_CHAN] = p.preload_entries, p.rule5, p.ddr_channels
         P[k.P_PREEMPT], P[k.P_HOT], P[k.P_ADMIT] = p.preempt, p.hot_window, 1
-        P[k.P_AGE] = bits_for(p.ddr_latency + 1) + 8
-        P[k.P_FDEPTH] = -(-p.ddr_latency // p.ddr_interval) + 2
+        P[k.P_AGE] = p.ddr_age_bits
+        P[k.P_FDEPTH] = p.ddr_fifo_depth
         P[k.P_H], P[k.P_LOG] = p.max_hops, log_capacity > 0
         self.P = P
         self.NB, self.DIRT, self.DIST = _geometry(p)

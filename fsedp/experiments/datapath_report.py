@@ -68,14 +68,14 @@ def one_expert_ideal(p: DatapathParams, tokens: int) -> tuple[int, int]:
     crossing it, Rule 4 striping the loads over the ring from chiplet 0, times
     ``link_cycles``), the DDR (loads per channel times ``ddr_interval``); *fill* is the DDR
     latency, the longest path's hops times ``link_cycles`` and one compute."""
-    from fsedp.params import _ring_after
+    from fsedp.params import ring_after
 
     n, traj = p.chiplets, (1 << p.chiplets) - 1
     load: dict = {}
     for i in range(p.micro_slices):
         c = i % n  # ring order from chiplet 0 is 0, 1, ..., n-1
         for _ in range(n - 1):
-            nxt = _ring_after(traj, c, n)
+            nxt = ring_after(traj, c, n)
             a = c
             while a != nxt:  # XY hops of the leg
                 d = p.direction(a, nxt)

@@ -5,7 +5,7 @@ cycle at a time, with exact event skipping (:meth:`StreamingArray.fast_forward`)
 from collections import deque
 from dataclasses import dataclass, field
 
-from fsedp.params import OPPOSITE, DatapathParams, bits_for
+from fsedp.params import OPPOSITE, DatapathParams
 from fsedp.sw.scheduler import Dispatch
 from fsedp.sw.streaming import compute, ddr, probe, ring_buffer, router
 from fsedp.sw.streaming.ddr import Job, Preload
@@ -63,8 +63,8 @@ class StreamingArray:
         #: ``False`` replaces forward-count admission by "any free slot" (the naive rule);
         #: only for showing the deadlock it prevents (``tests/test_streaming.py``).
         self.admission = admission
-        self.age_bits = bits_for(p.ddr_latency + 1) + 8
-        self.fifo_depth = -(-p.ddr_latency // p.ddr_interval) + 2
+        self.age_bits = p.ddr_age_bits
+        self.fifo_depth = p.ddr_fifo_depth
         #: DDR channels: 1 = one package-level controller, or one per chiplet
         self.channels = p.ddr_channels
         self.tokens = [[0] * p.experts for _ in range(p.chiplets)]

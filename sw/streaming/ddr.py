@@ -5,7 +5,7 @@ pipeline, dispatch beats and the retirement of jobs."""
 
 from dataclasses import dataclass
 
-from fsedp.params import _ring_after
+from fsedp.params import ring_after
 from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch
 from fsedp.sw.streaming.ring_buffer import Header, store
 
@@ -221,7 +221,7 @@ def commit(arr, delivered, issues, issue_out, used):
         if kind == "job":
             job = arr.jobs[idx]
             job.loaded += 1
-            job.target = _ring_after(job.traj, t, n)
+            job.target = ring_after(job.traj, t, n)
             arr.ddr_rr = (idx + 1) % n
         else:
             arr.pre[idx].loaded += 1

@@ -4,7 +4,7 @@ per-cycle release and counters (Rule 3, :func:`tick`)."""
 
 from dataclasses import dataclass
 
-from fsedp.params import DatapathParams
+from fsedp.params import DatapathParams, ring_after
 
 __all__ = ["Header", "Slot", "arrive", "store", "tick", "free_slots"]
 
@@ -66,11 +66,7 @@ def arrive(p: DatapathParams, c: int, h: Header) -> dict:
     """Slot fields of micro-slice ``h`` stored at chiplet ``c`` (station or transit)."""
     if h.dest == c:  # a station: compute here, then the next ring leg
         if h.legs:
-            nxt = next(
-                m
-                for m in ((c + s) % p.chiplets for s in range(1, p.chiplets + 1))
-                if h.traj >> m & 1
-            )
+            nxt = ring_after(h.traj, c, p.chiplets)
             return dict(
                 comp=True,
                 send=True,
