@@ -21,19 +21,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: source folder -> where it sits in the package view (pyproject.toml's package-dir)
+#: source folder -> where it sits in the package view (pyproject.toml's package-dir, read)
 PACKAGE_DIRS = {
-    "fsedp": "fsedp",
-    "hw": "fsedp/hw",
-    "sw": "fsedp/sw",
-    "tb": "fsedp/tb",
-    "sim": "fsedp/sim",
-    "configs": "fsedp/configs",
+    folder: package.replace(".", "/")
+    for package, folder in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+        "setuptools"
+    ]["package-dir"].items()
 }
 
 GOLDEN = ["tests/test_golden.py"]
@@ -301,8 +300,8 @@ MUTANTS = [
     M(
         "ahead-released-at-preload-compiled",
         "sim/fast_kernel.py",
-        "got = bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)",
-        "got = bind_ahead(P, DIRT, SL, expert, traj, 0, QH[k], QRD[k], tmp)",
+        "got = ddr_bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)",
+        "got = ddr_bind_ahead(P, DIRT, SL, expert, traj, 0, QH[k], QRD[k], tmp)",
         "compiled engine: micro-slices loaded ahead released at a PRELOAD beat instead of "
         "held (ran forever before the progress watchdog; now stops as SimulationStalled)",
         FAST,

@@ -9,6 +9,7 @@ default) when numba imports, else ``python``, said once on standard error; the e
 variable ``FSEDP_STREAMING=python|compiled`` or ``fsedp run --streaming`` chooses.
 """
 
+import enum
 import os
 from collections import deque
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from fsedp.log import logger
 from fsedp.params import DatapathParams
+from fsedp.sw.streaming.probe import DDR_CAUSES, PE_CAUSES
 from fsedp.sw.streaming.watchdog import slot_status, stalled
 
 __all__ = [
@@ -25,14 +27,21 @@ __all__ = [
     "run_layer",
     "python_events",
     "activity",
-    "DDR_CAUSES",
-    "PE_CAUSES",
+    "Event",
 ]
 
 STREAMING = ("compiled", "python")
-#: cause names of the kernel's idle-cause indices (``fast_kernel.D_*`` and ``E_*``)
-DDR_CAUSES = ("stall", "full", "admission", "preload", "window", "none", "dispatch", "drain")
-PE_CAUSES = ("ddr", "link", "held", "none", "fill", "drain", "starved")
+
+
+class Event(enum.IntEnum):
+    """Kind of an event-log entry ``(kind, cycle, a, b, expert, index)``: a DDR ``LOAD``
+    ``(target, slot)``, a link ``TRANSFER`` ``(src, direction)``, a ``COMPUTE`` that ends
+    ``(chiplet, final)`` (:func:`python_events`, the kernel's log)."""
+
+    LOAD = 0
+    TRANSFER = 1
+    COMPUTE = 2
+
 
 _kernel = None
 _said = False
@@ -317,14 +326,14 @@ def activity(events: list, dp: DatapathParams, tokens: dict) -> list:
     out = []
     for cycle, group in by_cycle(events):
         for kind, _, c, _, e, _ in group:
-            if kind == 2:
+            if kind == Event.COMPUTE:
                 dur = max(1, tokens.get((c, e), 0)) * dp.cycles_per_token
                 out.append((c, "compute", cycle - dur + 1, cycle + 1))
         for kind, _, t, *_ in group:
-            if kind == 0:
+            if kind == Event.LOAD:
                 out.append((t, "DDR load", cycle, cycle + dp.ddr_interval))
         for kind, _, src, d, *_ in group:
-            if kind == 1:
+            if kind == Event.TRANSFER:
                 out.append((src, "D2D send", cycle, cycle + dp.link_cycles))
                 out.append((dp.neighbour(src, d), "D2D receive", cycle, cycle + dp.link_cycles))
     return out
@@ -334,7 +343,8 @@ def python_events(cycle: int, out) -> list:
     """The event list of one :meth:`StreamingArray.step` in the kernel's order and form:
     transfers ``(1, cycle, src, dir, expert, index)``, loads ``(0, cycle, target, slot,
     expert, index)``, computations ``(2, cycle, chiplet, final, expert, index)``."""
-    ev = [(1, cycle, src, d, h.expert, h.index) for src, d, h in out.transfers]
-    ev += [(0, cycle, t, slot, h.expert, h.index) for t, slot, h, _ in out.ddr_issues]
-    ev += [(2, cycle, c, int(e[2]), e[0], e[1]) for c, e in enumerate(out.events) if e is not None]
+    load, transfer, compute = int(Event.LOAD), int(Event.TRANSFER), int(Event.COMPUTE)
+    ev = [(transfer, cycle, src, d, h.expert, h.index) for src, d, h in out.transfers]
+    ev += [(load, cycle, t, slot, h.expert, h.index) for t, slot, h, _ in out.ddr_issues]
+    ev += [(compute, cycle, c, int(e[2]), e[0], e[1]) for c, e in enumerate(out.events) if e]
     return ev

@@ -3,9 +3,23 @@ FSE-DP layer, :class:`fsedp.sw.streaming.StreamingArray` transliterated onto int
 with the simulator's per-cycle bookkeeping (``fsedp.sim.fsedp``) and exact event skipping.
 
 This module is the kernel only; :mod:`fsedp.sim.fast` drives it (the scheduler golden model
-stays in Python and is called when a job finishes).  Every function mirrors one of the golden
-model's, named in its docstring; a change to a rule there must be made here too, and
-``tests/test_fast.py`` compares the two event for event.
+stays in Python and is called when a job finishes).  It is shaped like the golden model:
+one function per golden function, named after it (``router_accept`` is
+``fsedp.sw.streaming.router.accept``, ``ddr_issue`` is ``ddr.issue``, ``step`` is
+``StreamingArray.step``), whose docstring opens with the counterpart's name;
+``docs/architecture.md`` lists them side by side with the RTL and the testbenches.  A change
+to a rule there is made in the function of the same name here, and ``tests/test_fast.py``
+compares the two engines event for event (and checks that every counterpart named exists).
+
+Nothing here restates a constant of the golden model: the columns of the state arrays are
+the fields of its dataclasses (:class:`~fsedp.sw.streaming.ring_buffer.Slot`,
+:class:`~fsedp.sw.streaming.ddr.Job`, :class:`~fsedp.sw.streaming.ddr.Preload`,
+:class:`~fsedp.sw.streaming.array.Chiplet`, the DDR queue entry ``(target, slot, Header,
+held, issued)``), the idle causes index :data:`fsedp.sw.streaming.probe.DDR_CAUSES` and
+``PE_CAUSES``, beat kinds are :class:`fsedp.params.BeatKind`, link directions
+:data:`fsedp.params.OPPOSITE`, and :func:`ring_after` is :func:`fsedp.params.ring_after`
+compiled.  numba reads module-level integers and tuples as compile-time constants, so
+deriving them costs nothing at run time.
 
 State arrays (int64):
 
@@ -18,11 +32,23 @@ State arrays (int64):
   ``MS[e]`` the slice table (micro-slices expert ``e`` streams, [D13]);
 * ``SC[f]`` scalars (``X_*``); ``P[f]`` the parameters (``P_*``).
 
-They travel as two tuples, in the orders :data:`STATE` and :data:`BOOKS` name.
+They travel as two tuples, in the orders :data:`STATE` and :data:`BOOKS` name.  One cycle's
+decisions (the golden ``step``'s local variables) live in the rows ``W_*`` of one scratch
+matrix ``W``, allocated once per run.
 """
+
+from dataclasses import fields
 
 import numpy as np
 from numba import njit
+
+from fsedp.params import OPPOSITE, BeatKind
+from fsedp.params import ring_after as _ring_after
+from fsedp.sim.fast import Event
+from fsedp.sw.streaming.array import Chiplet
+from fsedp.sw.streaming.ddr import AHEAD, Job, Preload
+from fsedp.sw.streaming.probe import DDR_CAUSES, PE_CAUSES
+from fsedp.sw.streaming.ring_buffer import Header, Slot
 
 #: the state tuple ``S`` of :func:`step` and :func:`run`
 STATE = ("P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH", "QRD")
@@ -31,53 +57,113 @@ STATE += ("FF", "FQ", "GP", "TK", "MS", "SC")
 BOOKS = ("DI", "PI", "DW", "PW", "started", "computed", "expected", "peak", "links")
 BOOKS += ("ddr_per", "busy", "TL", "EVL")
 
+
+def columns(cls, *names, first: int = 0, widths: dict | None = None) -> tuple:
+    """Column indices of the fields ``names`` of dataclass ``cls`` laid out one after the
+    other from ``first`` (``widths``: fields that take several columns); every field must be
+    named, so a field added to the golden model fails here, at import, until the kernel
+    stores it."""
+    have = [f.name for f in fields(cls)]
+    if sorted(names) != sorted(have):
+        raise TypeError(f"{cls.__name__} has the fields {have}; the kernel lays out {names}")
+    out, col = [], first
+    for name in names:
+        out.append(col)
+        col += (widths or {}).get(name, 1)
+    return (*out, col)
+
+
+#: positions in the state tuple: ``S[AT_SL]`` is ``SL`` (a function takes the arrays it reads)
+(
+    AT_P, AT_NB, AT_DIRT, AT_DIST, AT_SL, AT_CH, AT_JB, AT_JH, AT_JRD, AT_JRR, AT_PR, AT_QH,
+    AT_QRD, AT_FF, AT_FQ, AT_GP, AT_TK, AT_MS, AT_SC,
+) = (
+    STATE.index(x)
+    for x in (
+        "P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH",
+        "QRD", "FF", "FQ", "GP", "TK", "MS", "SC",
+    )
+)  # fmt: skip
 # -- parameters ---------------------------------------------------------------------------
 P_N, P_K, P_E, P_M, P_CPT, P_LINK, P_DINT, P_DLAT = 0, 1, 2, 3, 4, 5, 6, 7
 P_NPRE, P_RULE5, P_CHAN, P_PREEMPT, P_HOT, P_ADMIT, P_AGE, P_FDEPTH = 8, 9, 10, 11, 12, 13, 14, 15
 P_H, P_LOG = 16, 17
 NP = 18
-# -- slot fields ----------------------------------------------------------------------------
-S_BUSY, S_RESV, S_WAIT, S_HELD, S_COMP, S_COMPUTING, S_SEND, S_TX = 0, 1, 2, 3, 4, 5, 6, 7
-S_DDR, S_FINAL, S_REM, S_DIR, S_R, S_EXPERT, S_INDEX, S_TRAJ, S_DEST, S_LEGS = range(8, 18)
-NS = 18
-# -- chiplet fields -------------------------------------------------------------------------
-C_RR, C_CNT, C_CSLOT, C_CEXPERT, C_CINDEX, C_CFINAL, C_LB = 0, 1, 2, 3, 4, 5, 6  # C_LB..+3
-NC = 10
-# -- jobs, pre-loads, DDR queue entries ------------------------------------------------------
-J_VALID, J_EXPERT, J_TRAJ, J_LOADED, J_RETIRED, J_TARGET, J_COUNT = range(7)
-NJ = 7
-Q_VALID, Q_EXPERT, Q_TRAJ, Q_CHIPLET, Q_LOADED, Q_COUNT = range(6)
-NQ = 6
-F_TARGET, F_SLOT, F_EXPERT, F_INDEX, F_TRAJ, F_DEST, F_LEGS, F_R, F_HELD, F_TS = range(10)
-NF = 10
+# -- slot fields: ring_buffer.Slot ------------------------------------------------------------
+(
+    S_BUSY, S_RESV, S_WAIT, S_HELD, S_COMP, S_COMPUTING, S_SEND, S_TX, S_DDR,
+    S_FINAL, S_REM, S_DIR, S_R, S_EXPERT, S_INDEX, S_TRAJ, S_DEST, S_LEGS, NS,
+) = columns(
+    Slot, "busy", "resv", "wait", "held", "comp", "computing", "send", "tx", "ddr",
+    "final", "rem", "dir", "r", "expert", "index", "traj", "dest", "legs",
+)  # fmt: skip
+# -- chiplet fields: array.Chiplet (its slots are SL; link_busy takes four columns) ----------
+C_RR, C_CNT, C_CSLOT, C_CEXPERT, C_CINDEX, C_CFINAL, C_LB, _C_SLOTS, NC = columns(
+    Chiplet,
+    "rr",
+    "cnt",
+    "cslot",
+    "cexpert",
+    "cindex",
+    "cfinal",
+    "link_busy",
+    "slots",
+    widths={"link_busy": 4, "slots": 0},
+)
+# -- jobs and pre-loads: ddr.Job, ddr.Preload ----------------------------------------------
+J_VALID, J_EXPERT, J_TRAJ, J_LOADED, J_RETIRED, J_TARGET, J_COUNT, NJ = columns(
+    Job, "valid", "expert", "traj", "loaded", "retired", "target", "count"
+)
+Q_VALID, Q_EXPERT, Q_TRAJ, Q_CHIPLET, Q_LOADED, Q_COUNT, NQ = columns(
+    Preload, "valid", "expert", "traj", "chiplet", "loaded", "count"
+)
+# -- DDR queue entries: (target, slot, Header, held, issued) as ddr.commit queues them --------
+F_TARGET, F_SLOT = 0, 1
+F_EXPERT, F_INDEX, F_TRAJ, F_DEST, F_LEGS, F_R, F_HELD = columns(
+    Header, "expert", "index", "traj", "dest", "legs", "r", first=2
+)
+F_TS = F_HELD + 1
+NF = F_TS + 1
 # -- scalars --------------------------------------------------------------------------------
 X_DDR_RR, X_NOW, X_CYCLE, X_DONE, X_BAD, X_ORPHAN, X_STEPS, X_FF = 0, 1, 2, 3, 4, 5, 6, 7
 X_LOADS, X_TRANSFERS, X_COMPUTATIONS, X_DISPATCHED, X_NEV, X_NTL, X_BPOS = range(8, 15)
 NX = 15
-# -- idle causes (indices into the count arrays; names in fsedp.sim.fast) --------------------
-D_STALL, D_FULL, D_ADMISSION, D_PRELOAD, D_WINDOW, D_NONE, D_DISPATCH, D_DRAIN = range(8)
-E_DDR, E_LINK, E_HELD, E_NONE, E_FILL, E_DRAIN, E_STARVED = range(7)
-# -- event log kinds -------------------------------------------------------------------------
-EV_LOAD, EV_TRANSFER, EV_COMPUTE = 0, 1, 2
-DISPATCH = 0
+# -- idle causes: indices into probe.DDR_CAUSES and probe.PE_CAUSES ---------------------------
+D_STALL, D_FULL, D_ADMISSION, D_PRELOAD, D_WINDOW, D_NONE, D_DISPATCH, D_DRAIN = (
+    DDR_CAUSES.index(x)
+    for x in ("stall", "full", "admission", "preload", "window", "none", "dispatch", "drain")
+)
+E_DDR, E_LINK, E_HELD, E_NONE, E_FILL, E_DRAIN, E_STARVED = (
+    PE_CAUSES.index(x) for x in ("ddr", "link", "held", "none", "fill", "drain", "starved")
+)
+# -- event log kinds: fsedp.sim.fast.Event ---------------------------------------------------
+EV_LOAD, EV_TRANSFER, EV_COMPUTE = int(Event.LOAD), int(Event.TRANSFER), int(Event.COMPUTE)
+DISPATCH = int(BeatKind.DISPATCH)
+#: output link ``d`` feeds input ``OPPOSITE[d]`` of the neighbour (``fsedp.params.OPPOSITE``)
+OPP = np.array(OPPOSITE, np.int64)
 #: :func:`run`'s result when the layer reached a state in which nothing can happen any more
 STALLED = -1
 
+# -- one cycle's decisions: rows of the scratch matrix W (the golden step's locals) ----------
+W_FREE, W_BEST_R, W_ACC_D, W_ACC_SRC, W_ACC_S, W_ACC_SLOT, W_FREE2, W_USED = range(8)
+W_EXTRA, W_PRE_EXTRA, W_IDLE_CH, W_ISS_SLOT, W_ISS_LEGS, W_ISS_R, W_DLV, W_DLV_HELD = range(8, 16)
+W_EV, W_START, W_START_CYCLES, W_RETIRED, W_ISSUED_JOB, W_ISSUED_PRE, W_TMP = range(16, 23)
+NW = 23
+#: columns of an issued load (``ISS``): kind (0 job, 1 pre-load), job or entry index, target,
+#: expert, trajectory, micro-slice, destination -- ``ddr.issue``'s tuples
+I_KIND, I_IDX, I_TARGET, I_EXPERT, I_TRAJ, I_INDEX, I_DEST = range(7)
 
-@njit(cache=True)
-def ring_after(traj, c, n):
-    """``fsedp.params._ring_after``."""
-    for s in range(1, n + 1):
-        m = c + s
-        if m >= n:
-            m -= n
-        if (traj >> m) & 1:
-            return m
-    return -1
+#: ``fsedp.params.ring_after``, the same function compiled
+ring_after = njit(cache=True)(_ring_after)
+#: A function of one cycle, mirroring one of the golden model's: numba inlines it into
+#: :func:`step`, so that following the golden model's shape costs no calls.
+in_step = njit(cache=True, inline="always")
 
 
 @njit(cache=True)
 def popcount(x):
+    """``int.bit_count`` (the golden model's ``bin(traj).count("1")``): the chiplets of a
+    trajectory."""
     k = 0
     while x:
         k += x & 1
@@ -99,7 +185,8 @@ def path_hops(traj, start, n, DIST):
 
 @njit(cache=True)
 def route_tables(traj, n, DIST, hops, rdest, rhops):
-    """Per chiplet ``a``: ``path_hops(traj, a)`` and ``remote_entry(traj, a)``."""
+    """``DatapathParams.path_hops`` and ``DatapathParams.remote_entry`` of ``traj`` from
+    every chiplet ``a``, tabled once per job or pre-load."""
     for a in range(n):
         hops[a] = path_hops(traj, a, n, DIST) if (traj >> a) & 1 else 0
     for a in range(n):
@@ -112,8 +199,10 @@ def route_tables(traj, n, DIST, hops, rdest, rhops):
         rdest[a], rhops[a] = bj, best
 
 
-@njit(cache=True)
-def present(SL, c, i):
+# -- ring buffer (fsedp.sw.streaming.ring_buffer) ---------------------------------------------
+@in_step
+def slot_present(SL, c, i):
+    """``Slot.present``."""
     return (
         SL[c, i, S_BUSY] != 0
         and SL[c, i, S_RESV] == 0
@@ -122,11 +211,11 @@ def present(SL, c, i):
     )
 
 
-@njit(cache=True)
-def releasable(SL, c, i):
+@in_step
+def slot_releasable(SL, c, i):
     """``Slot.releasable`` (Rule 3)."""
     return (
-        present(SL, c, i)
+        slot_present(SL, c, i)
         and SL[c, i, S_COMP] == 0
         and SL[c, i, S_COMPUTING] == 0
         and SL[c, i, S_SEND] == 0
@@ -134,9 +223,19 @@ def releasable(SL, c, i):
     )
 
 
-@njit(cache=True)
-def store(SL, P, DIRT, c, slot, expert, index, traj, dest, legs, r, wait, ddr, held):
-    """``ring_buffer.store`` with ``arrive``."""
+@in_step
+def ring_buffer_free_slots(SL, c, K):
+    """``ring_buffer.free_slots``."""
+    f = 0
+    for i in range(K):
+        if SL[c, i, S_BUSY] == 0:
+            f += 1
+    return f
+
+
+@in_step
+def ring_buffer_store(SL, P, DIRT, c, slot, expert, index, traj, dest, legs, r, wait, ddr, held):
+    """``ring_buffer.store`` with ``ring_buffer.arrive``."""
     n = P[P_N]
     SL[c, slot, S_BUSY] = 1
     SL[c, slot, S_RESV] = 0
@@ -150,7 +249,7 @@ def store(SL, P, DIRT, c, slot, expert, index, traj, dest, legs, r, wait, ddr, h
     SL[c, slot, S_EXPERT] = expert
     SL[c, slot, S_INDEX] = index
     SL[c, slot, S_TRAJ] = traj
-    if dest == c:
+    if dest == c:  # a station: compute here, then the next ring leg
         if legs:
             nxt = ring_after(traj, c, n)
             SL[c, slot, S_COMP] = 1
@@ -175,8 +274,120 @@ def store(SL, P, DIRT, c, slot, expert, index, traj, dest, legs, r, wait, ddr, h
         SL[c, slot, S_DIR] = DIRT[c, dest]
 
 
-@njit(cache=True)
-def within_window(P, JB, TK, j, extra):
+@in_step
+def releasable_slots(S, REL):
+    """``Slot.releasable`` of every slot (``StreamingArray.step``'s ``release``): Rule 3 on
+    the registered state; whether any slot is released."""
+    P, SL = S[AT_P], S[AT_SL]
+    any_rel = False
+    for c in range(P[P_N]):
+        for i in range(P[P_K]):
+            r = slot_releasable(SL, c, i)
+            REL[c, i] = r
+            any_rel |= r
+    return any_rel
+
+
+@in_step
+def ring_buffer_tick(S, REL):
+    """``ring_buffer.tick``."""
+    P, SL, CH = S[AT_P], S[AT_SL], S[AT_CH]
+    for c in range(P[P_N]):
+        for i in range(P[P_K]):
+            if REL[c, i]:
+                SL[c, i, S_BUSY] = 0
+            if SL[c, i, S_WAIT]:
+                SL[c, i, S_WAIT] -= 1
+            if SL[c, i, S_TX]:
+                SL[c, i, S_TX] -= 1
+        for d in range(4):
+            if CH[c, C_LB + d] > 0:
+                CH[c, C_LB + d] -= 1
+
+
+# -- router (fsedp.sw.streaming.router) -------------------------------------------------------
+@in_step
+def router_offers(S, OFF, best_r, c):
+    """``router.offers``: ``OFF[c, d]`` the slot offered on output ``d`` (-1: none)."""
+    P, NB, SL, CH = S[AT_P], S[AT_NB], S[AT_SL], S[AT_CH]
+    OFF[c, :] = -1
+    for i in range(P[P_K]):
+        if SL[c, i, S_SEND] and slot_present(SL, c, i) and SL[c, i, S_TX] == 0:
+            d = SL[c, i, S_DIR]
+            if OFF[c, d] < 0 or SL[c, i, S_R] < best_r[d]:
+                OFF[c, d] = i
+                best_r[d] = SL[c, i, S_R]
+    for d in range(4):
+        if OFF[c, d] >= 0 and (NB[c, d] < 0 or CH[c, C_LB + d] != 0):
+            OFF[c, d] = -1
+
+
+@in_step
+def router_accept(S, W, OFF):
+    """``router.accept``: per chiplet ``c`` the accepted input direction ``W[W_ACC_D, c]``
+    (-1: none), its source chiplet and slot and the slot it lands in; ``W[W_FREE]`` are the
+    free slots."""
+    P, NB, SL, CH = S[AT_P], S[AT_NB], S[AT_SL], S[AT_CH]
+    n = P[P_N]
+    for c in range(n):
+        router_offers(S, OFF, W[W_BEST_R], c)
+    free = W[W_FREE]
+    acc_d, acc_src, acc_s, acc_slot = W[W_ACC_D], W[W_ACC_SRC], W[W_ACC_S], W[W_ACC_SLOT]
+    for c in range(n):
+        acc_d[c] = -1
+        for k in range(4):
+            d = (CH[c, C_RR] + k) & 3
+            src = NB[c, d]
+            if src < 0:
+                continue
+            s = OFF[src, OPP[d]]
+            if s < 0:
+                continue
+            r = SL[src, s, S_R] - 1
+            if (r if P[P_ADMIT] else 0) < free[c]:
+                slot = 0
+                while SL[c, slot, S_BUSY] != 0:
+                    slot += 1
+                acc_d[c], acc_src[c], acc_s[c], acc_slot[c] = d, src, s, slot
+                break
+
+
+@in_step
+def router_commit(S, W, HX):
+    """``router.commit``: the accepted transfers (headers read before any store)."""
+    P, SL, CH = S[AT_P], S[AT_SL], S[AT_CH]
+    n, L = P[P_N], P[P_LINK]
+    acc_d, acc_src, acc_s, acc_slot = W[W_ACC_D], W[W_ACC_SRC], W[W_ACC_S], W[W_ACC_SLOT]
+    for c in range(n):
+        if acc_d[c] >= 0:
+            src, s = acc_src[c], acc_s[c]
+            HX[c, 0], HX[c, 1], HX[c, 2] = (
+                SL[src, s, S_EXPERT],
+                SL[src, s, S_INDEX],
+                SL[src, s, S_TRAJ],
+            )
+            HX[c, 3], HX[c, 4], HX[c, 5] = (
+                SL[src, s, S_DEST],
+                SL[src, s, S_LEGS],
+                SL[src, s, S_R] - 1,
+            )
+    for c in range(n):
+        if acc_d[c] < 0:
+            continue
+        d, src, s = acc_d[c], acc_src[c], acc_s[c]
+        SL[src, s, S_SEND] = 0
+        SL[src, s, S_TX] = L - 1
+        CH[src, C_LB + OPP[d]] = L - 1
+        CH[c, C_RR] = (d + 1) & 3
+        h = HX[c]
+        ring_buffer_store(
+            SL, P, S[AT_DIRT], c, acc_slot[c], h[0], h[1], h[2], h[3], h[4], h[5], L - 1, 0, 0
+        )
+
+
+# -- DDR controller (fsedp.sw.streaming.ddr) --------------------------------------------------
+@in_step
+def ddr_within_window(P, JB, TK, j, extra):
     """``ddr.within_window`` ([D12])."""
     if P[P_HOT] == 0 or JB[j, J_LOADED] + extra - JB[j, J_RETIRED] < P[P_HOT]:
         return True
@@ -188,90 +399,78 @@ def within_window(P, JB, TK, j, extra):
     return max(1, t) * P[P_CPT] <= P[P_DINT]
 
 
-@njit(cache=True)
+@in_step
 def channel_ok(P, GP, FQ, used, ddr_stall, target):
+    """``ddr.issue``'s ``channel_ok``."""
     ch = target if P[P_CHAN] > 1 else 0
     return used[ch] == 0 and GP[ch] == 0 and not ddr_stall and FQ[ch, 1] < P[P_FDEPTH]
 
 
-@njit(cache=True)
-def need(P, JH, j, a):
+@in_step
+def ddr_need(P, JH, j, a):
     """``ddr.need`` for job ``j``."""
     return JH[j, a] if P[P_ADMIT] else 0
 
 
-@njit(cache=True)
-def step(S, beat, ddr_stall, st, ws):
-    """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle:
-    ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj)``, ``st``
-    the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run.
-    Returns ``(horizon, done)``: the cycles a skip may jump (0 after an active cycle, -1 when
-    nothing is counting either: ``StreamingArray.stuck``) and the ``done`` mask shown."""
-    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, MS, SC = S
-    n, K = P[P_N], P[P_K]
-    chans = P[P_CHAN]
-    W, OFF, ISS, REL, HX = ws
-    free = W[0, :n]
-    for c in range(n):
-        f = 0
-        for i in range(K):
-            if SL[c, i, S_BUSY] == 0:
-                f += 1
-        free[c] = f
+@in_step
+def ddr_target(S, W, j, ddr_stall):
+    """``ddr.ddr_target`` (-1: none)."""
+    P, JB, JH, FQ, GP = S[AT_P], S[AT_JB], S[AT_JH], S[AT_FQ], S[AT_GP]
+    free2, used = W[W_FREE2], W[W_USED]
+    if not P[P_RULE5]:
+        t = JB[j, J_TARGET]
+        if channel_ok(P, GP, FQ, used, ddr_stall, t) and free2[t] > ddr_need(P, JH, j, t):
+            return t
+        return -1
+    best = -1
+    for a in range(P[P_N]):
+        if (
+            (JB[j, J_TRAJ] >> a) & 1
+            and channel_ok(P, GP, FQ, used, ddr_stall, a)
+            and free2[a] > ddr_need(P, JH, j, a)
+        ):
+            if best < 0 or free2[a] > free2[best]:
+                best = a
+    return best
 
-    # 1-2. router offers and accepts ----------------------------------------------------------
-    offer = OFF
-    offer[:] = -1
-    for c in range(n):
-        best_r = W[1, :4]
-        for i in range(K):
-            if SL[c, i, S_SEND] and present(SL, c, i) and SL[c, i, S_TX] == 0:
-                d = SL[c, i, S_DIR]
-                if offer[c, d] < 0 or SL[c, i, S_R] < best_r[d]:
-                    offer[c, d] = i
-                    best_r[d] = SL[c, i, S_R]
-        for d in range(4):
-            if offer[c, d] >= 0 and (NB[c, d] < 0 or CH[c, C_LB + d] != 0):
-                offer[c, d] = -1
-    acc_d = W[2, :n]  # input direction, -1: none
-    acc_d[:] = -1
-    acc_src, acc_s, acc_slot = W[3, :n], W[4, :n], W[5, :n]
-    for c in range(n):
-        for k in range(4):
-            d = (CH[c, C_RR] + k) & 3
-            src = NB[c, d]
-            if src < 0:
-                continue
-            s = offer[src, (d + 2) & 3]
-            if s < 0:
-                continue
-            r = SL[src, s, S_R] - 1
-            if (r if P[P_ADMIT] else 0) < free[c]:
-                slot = 0
-                while SL[c, slot, S_BUSY] != 0:
-                    slot += 1
-                acc_d[c], acc_src[c], acc_s[c], acc_slot[c] = d, src, s, slot
-                break
-    free2 = W[6, :n]
-    free2[:] = free
-    for c in range(n):
-        if acc_d[c] >= 0:
-            free2[c] -= 1
 
-    # 3. DDR issue --------------------------------------------------------------------------
-    used = W[7, :chans]
-    used[:] = 0
-    # issues: kind (0 job, 1 pre), index, target, expert, traj, micro-slice, dest
-    iss = ISS
-    ni = 0
-    extra = W[8, :n]
-    extra[:] = 0
-    npre = P[P_NPRE]
-    pre_extra = W[9, : max(1, npre)]
-    pre_extra[:] = 0
+@in_step
+def _issue_job(ISS, ni, JB, j, target, extra, dest):
+    """``ddr.issue``'s ``("job", ...)`` tuple: job ``j``'s next micro-slice (after
+    ``extra`` issued this cycle) into ``target``, for ``dest``; returns ``ni + 1``."""
+    ISS[ni, I_KIND], ISS[ni, I_IDX], ISS[ni, I_TARGET], ISS[ni, I_DEST] = 0, j, target, dest
+    ISS[ni, I_EXPERT], ISS[ni, I_TRAJ] = JB[j, J_EXPERT], JB[j, J_TRAJ]
+    ISS[ni, I_INDEX] = JB[j, J_LOADED] + extra
+    return ni + 1
+
+
+@in_step
+def _issue_pre(ISS, ni, PR, k, target, extra, dest):
+    """``ddr.issue``'s ``("pre", ...)`` tuple (pre-load entry ``k``)."""
+    ISS[ni, I_KIND], ISS[ni, I_IDX], ISS[ni, I_TARGET], ISS[ni, I_DEST] = 1, k, target, dest
+    ISS[ni, I_EXPERT], ISS[ni, I_TRAJ] = PR[k, Q_EXPERT], PR[k, Q_TRAJ]
+    ISS[ni, I_INDEX] = PR[k, Q_LOADED] + extra
+    return ni + 1
+
+
+@in_step
+def ddr_issue(S, W, ISS, ddr_stall):
+    """``ddr.issue``: this cycle's loads ``ISS[:ni]`` (``I_*``) and their headers
+    (``issue_out``: ``W[W_ISS_SLOT]``, ``W[W_ISS_LEGS]``, ``W[W_ISS_R]``); ``W[W_USED]``
+    the channels used; ``W[W_FREE2]`` (free slots after the accepted transfers) is
+    decremented for every load.  Returns ``ni``."""
+    P, DIST, SL, JB, JH, JRD = S[AT_P], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH], S[AT_JRD]
+    JRR, PR, QH, QRD = S[AT_JRR], S[AT_PR], S[AT_QH], S[AT_QRD]
+    FQ, GP, TK, SC = S[AT_FQ], S[AT_GP], S[AT_TK], S[AT_SC]
+    n, K, chans, npre, H = P[P_N], P[P_K], P[P_CHAN], P[P_NPRE], P[P_H]
+    free2, used, extra, pre_extra = W[W_FREE2], W[W_USED], W[W_EXTRA], W[W_PRE_EXTRA]
+    used[:chans] = 0
+    extra[:n] = 0
+    pre_extra[: max(1, npre)] = 0
+    ni = nidle = 0
+    idle_channel = W[W_IDLE_CH]
     if chans > 1 and not P[P_RULE5]:
-        idle_channel = W[10, :n]
-        nidle = 0
+        # Rule 4 with a channel per chiplet; a chiplet none covers loads remotely (below)
         for c in range(n):
             if not channel_ok(P, GP, FQ, used, ddr_stall, c):
                 continue
@@ -284,13 +483,10 @@ def step(S, beat, ddr_stall, st, ws):
                     JB[j, J_VALID]
                     and (JB[j, J_TRAJ] >> c) & 1
                     and JB[j, J_LOADED] + extra[j] < JB[j, J_COUNT]
-                    and free2[c] > need(P, JH, j, c)
-                    and within_window(P, JB, TK, j, extra[j])
+                    and free2[c] > ddr_need(P, JH, j, c)
+                    and ddr_within_window(P, JB, TK, j, extra[j])
                 ):
-                    iss[ni, 0], iss[ni, 1], iss[ni, 2] = 0, j, c
-                    iss[ni, 3], iss[ni, 4] = JB[j, J_EXPERT], JB[j, J_TRAJ]
-                    iss[ni, 5], iss[ni, 6] = JB[j, J_LOADED] + extra[j], c
-                    ni += 1
+                    ni = _issue_job(ISS, ni, JB, j, c, extra[j], c)
                     extra[j] += 1
                     used[c] = 1
                     free2[c] -= 1
@@ -307,33 +503,16 @@ def step(S, beat, ddr_stall, st, ws):
             if (
                 not JB[j, J_VALID]
                 or JB[j, J_LOADED] >= JB[j, J_COUNT]
-                or not within_window(P, JB, TK, j, 0)
+                or not ddr_within_window(P, JB, TK, j, 0)
             ):
                 continue
-            # ddr_target: Rule 4 striping, or Rule 5's emptiest chiplet
-            target = -1
-            if not P[P_RULE5]:
-                t = JB[j, J_TARGET]
-                if channel_ok(P, GP, FQ, used, ddr_stall, t) and free2[t] > need(P, JH, j, t):
-                    target = t
-            else:
-                for a in range(n):
-                    if (
-                        (JB[j, J_TRAJ] >> a) & 1
-                        and channel_ok(P, GP, FQ, used, ddr_stall, a)
-                        and free2[a] > need(P, JH, j, a)
-                    ):
-                        if target < 0 or free2[a] > free2[target]:
-                            target = a
+            target = ddr_target(S, W, j, ddr_stall)
             if target >= 0:
-                iss[ni, 0], iss[ni, 1], iss[ni, 2] = 0, j, target
-                iss[ni, 3], iss[ni, 4] = JB[j, J_EXPERT], JB[j, J_TRAJ]
-                iss[ni, 5], iss[ni, 6] = JB[j, J_LOADED], target
-                ni += 1
+                ni = _issue_job(ISS, ni, JB, j, target, 0, target)
                 used[target if chans > 1 else 0] = 1
                 free2[target] -= 1
-    H = P[P_H]
     if chans > 1:
+        # pre-loads go to any idle buffer, of their trajectory first
         for c in range(n):
             if not channel_ok(P, GP, FQ, used, ddr_stall, c) or free2[c] <= H + 1:
                 continue
@@ -343,10 +522,7 @@ def step(S, beat, ddr_stall, st, ws):
                     and (PR[k, Q_TRAJ] >> c) & 1
                     and PR[k, Q_LOADED] + pre_extra[k] < PR[k, Q_COUNT]
                 ):
-                    iss[ni, 0], iss[ni, 1], iss[ni, 2] = 1, k, c
-                    iss[ni, 3], iss[ni, 4] = PR[k, Q_EXPERT], PR[k, Q_TRAJ]
-                    iss[ni, 5], iss[ni, 6] = PR[k, Q_LOADED] + pre_extra[k], c
-                    ni += 1
+                    ni = _issue_pre(ISS, ni, PR, k, c, pre_extra[k], c)
                     pre_extra[k] += 1
                     used[c] = 1
                     free2[c] -= 1
@@ -363,34 +539,25 @@ def step(S, beat, ddr_stall, st, ws):
                         j -= n
                     if not JB[j, J_VALID] or JB[j, J_LOADED] + extra[j] >= JB[j, J_COUNT]:
                         continue
-                    if not within_window(P, JB, TK, j, extra[j]):
+                    if not ddr_within_window(P, JB, TK, j, extra[j]):
                         continue
-                    dest, r = JRD[j, c], JRR[j, c]
-                    if free2[c] > r:
-                        iss[ni, 0], iss[ni, 1], iss[ni, 2] = 0, j, c
-                        iss[ni, 3], iss[ni, 4] = JB[j, J_EXPERT], JB[j, J_TRAJ]
-                        iss[ni, 5], iss[ni, 6] = JB[j, J_LOADED] + extra[j], dest
-                        ni += 1
+                    if free2[c] > JRR[j, c]:  # a remote load [D10]
+                        ni = _issue_job(ISS, ni, JB, j, c, extra[j], JRD[j, c])
                         extra[j] += 1
                         used[c] = 1
                         free2[c] -= 1
                         found = True
                         break
-                if not found:
-                    if free2[c] <= H + 1:
+                if found or free2[c] <= H + 1:
+                    continue
+                for k in range(npre):
+                    if not PR[k, Q_VALID] or PR[k, Q_LOADED] + pre_extra[k] >= PR[k, Q_COUNT]:
                         continue
-                    for k in range(npre):
-                        if not PR[k, Q_VALID] or PR[k, Q_LOADED] + pre_extra[k] >= PR[k, Q_COUNT]:
-                            continue
-                        dest = QRD[k, c]
-                        iss[ni, 0], iss[ni, 1], iss[ni, 2] = 1, k, c
-                        iss[ni, 3], iss[ni, 4] = PR[k, Q_EXPERT], PR[k, Q_TRAJ]
-                        iss[ni, 5], iss[ni, 6] = PR[k, Q_LOADED] + pre_extra[k], dest
-                        ni += 1
-                        pre_extra[k] += 1
-                        used[c] = 1
-                        free2[c] -= 1
-                        break
+                    ni = _issue_pre(ISS, ni, PR, k, c, pre_extra[k], QRD[k, c])
+                    pre_extra[k] += 1
+                    used[c] = 1
+                    free2[c] -= 1
+                    break
     else:
         for k in range(npre):
             q = PR[k, Q_CHIPLET]
@@ -400,36 +567,38 @@ def step(S, beat, ddr_stall, st, ws):
                 and channel_ok(P, GP, FQ, used, ddr_stall, q)
                 and free2[q] > H + 1
             ):
-                iss[ni, 0], iss[ni, 1], iss[ni, 2] = 1, k, q
-                iss[ni, 3], iss[ni, 4] = PR[k, Q_EXPERT], PR[k, Q_TRAJ]
-                iss[ni, 5], iss[ni, 6] = PR[k, Q_LOADED], q
-                ni += 1
+                ni = _issue_pre(ISS, ni, PR, k, q, 0, q)
                 used[0] = 1
                 free2[q] -= 1
-    # headers of the issued loads: reserved slot (the highest free one), legs, hops
-    iss_slot, iss_legs, iss_r = W[11], W[12], W[13]
+    # issue_out: the reserved slot (the highest free one), legs and hops of each load
+    iss_slot, iss_legs, iss_r = W[W_ISS_SLOT], W[W_ISS_LEGS], W[W_ISS_R]
     for x in range(ni):
-        t = iss[x, 2]
+        t = ISS[x, I_TARGET]
         slot = K - 1
         while SL[t, slot, S_BUSY] != 0:
             slot -= 1
         iss_slot[x] = slot
-        traj, dest = iss[x, 4], iss[x, 6]
-        iss_legs[x] = popcount(traj) - 1
-        hops = JH[iss[x, 1], dest] if iss[x, 0] == 0 else QH[iss[x, 1], dest]
+        dest = ISS[x, I_DEST]
+        iss_legs[x] = popcount(ISS[x, I_TRAJ]) - 1
+        hops = JH[ISS[x, I_IDX], dest] if ISS[x, I_KIND] == 0 else QH[ISS[x, I_IDX], dest]
         iss_r[x] = hops + DIST[t, dest]
+    return ni
 
-    # 4. DDR deliveries -----------------------------------------------------------------------
+
+@in_step
+def ddr_deliveries(S, W, beat, ddr_stall):
+    """``ddr.deliveries``: ``W[W_DLV, ch]`` whether channel ``ch``'s queue head is
+    delivered, ``W[W_DLV_HELD, ch]`` whether it stays held."""
+    P, JB, FF, FQ, SC = S[AT_P], S[AT_JB], S[AT_FF], S[AT_FQ], S[AT_SC]
+    n = P[P_N]
     dispatch_e = beat[2] if beat[0] and beat[1] == DISPATCH else -1
-    dlv = W[14, :chans]  # 1: the queue's head is delivered
-    dlv_held = W[15, :chans]
-    dlv[:] = 0
-    dlv_held[:] = 0
-    age_mod = np.int64(1) << P[P_AGE]
-    for ch in range(chans):
+    dlv, dlv_held = W[W_DLV], W[W_DLV_HELD]
+    mask = (np.int64(1) << P[P_AGE]) - 1
+    for ch in range(P[P_CHAN]):
+        dlv[ch] = 0
         if FQ[ch, 1] and not ddr_stall:
             h = FQ[ch, 0]
-            if (SC[X_NOW] - FF[ch, h, F_TS]) & (age_mod - 1) >= P[P_DLAT]:
+            if (SC[X_NOW] - FF[ch, h, F_TS]) & mask >= P[P_DLAT]:
                 held = FF[ch, h, F_HELD]
                 if held:
                     e = FF[ch, h, F_EXPERT]
@@ -441,24 +610,161 @@ def step(S, beat, ddr_stall, st, ws):
                 dlv[ch] = 1
                 dlv_held[ch] = held
 
-    # 5. compute --------------------------------------------------------------------------
-    ev = W[16, :n]  # 1: a computation ends here this cycle
-    ev[:] = 0
-    start = W[17, :n]
-    start[:] = -1
-    start_cycles = W[18, :n]
-    cpt = P[P_CPT]
+
+@in_step
+def ddr_commit(S, W, ISS, ni):
+    """``ddr.commit``: deliveries stored, issues reserved and queued, gaps counted."""
+    P, SL, JB, PR, FF, FQ, GP = S[AT_P], S[AT_SL], S[AT_JB], S[AT_PR], S[AT_FF], S[AT_FQ], S[AT_GP]
+    SC = S[AT_SC]
+    n, chans, fdepth = P[P_N], P[P_CHAN], P[P_FDEPTH]
+    dlv, dlv_held, used = W[W_DLV], W[W_DLV_HELD], W[W_USED]
+    for ch in range(chans):
+        if dlv[ch]:
+            h = FQ[ch, 0]
+            e = FF[ch, h]
+            ring_buffer_store(
+                SL, P, S[AT_DIRT], e[F_TARGET], e[F_SLOT], e[F_EXPERT], e[F_INDEX], e[F_TRAJ],
+                e[F_DEST], e[F_LEGS], e[F_R], 0, 1, dlv_held[ch],
+            )  # fmt: skip
+            FQ[ch, 0] = h + 1 if h + 1 < fdepth else 0
+            FQ[ch, 1] -= 1
+    for x in range(ni):
+        t = ISS[x, I_TARGET]
+        ch = t if chans > 1 else 0
+        slot = W[W_ISS_SLOT, x]
+        SL[t, slot, S_BUSY] = 1
+        SL[t, slot, S_RESV] = 1
+        q = FQ[ch, 0] + FQ[ch, 1]
+        if q >= fdepth:
+            q -= fdepth
+        e = FF[ch, q]
+        e[F_TARGET], e[F_SLOT] = t, slot
+        e[F_EXPERT], e[F_INDEX], e[F_TRAJ] = ISS[x, I_EXPERT], ISS[x, I_INDEX], ISS[x, I_TRAJ]
+        e[F_DEST], e[F_LEGS], e[F_R] = ISS[x, I_DEST], W[W_ISS_LEGS, x], W[W_ISS_R, x]
+        e[F_HELD] = ISS[x, I_KIND]
+        e[F_TS] = SC[X_NOW]
+        FQ[ch, 1] += 1
+        if ISS[x, I_KIND] == 0:
+            j = ISS[x, I_IDX]
+            JB[j, J_LOADED] += 1
+            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n)
+            SC[X_DDR_RR] = j + 1 if j + 1 < n else 0
+        else:
+            PR[ISS[x, I_IDX], Q_LOADED] += 1
+    for ch in range(chans):
+        if used[ch]:
+            GP[ch] = P[P_DINT] - 1
+        elif GP[ch]:
+            GP[ch] -= 1
+
+
+@in_step
+def ddr_retire_jobs(S, W):
+    """``ddr.retire_jobs``: the mask of entry slots whose job finished."""
+    P, JB = S[AT_P], S[AT_JB]
+    retired = W[W_RETIRED]
+    done_new = 0
+    for j in range(P[P_N]):
+        if retired[j]:
+            JB[j, J_RETIRED] += retired[j]
+            if JB[j, J_RETIRED] >= JB[j, J_COUNT]:
+                JB[j, J_VALID] = 0
+                done_new |= 1 << j
+    return done_new
+
+
+@njit(cache=True)
+def ddr_bind_ahead(P, DIRT, SL, expert, traj, held, hops, rdest, rhops):
+    """``ddr.bind_ahead`` with the trajectory's route tables; returns the count bound."""
+    n, K = P[P_N], P[P_K]
+    legs = popcount(traj) - 1
+    got = 0
     for c in range(n):
+        for i in range(K):
+            if SL[c, i, S_BUSY] and SL[c, i, S_HELD] == AHEAD and SL[c, i, S_EXPERT] == expert:
+                if (traj >> c) & 1:
+                    dest, r = c, hops[c]
+                else:
+                    dest, r = rdest[c], rhops[c]
+                ring_buffer_store(
+                    SL, P, DIRT, c, i, expert, SL[c, i, S_INDEX], traj, dest, legs, r, 0, 1, held
+                )
+                got += 1
+    return got
+
+
+@njit(cache=True)
+def ddr_take_dispatch(S, beat, tmp):
+    """``ddr.take_dispatch``."""
+    P, DIRT, DIST, SL, JB, JH = S[AT_P], S[AT_DIRT], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH]
+    JRD, JRR, PR, QH, QRD = S[AT_JRD], S[AT_JRR], S[AT_PR], S[AT_QH], S[AT_QRD]
+    MS, SC = S[AT_MS], S[AT_SC]
+    n, K = P[P_N], P[P_K]
+    kind, expert, entry, traj = beat[1], beat[2], beat[3], beat[4]
+    if (
+        traj == 0
+        or traj >> n
+        or not 0 <= entry < n
+        or not (traj >> entry) & 1
+        or not (0 <= expert < P[P_E])
+    ):
+        SC[X_BAD] = 1
+        return
+    if kind != DISPATCH:
+        for k in range(P[P_NPRE]):
+            if not PR[k, Q_VALID]:
+                route_tables(traj, n, DIST, QH[k], QRD[k], tmp)
+                got = ddr_bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)
+                PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
+                PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, got, MS[expert]
+                break
+        return
+    if JB[entry, J_VALID]:
+        SC[X_BAD] = 1
+        return
+    route_tables(traj, n, DIST, JH[entry], JRD[entry], JRR[entry])
+    loaded = ddr_bind_ahead(P, DIRT, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
+    count = MS[expert]
+    for k in range(P[P_NPRE]):
+        if PR[k, Q_VALID] and PR[k, Q_EXPERT] == expert:
+            loaded, count = PR[k, Q_LOADED], PR[k, Q_COUNT]
+            PR[k, Q_VALID] = 0
+            for c in range(n):  # its chiplet, or any with a channel each or ones loaded ahead
+                for i in range(K):
+                    if SL[c, i, S_BUSY] and SL[c, i, S_HELD] and SL[c, i, S_EXPERT] == expert:
+                        SL[c, i, S_HELD] = 0
+            break
+    JB[entry, J_VALID], JB[entry, J_EXPERT], JB[entry, J_TRAJ] = 1, expert, traj
+    JB[entry, J_LOADED], JB[entry, J_RETIRED], JB[entry, J_TARGET] = loaded, 0, entry
+    JB[entry, J_COUNT] = count
+
+
+# -- compute unit (fsedp.sw.streaming.compute) ------------------------------------------------
+@in_step
+def compute_duration(P, SL, TK, c, i):
+    """``compute.duration``."""
+    d = SL[c, i, S_REM]
+    return d if d else max(1, TK[c, SL[c, i, S_EXPERT]]) * P[P_CPT]
+
+
+@in_step
+def compute_decide(S, W):
+    """``compute.decide``: ``W[W_EV, c]`` whether a computation ends on ``c`` this cycle,
+    ``W[W_START, c]`` the slot that starts (-1: none) and ``W[W_START_CYCLES, c]`` its
+    cycles."""
+    P, SL, CH, TK = S[AT_P], S[AT_SL], S[AT_CH], S[AT_TK]
+    K = P[P_K]
+    ev, start, start_cycles = W[W_EV], W[W_START], W[W_START_CYCLES]
+    for c in range(P[P_N]):
         cnt = CH[c, C_CNT]
-        if cnt == 1:
-            ev[c] = 1
+        ev[c] = cnt == 1
+        start[c] = -1
         if cnt > 1 and P[P_PREEMPT]:
+            # [D11] the shortest present computation preempts a longer remainder
             best, bd = -1, 0
             for i in range(K):
-                if present(SL, c, i) and SL[c, i, S_COMP]:
-                    d = SL[c, i, S_REM]
-                    if d == 0:
-                        d = max(1, TK[c, SL[c, i, S_EXPERT]]) * cpt
+                if slot_present(SL, c, i) and SL[c, i, S_COMP]:
+                    d = compute_duration(P, SL, TK, c, i)
                     if d < cnt - 1 and (best < 0 or d < bd):
                         best, bd = i, d
             if best >= 0:
@@ -467,7 +773,7 @@ def step(S, beat, ddr_stall, st, ws):
         if cnt <= 1:
             pick, first = -1, -1
             for i in range(K):
-                if present(SL, c, i) and SL[c, i, S_COMP]:
+                if slot_present(SL, c, i) and SL[c, i, S_COMP]:
                     if first < 0:
                         first = i
                     if SL[c, i, S_DDR] == 0:
@@ -476,14 +782,16 @@ def step(S, beat, ddr_stall, st, ws):
             if pick < 0:
                 pick = first
             if pick >= 0:
-                start[c] = pick
-                d = SL[c, pick, S_REM]
-                if d == 0:
-                    d = max(1, TK[c, SL[c, pick, S_EXPERT]]) * cpt
-                start_cycles[c] = d
-    # 6. retire
-    retired = W[19, :n]
-    retired[:] = 0
+                start[c], start_cycles[c] = pick, compute_duration(P, SL, TK, c, pick)
+
+
+@in_step
+def compute_retired(S, W):
+    """``compute.retired``: ``W[W_RETIRED, j]`` micro-slices of job ``j`` retired."""
+    P, JB, CH, SC = S[AT_P], S[AT_JB], S[AT_CH], S[AT_SC]
+    n = P[P_N]
+    retired, ev = W[W_RETIRED], W[W_EV]
+    retired[:n] = 0
     for c in range(n):
         if ev[c] and CH[c, C_CFINAL]:
             e = CH[c, C_CEXPERT]
@@ -496,26 +804,56 @@ def step(S, beat, ddr_stall, st, ws):
                 SC[X_ORPHAN] = 1
             else:
                 retired[jj] += 1
-    done_out = SC[X_DONE]
 
-    # -- probes (registered state, before the clock edge) ----------------------------------------
-    ddr_why = st[0]
-    pe_why = st[1]
-    issued_job = W[20, :n]
-    issued_job[:] = 0
-    issued_pre = W[21, : max(1, npre)]
-    issued_pre[:] = 0
+
+@in_step
+def compute_commit(S, W):
+    """``compute.commit``."""
+    P, SL, CH = S[AT_P], S[AT_SL], S[AT_CH]
+    start, start_cycles = W[W_START], W[W_START_CYCLES]
+    for c in range(P[P_N]):
+        if CH[c, C_CNT] == 1:
+            SL[c, CH[c, C_CSLOT], S_COMPUTING] = 0
+        if start[c] >= 0 and CH[c, C_CNT] > 1:  # preempted: resumes with what is left
+            cur = CH[c, C_CSLOT]
+            SL[c, cur, S_COMPUTING] = 0
+            SL[c, cur, S_COMP] = 1
+            SL[c, cur, S_REM] = CH[c, C_CNT] - 1
+        if start[c] >= 0:
+            i = start[c]
+            SL[c, i, S_REM] = 0
+            SL[c, i, S_COMP] = 0
+            SL[c, i, S_COMPUTING] = 1
+            CH[c, C_CNT] = start_cycles[c]
+            CH[c, C_CSLOT] = i
+            CH[c, C_CEXPERT] = SL[c, i, S_EXPERT]
+            CH[c, C_CINDEX] = SL[c, i, S_INDEX]
+            CH[c, C_CFINAL] = SL[c, i, S_FINAL]
+        elif CH[c, C_CNT]:
+            CH[c, C_CNT] -= 1
+
+
+# -- probes (fsedp.sw.streaming.probe) --------------------------------------------------------
+@in_step
+def probe_ddr_idle(S, W, ISS, ni, ddr_stall, ddr_why):
+    """``probe.ddr_idle``: ``ddr_why[ch]`` the cause index (``D_*``), -1 when busy."""
+    P, JB, PR, FQ, GP, TK = S[AT_P], S[AT_JB], S[AT_PR], S[AT_FQ], S[AT_GP], S[AT_TK]
+    n, npre, chans = P[P_N], P[P_NPRE], P[P_CHAN]
+    free2, used = W[W_FREE2], W[W_USED]
+    issued_job, issued_pre = W[W_ISSUED_JOB], W[W_ISSUED_PRE]
+    issued_job[:n] = 0
+    issued_pre[: max(1, npre)] = 0
     for x in range(ni):
-        if iss[x, 0] == 0:
-            issued_job[iss[x, 1]] += 1
+        if ISS[x, I_KIND] == 0:
+            issued_job[ISS[x, I_IDX]] += 1
         else:
-            issued_pre[iss[x, 1]] += 1
+            issued_pre[ISS[x, I_IDX]] += 1
     n_left = 0
     n_jobs = 0
     for j in range(n):
         if JB[j, J_VALID] and JB[j, J_LOADED] + issued_job[j] < JB[j, J_COUNT]:
             n_left += 1
-            if within_window(P, JB, TK, j, issued_job[j]):
+            if ddr_within_window(P, JB, TK, j, issued_job[j]):
                 n_jobs += 1
     n_pres = 0
     for k in range(npre):
@@ -528,7 +866,7 @@ def step(S, beat, ddr_stall, st, ws):
             ddr_why[ch] = D_STALL
         elif n_jobs == 0 and n_pres == 0:
             ddr_why[ch] = D_WINDOW if n_left else D_NONE
-        elif chans > 1:
+        elif chans > 1:  # chiplet-driven: the channel loads into its own chiplet
             if free2[ch] == 0:
                 ddr_why[ch] = D_FULL
             else:
@@ -540,7 +878,7 @@ def step(S, beat, ddr_stall, st, ws):
                     if (
                         JB[j, J_VALID]
                         and JB[j, J_LOADED] + issued_job[j] < JB[j, J_COUNT]
-                        and within_window(P, JB, TK, j, issued_job[j])
+                        and ddr_within_window(P, JB, TK, j, issued_job[j])
                         and free2[JB[j, J_TARGET]] != 0
                     ):
                         all_full = False
@@ -556,7 +894,15 @@ def step(S, beat, ddr_stall, st, ws):
                 ddr_why[ch] = D_FULL
             else:
                 ddr_why[ch] = D_ADMISSION if n_jobs else D_PRELOAD
-    for c in range(n):
+
+
+@in_step
+def probe_pe_idle(S, W, pe_why):
+    """``probe.pe_idle``: ``pe_why[c]`` the cause index (``E_*``), -1 when computing."""
+    P, NB, SL, CH = S[AT_P], S[AT_NB], S[AT_SL], S[AT_CH]
+    K = P[P_K]
+    start = W[W_START]
+    for c in range(P[P_N]):
         if CH[c, C_CNT]:
             pe_why[c] = -1
             continue
@@ -575,7 +921,6 @@ def step(S, beat, ddr_stall, st, ws):
                 src = NB[c, d]
                 if src < 0:
                     continue
-                hit = False
                 for i in range(K):
                     if (
                         SL[src, i, S_BUSY]
@@ -583,311 +928,133 @@ def step(S, beat, ddr_stall, st, ws):
                         and SL[src, i, S_TX] == 0
                         and NB[src, SL[src, i, S_DIR]] == c
                     ):
-                        hit = True
+                        reason = E_LINK
                         break
-                if hit:
-                    reason = E_LINK
+                if reason == E_LINK:
                     break
         pe_why[c] = reason
 
-    # Rule 3 on the registered state
-    rel = REL
-    rel[:] = 0
-    any_rel = False
+
+# -- the simulator's bookkeeping of a cycle (fsedp.sim.fsedp) ---------------------------------
+@in_step
+def book_decisions(S, W, ISS, ni, st):
+    """``fsedp.sim.fsedp.fsedp_layer``'s bookkeeping of the cycle's decisions: occupancy,
+    transfers and loads (with ``P_LOG`` their events: transfers, then loads, the order of
+    ``fsedp.sim.fast.python_events``)."""
+    P, SL, SC = S[AT_P], S[AT_SL], S[AT_SC]
+    n, K, log = P[P_N], P[P_K], P[P_LOG]
+    occ, EVL, links, ddr_per = st[2], st[3], st[4], st[5]
+    cycle = SC[X_CYCLE]
     for c in range(n):
-        for i in range(K):
-            if releasable(SL, c, i):
-                rel[c, i] = 1
-                any_rel = True
-    any_acc = False
+        occ[c] = K - W[W_FREE, c]
     for c in range(n):
-        if acc_d[c] >= 0:
-            any_acc = True
-    any_dlv = False
-    for ch in range(chans):
-        if dlv[ch]:
-            any_dlv = True
-    any_start = False
-    any_ev = False
-    for c in range(n):
-        if start[c] >= 0:
-            any_start = True
+        d = W[W_ACC_D, c]
+        if d >= 0:
+            src, s = W[W_ACC_SRC, c], W[W_ACC_S, c]
+            SC[X_TRANSFERS] += 1
+            links[src, OPP[d]] += 1
+            if log:
+                m = SC[X_NEV]
+                EVL[m, 0], EVL[m, 1], EVL[m, 2], EVL[m, 3] = EV_TRANSFER, cycle, src, OPP[d]
+                EVL[m, 4], EVL[m, 5] = SL[src, s, S_EXPERT], SL[src, s, S_INDEX]
+                SC[X_NEV] = m + 1
+    for x in range(ni):
+        SC[X_LOADS] += 1
+        ddr_per[ISS[x, I_TARGET]] += 1
+        if log:
+            m = SC[X_NEV]
+            EVL[m, 0], EVL[m, 1], EVL[m, 2] = EV_LOAD, cycle, ISS[x, I_TARGET]
+            EVL[m, 3], EVL[m, 4], EVL[m, 5] = W[W_ISS_SLOT, x], ISS[x, I_EXPERT], ISS[x, I_INDEX]
+            SC[X_NEV] = m + 1
+
+
+@in_step
+def book_completions(S, W, st):
+    """``fsedp.sim.fsedp.fsedp_layer``'s bookkeeping of the computations that end this cycle
+    (the compute units' registers before a start replaces them): counted, logged and their
+    busy cycles added."""
+    P, CH, TK, SC = S[AT_P], S[AT_CH], S[AT_TK], S[AT_SC]
+    EVL, ended, busy = st[3], st[6], st[7]
+    ev = W[W_EV]
+    cycle = SC[X_CYCLE]
+    for c in range(P[P_N]):
+        ended[c] = ev[c]
         if ev[c]:
-            any_ev = True
-    active = (
-        any_acc
-        or ni > 0
-        or any_dlv
-        or any_start
-        or any_ev
-        or done_out != 0
-        or beat[0] != 0
-        or any_rel
-    )
+            SC[X_COMPUTATIONS] += 1
+            busy[c] += max(1, TK[c, CH[c, C_CEXPERT]]) * P[P_CPT]
+            if P[P_LOG]:
+                m = SC[X_NEV]
+                EVL[m, 0], EVL[m, 1], EVL[m, 2] = EV_COMPUTE, cycle, c
+                EVL[m, 3], EVL[m, 4], EVL[m, 5] = CH[c, C_CFINAL], CH[c, C_CEXPERT], CH[c, C_CINDEX]
+                SC[X_NEV] = m + 1
+
+
+# -- the chiplet array (fsedp.sw.streaming.array) ---------------------------------------------
+# No reference counting in the cycle: ``step`` allocates nothing (numba refuses to compile an
+# allocation without it), and counting the references of the array views that the inlined
+# functions take cost a third of its time (fsedp bench).
+@njit(cache=True, _nrt=False)
+def step(S, beat, ddr_stall, st, ws):
+    """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle:
+    ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj)``, ``st``
+    the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run.
+    Returns ``(horizon, done)``: the cycles a skip may jump (0 after an active cycle, -1 when
+    nothing is counting either: ``StreamingArray.stuck``) and the ``done`` mask shown."""
+    P, SL, SC = S[AT_P], S[AT_SL], S[AT_SC]
+    n, chans = P[P_N], P[P_CHAN]
+    W, OFF, ISS, REL, HX = ws
+    for c in range(n):
+        W[W_FREE, c] = ring_buffer_free_slots(SL, c, P[P_K])
+
+    # decisions: 1-2 router offers and accepts, 3 DDR issue, 4 DDR delivery, 5 compute,
+    # 6 retirement
+    router_accept(S, W, OFF)
+    for c in range(n):
+        W[W_FREE2, c] = W[W_FREE, c] - (W[W_ACC_D, c] >= 0)
+    ni = ddr_issue(S, W, ISS, ddr_stall)
+    ddr_deliveries(S, W, beat, ddr_stall)
+    compute_decide(S, W)
+    compute_retired(S, W)
+    done_out = SC[X_DONE]
+    probe_ddr_idle(S, W, ISS, ni, ddr_stall, st[0])
+    probe_pe_idle(S, W, st[1])
+    # Rule 3 on the registered state: evaluated once, used for activity and release
+    any_rel = releasable_slots(S, REL)
+    active = ni > 0 or done_out != 0 or beat[0] != 0 or any_rel
+    for c in range(n):
+        active |= W[W_ACC_D, c] >= 0 or W[W_START, c] >= 0 or W[W_EV, c] != 0
+    for ch in range(chans):
+        active |= W[W_DLV, ch] != 0
     # cycles until a counter can change a decision, on the registered state; -1 when none
     # is counting: nothing but counters changed and none will, a fixed point without inputs
     # (``StreamingArray.stuck``, the progress watchdog of ``fsedp.sw.streaming.watchdog``)
     hz = 0
     if not active:
-        hz = horizon(P, SL, CH, FF, FQ, GP, SC)
+        hz = counters_horizon(S)
         if hz == 0:
             hz = -1
-
-    # -- bookkeeping of the cycle (the simulator's) ------------------------------------------
-    cycle = SC[X_CYCLE]
-    occ = st[2]
-    for c in range(n):
-        occ[c] = K - free[c]
-    log = P[P_LOG]
-    EVL = st[3]
-    for c in range(n):
-        if acc_d[c] >= 0:
-            src, s = acc_src[c], acc_s[c]
-            SC[X_TRANSFERS] += 1
-            st[4][src, (acc_d[c] + 2) & 3] += 1
-            if log:
-                m = SC[X_NEV]
-                EVL[m, 0], EVL[m, 1], EVL[m, 2] = EV_TRANSFER, cycle, src
-                EVL[m, 3] = (acc_d[c] + 2) & 3
-                EVL[m, 4], EVL[m, 5] = SL[src, s, S_EXPERT], SL[src, s, S_INDEX]
-                SC[X_NEV] = m + 1
-    for x in range(ni):
-        SC[X_LOADS] += 1
-        st[5][iss[x, 2]] += 1
-        if log:
-            m = SC[X_NEV]
-            EVL[m, 0], EVL[m, 1], EVL[m, 2] = EV_LOAD, cycle, iss[x, 2]
-            EVL[m, 3], EVL[m, 4], EVL[m, 5] = iss_slot[x], iss[x, 3], iss[x, 5]
-            SC[X_NEV] = m + 1
+    book_decisions(S, W, ISS, ni, st)
+    book_completions(S, W, st)
 
     # ---- next state -------------------------------------------------------------------------
-    # ring buffers: release, counters
-    for c in range(n):
-        for i in range(K):
-            if rel[c, i]:
-                SL[c, i, S_BUSY] = 0
-            if SL[c, i, S_WAIT]:
-                SL[c, i, S_WAIT] -= 1
-            if SL[c, i, S_TX]:
-                SL[c, i, S_TX] -= 1
-        for d in range(4):
-            if CH[c, C_LB + d] > 0:
-                CH[c, C_LB + d] -= 1
-    # routers: transfers (headers read before any store of this cycle)
-    L = P[P_LINK]
-    hx = HX
-    for c in range(n):
-        if acc_d[c] >= 0:
-            src, s = acc_src[c], acc_s[c]
-            hx[c, 0], hx[c, 1], hx[c, 2] = (
-                SL[src, s, S_EXPERT],
-                SL[src, s, S_INDEX],
-                SL[src, s, S_TRAJ],
-            )
-            hx[c, 3], hx[c, 4], hx[c, 5] = (
-                SL[src, s, S_DEST],
-                SL[src, s, S_LEGS],
-                SL[src, s, S_R] - 1,
-            )
-    for c in range(n):
-        if acc_d[c] < 0:
-            continue
-        d, src, s, slot = acc_d[c], acc_src[c], acc_s[c], acc_slot[c]
-        SL[src, s, S_SEND] = 0
-        SL[src, s, S_TX] = L - 1
-        CH[src, C_LB + ((d + 2) & 3)] = L - 1
-        CH[c, C_RR] = (d + 1) & 3
-        store(
-            SL,
-            P,
-            DIRT,
-            c,
-            slot,
-            hx[c, 0],
-            hx[c, 1],
-            hx[c, 2],
-            hx[c, 3],
-            hx[c, 4],
-            hx[c, 5],
-            L - 1,
-            0,
-            0,
-        )
-    # DDR: deliveries, issues, gaps
-    fdepth = P[P_FDEPTH]
-    for ch in range(chans):
-        if dlv[ch]:
-            h = FQ[ch, 0]
-            store(
-                SL,
-                P,
-                DIRT,
-                FF[ch, h, F_TARGET],
-                FF[ch, h, F_SLOT],
-                FF[ch, h, F_EXPERT],
-                FF[ch, h, F_INDEX],
-                FF[ch, h, F_TRAJ],
-                FF[ch, h, F_DEST],
-                FF[ch, h, F_LEGS],
-                FF[ch, h, F_R],
-                0,
-                1,
-                dlv_held[ch],
-            )
-            FQ[ch, 0] = h + 1 if h + 1 < fdepth else 0
-            FQ[ch, 1] -= 1
-    for x in range(ni):
-        t = iss[x, 2]
-        ch = t if chans > 1 else 0
-        slot = iss_slot[x]
-        SL[t, slot, S_BUSY] = 1
-        SL[t, slot, S_RESV] = 1
-        q = FQ[ch, 0] + FQ[ch, 1]
-        if q >= fdepth:
-            q -= fdepth
-        FF[ch, q, F_TARGET], FF[ch, q, F_SLOT] = t, slot
-        FF[ch, q, F_EXPERT], FF[ch, q, F_INDEX], FF[ch, q, F_TRAJ] = iss[x, 3], iss[x, 5], iss[x, 4]
-        FF[ch, q, F_DEST], FF[ch, q, F_LEGS], FF[ch, q, F_R] = iss[x, 6], iss_legs[x], iss_r[x]
-        FF[ch, q, F_HELD] = iss[x, 0]
-        FF[ch, q, F_TS] = SC[X_NOW]
-        FQ[ch, 1] += 1
-        if iss[x, 0] == 0:
-            j = iss[x, 1]
-            JB[j, J_LOADED] += 1
-            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n)
-            SC[X_DDR_RR] = j + 1 if j + 1 < n else 0
-        else:
-            PR[iss[x, 1], Q_LOADED] += 1
-    for ch in range(chans):
-        if used[ch]:
-            GP[ch] = P[P_DINT] - 1
-        elif GP[ch]:
-            GP[ch] -= 1
-    # compute
-    for c in range(n):
-        if CH[c, C_CNT] == 1:
-            SL[c, CH[c, C_CSLOT], S_COMPUTING] = 0
-        if start[c] >= 0 and CH[c, C_CNT] > 1:  # preempted: resumes with what is left
-            cur = CH[c, C_CSLOT]
-            SL[c, cur, S_COMPUTING] = 0
-            SL[c, cur, S_COMP] = 1
-            SL[c, cur, S_REM] = CH[c, C_CNT] - 1
-    # completion events of the cycle (the unit's registers before a start replaces them)
-    for c in range(n):
-        st[6][c] = ev[c]
-        if ev[c]:
-            SC[X_COMPUTATIONS] += 1
-            if log:
-                m = SC[X_NEV]
-                EVL[m, 0], EVL[m, 1], EVL[m, 2] = EV_COMPUTE, cycle, c
-                EVL[m, 3], EVL[m, 4], EVL[m, 5] = CH[c, C_CFINAL], CH[c, C_CEXPERT], CH[c, C_CINDEX]
-                SC[X_NEV] = m + 1
-    ev_expert = W[22, :n]
-    for c in range(n):
-        ev_expert[c] = CH[c, C_CEXPERT]
-    for c in range(n):
-        if start[c] >= 0:
-            i = start[c]
-            SL[c, i, S_REM] = 0
-            SL[c, i, S_COMP] = 0
-            SL[c, i, S_COMPUTING] = 1
-            CH[c, C_CNT] = start_cycles[c]
-            CH[c, C_CSLOT] = i
-            CH[c, C_CEXPERT] = SL[c, i, S_EXPERT]
-            CH[c, C_CINDEX] = SL[c, i, S_INDEX]
-            CH[c, C_CFINAL] = SL[c, i, S_FINAL]
-        elif CH[c, C_CNT]:
-            CH[c, C_CNT] -= 1
-    # dispatch beat (sees the jobs as registered)
+    ring_buffer_tick(S, REL)
+    router_commit(S, W, HX)
+    ddr_commit(S, W, ISS, ni)
+    compute_commit(S, W)
+    # dispatch beat (sees the jobs as registered: a job retiring now is still busy)
     if beat[0]:
-        take_dispatch(P, DIST, DIRT, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, W[23, :n])
-    # jobs retire
-    done_new = 0
-    for j in range(n):
-        if retired[j]:
-            JB[j, J_RETIRED] += retired[j]
-            if JB[j, J_RETIRED] >= JB[j, J_COUNT]:
-                JB[j, J_VALID] = 0
-                done_new |= 1 << j
+        ddr_take_dispatch(S, beat, W[W_TMP])
+    done_new = ddr_retire_jobs(S, W)
     SC[X_DONE] = (0 if done_out != 0 else SC[X_DONE]) | done_new
-    SC[X_NOW] = (SC[X_NOW] + 1) & (age_mod - 1)
+    SC[X_NOW] = (SC[X_NOW] + 1) & ((np.int64(1) << P[P_AGE]) - 1)
     SC[X_CYCLE] += 1
-    # busy cycles of the computations that ended (tokens as after the clock edge)
-    busy = st[7]
-    for c in range(n):
-        if ev[c]:
-            busy[c] += max(1, TK[c, ev_expert[c]]) * cpt
     return hz, done_out
 
 
-#: ``Slot.held`` of a micro-slice loaded ahead of its layer (``ddr.AHEAD``)
-AHEAD = 2
-
-
 @njit(cache=True)
-def bind_ahead(P, DIRT, SL, expert, traj, held, hops, rdest, rhops):
-    """``ddr.bind_ahead`` with the trajectory's route tables; returns the count bound."""
-    n, K = P[P_N], P[P_K]
-    legs = popcount(traj) - 1
-    got = 0
-    for c in range(n):
-        for i in range(K):
-            if SL[c, i, S_BUSY] and SL[c, i, S_HELD] == AHEAD and SL[c, i, S_EXPERT] == expert:
-                if (traj >> c) & 1:
-                    dest, r = c, hops[c]
-                else:
-                    dest, r = rdest[c], rhops[c]
-                store(SL, P, DIRT, c, i, expert, SL[c, i, S_INDEX], traj, dest, legs, r, 0, 1, held)
-                got += 1
-    return got
-
-
-@njit(cache=True)
-def take_dispatch(P, DIST, DIRT, SL, JB, JH, JRD, JRR, PR, QH, QRD, MS, SC, beat, tmp):
-    """``ddr.take_dispatch``."""
-    n, K = P[P_N], P[P_K]
-    kind, expert, entry, traj = beat[1], beat[2], beat[3], beat[4]
-    if (
-        traj == 0
-        or traj >> n
-        or not 0 <= entry < n
-        or not (traj >> entry) & 1
-        or not (0 <= expert < P[P_E])
-    ):
-        SC[X_BAD] = 1
-        return
-    if kind != DISPATCH:
-        for k in range(P[P_NPRE]):
-            if not PR[k, Q_VALID]:
-                route_tables(traj, n, DIST, QH[k], QRD[k], tmp)
-                got = bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)
-                PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
-                PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, got, MS[expert]
-                break
-        return
-    if JB[entry, J_VALID]:
-        SC[X_BAD] = 1
-        return
-    route_tables(traj, n, DIST, JH[entry], JRD[entry], JRR[entry])
-    loaded = bind_ahead(P, DIRT, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
-    count = MS[expert]
-    for k in range(P[P_NPRE]):
-        if PR[k, Q_VALID] and PR[k, Q_EXPERT] == expert:
-            loaded, count = PR[k, Q_LOADED], PR[k, Q_COUNT]
-            PR[k, Q_VALID] = 0
-            for c in range(n):  # its chiplet, or any with a channel each or ones loaded ahead
-                for i in range(K):
-                    if SL[c, i, S_BUSY] and SL[c, i, S_HELD] and SL[c, i, S_EXPERT] == expert:
-                        SL[c, i, S_HELD] = 0
-            break
-    JB[entry, J_VALID], JB[entry, J_EXPERT], JB[entry, J_TRAJ] = 1, expert, traj
-    JB[entry, J_LOADED], JB[entry, J_RETIRED], JB[entry, J_TARGET] = loaded, 0, entry
-    JB[entry, J_COUNT] = count
-
-
-@njit(cache=True)
-def horizon(P, SL, CH, FF, FQ, GP, SC):
+def counters_horizon(S):
     """``StreamingArray._counters_horizon``."""
+    P, SL, CH, FF, FQ, GP, SC = S[AT_P], S[AT_SL], S[AT_CH], S[AT_FF], S[AT_FQ], S[AT_GP], S[AT_SC]
     n, K = P[P_N], P[P_K]
     h = -1
     for c in range(n):
@@ -918,8 +1085,9 @@ def horizon(P, SL, CH, FF, FQ, GP, SC):
 
 
 @njit(cache=True)
-def fast_forward(P, SL, CH, GP, SC, k):
+def fast_forward(S, k):
     """``StreamingArray.fast_forward`` by ``k`` cycles."""
+    P, SL, CH, GP, SC = S[AT_P], S[AT_SL], S[AT_CH], S[AT_GP], S[AT_SC]
     n, K = P[P_N], P[P_K]
     for c in range(n):
         for i in range(K):
@@ -940,8 +1108,9 @@ def fast_forward(P, SL, CH, GP, SC, k):
 
 
 @njit(cache=True)
-def idle(P, SL, CH, JB, PR, FQ, SC):
+def idle(S):
     """``StreamingArray.idle``."""
+    P, SL, CH, JB, PR, FQ, SC = S[AT_P], S[AT_SL], S[AT_CH], S[AT_JB], S[AT_PR], S[AT_FQ], S[AT_SC]
     for c in range(P[P_N]):
         if CH[c, C_CNT]:
             return False
@@ -961,8 +1130,8 @@ def idle(P, SL, CH, JB, PR, FQ, SC):
 
 @njit(cache=True)
 def count_why(P, ddr_why, pe_why, more, started, computed, expected, DI, PI, DW, PW, weight):
-    """The simulator's idle causes (``_ddr_cause``, ``_pe_cause``) of one cycle, counted with
-    ``weight``; ``DW``/``PW`` keep them for the cycles a skip repeats."""
+    """``fsedp.sim.fsedp._ddr_cause`` and ``_pe_cause``: the simulator's idle causes of one
+    cycle, counted with ``weight``; ``DW``/``PW`` keep them for the cycles a skip repeats."""
     for ch in range(P[P_CHAN]):
         w = ddr_why[ch]
         if w == D_NONE:
@@ -986,6 +1155,7 @@ def count_why(P, ddr_why, pe_why, more, started, computed, expected, DI, PI, DW,
 
 @njit(cache=True)
 def recount(P, DI, PI, DW, PW, weight):
+    """``fsedp.sim.fsedp._count`` of the causes :func:`count_why` kept, over skipped cycles."""
     for ch in range(P[P_CHAN]):
         if DW[ch] >= 0:
             DI[DW[ch]] += weight
@@ -996,13 +1166,13 @@ def recount(P, DI, PI, DW, PW, weight):
 
 @njit(cache=True)
 def run(S, B, BT, nbeats, in_round, plan_n):
-    """Run the layer's cycles until a job finishes (returns its done mask, the scheduler is
-    asked for more beats), the layer ends (returns 0) or nothing can happen any more (returns
-    :data:`STALLED`, the state as it is: ``fsedp.sw.streaming.watchdog``, the same cycle as
-    the Python loop's).  ``BT[b] = (kind, expert, entry,
-    traj)`` are the beats to present, one per cycle from ``SC[X_BPOS]`` on; ``S`` is the
-    state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
-    P, NB, DIRT, DIST, SL, CH, JB, JH, JRD, JRR, PR, QH, QRD, FF, FQ, GP, TK, MS, SC = S
+    """``fsedp.sim.fsedp.fsedp_layer``'s cycle loop: run the layer's cycles until a job
+    finishes (returns its done mask, the scheduler is asked for more beats), the layer ends
+    (returns 0) or nothing can happen any more (returns :data:`STALLED`, the state as it is:
+    ``fsedp.sw.streaming.watchdog``, the same cycle as the Python loop's).  ``BT[b] = (kind,
+    expert, entry, traj)`` are the beats to present, one per cycle from ``SC[X_BPOS]`` on;
+    ``S`` is the state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
+    P, CH, SC = S[AT_P], S[AT_CH], S[AT_SC]
     DI, PI, DW, PW, started, computed, expected, peak, links, ddr_per, busy, TL, EVL = B
     n = P[P_N]
     ddr_why = np.zeros(P[P_CHAN], np.int64)
@@ -1013,7 +1183,7 @@ def run(S, B, BT, nbeats, in_round, plan_n):
     st = (ddr_why, pe_why, occ, EVL, links, ddr_per, ended, busy)
     width = max(2 * n + 2, P[P_CHAN], P[P_NPRE], 4)
     ws = (
-        np.zeros((24, width), np.int64),
+        np.zeros((NW, width), np.int64),
         np.zeros((n, 4), np.int64),
         np.zeros((2 * n + 2, 7), np.int64),
         np.zeros((n, P[P_K]), np.int64),
@@ -1022,10 +1192,10 @@ def run(S, B, BT, nbeats, in_round, plan_n):
     # a skip that was due when the last call returned for the scheduler
     if SC[X_FF] > 1 and SC[X_BPOS] >= nbeats:
         k = SC[X_FF] - 1
-        fast_forward(P, SL, CH, GP, SC, k)
+        fast_forward(S, k)
         recount(P, DI, PI, DW, PW, k)
     SC[X_FF] = 0
-    while in_round or SC[X_BPOS] < nbeats or not idle(P, SL, CH, JB, PR, FQ, SC):
+    while in_round or SC[X_BPOS] < nbeats or not idle(S):
         SC[X_STEPS] += 1
         cycle = SC[X_CYCLE]
         b = SC[X_BPOS]
@@ -1059,10 +1229,10 @@ def run(S, B, BT, nbeats, in_round, plan_n):
         if done:
             SC[X_FF] = h
             return done
-        if h < 0 and SC[X_BPOS] >= nbeats and (in_round or not idle(P, SL, CH, JB, PR, FQ, SC)):
+        if h < 0 and SC[X_BPOS] >= nbeats and (in_round or not idle(S)):
             return STALLED  # the progress watchdog: every further cycle is this one again
         if SC[X_BPOS] >= nbeats and h > 1:
-            fast_forward(P, SL, CH, GP, SC, h - 1)
+            fast_forward(S, h - 1)
             recount(P, DI, PI, DW, PW, h - 1)
     return 0
 

@@ -35,7 +35,7 @@ import math
 from collections import namedtuple
 
 from fsedp.params import BeatKind
-from fsedp.sim.fast import by_cycle
+from fsedp.sim.fast import Event, by_cycle
 
 __all__ = [
     "KINDS",
@@ -57,8 +57,8 @@ _DIRECTION = ("north", "east", "south", "west")
 #: FSE-DP variants whose decisions can be replayed from a layer alone (a fresh scheduler per
 #: layer; A5's scheduler carries its request table from layer to layer).
 REPLAYED = ("A1", "A2", "A3", "A4", "A6")
-#: Event-log kinds (:func:`fsedp.sim.fast.python_events`).
-_LOAD, _TRANSFER, _COMPUTE = 0, 1, 2
+#: Event-log kinds (:class:`fsedp.sim.fast.Event`).
+_LOAD, _TRANSFER, _COMPUTE = Event.LOAD, Event.TRANSFER, Event.COMPUTE
 
 #: One activity span: cycles ``[start, end)`` on ``chiplet``; ``args`` what else is known.
 Span = namedtuple("Span", "chiplet kind start end expert micro_slice args")

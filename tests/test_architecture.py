@@ -4,19 +4,19 @@ the layers, or between the two independent branches of one layer, fails with its
 line.  Imports inside functions count too: a lazy import is still a dependency."""
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: top-level folder -> package it is installed as (pyproject.toml's package-dir)
+#: top-level folder -> package it is installed as (pyproject.toml's package-dir, read)
 FOLDERS = {
-    "fsedp": "fsedp",
-    "hw": "fsedp.hw",
-    "sw": "fsedp.sw",
-    "sim": "fsedp.sim",
-    "tb": "fsedp.tb",
+    folder: package
+    for package, folder in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+        "setuptools"
+    ]["package-dir"].items()
 }
 
 #: Bottom to top.  Each layer is a list of branches; a branch is a list of module prefixes.

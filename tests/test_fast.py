@@ -250,3 +250,105 @@ def test_fallback_is_said_once(monkeypatch, caplog):
         assert fast.streaming_engine() == "python" and fast.streaming_engine() == "python"
     said = [r for r in caplog.records if "numba is not available" in r.getMessage()]
     assert len(said) == 1
+
+
+# -- one description, two interpreters: the kernel's functions and their counterparts -----------
+def _counterpart(doc: str):
+    """The object a kernel function's docstring opens with (``module.function``), resolved
+    as the kernel's docstrings write it: relative to the streaming package, its ``array``
+    or ``ring_buffer`` module, ``fsedp.params``, or absolute."""
+    import builtins
+    import importlib
+    import re
+
+    m = re.match(r"\s*``([\w.]+)``", doc or "")
+    if m is None:
+        return None, None
+    name = m.group(1)
+    for base in ("", "fsedp.sw.streaming.", "fsedp.sw.streaming.array.",
+                 "fsedp.sw.streaming.ring_buffer.", "fsedp.params."):  # fmt: skip
+        parts = (base + name).split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[i:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                break
+            return name, obj
+    obj = builtins
+    for attr in name.split("."):
+        obj = getattr(obj, attr, None)
+    return name, obj
+
+
+def _kernel_functions() -> dict:
+    from numba.core.registry import CPUDispatcher
+
+    from fsedp.sim import fast_kernel
+
+    return {
+        name: f
+        for name, f in vars(fast_kernel).items()
+        if isinstance(f, CPUDispatcher) and f.py_func.__module__ == fast_kernel.__name__
+    }
+
+
+def test_kernel_functions_name_their_golden_counterpart():
+    """Every compiled function opens its docstring with the golden (or simulator) function
+    it interprets, and that function exists; one named after a golden module's function
+    (``router_accept``) interprets that very function (``router.accept``); and every
+    function of the streaming golden model's blocks has its interpretation."""
+    from fsedp.sw.streaming import compute, ddr, probe, ring_buffer, router
+
+    named = set()
+    for name, f in _kernel_functions().items():
+        said, obj = _counterpart(f.py_func.__doc__)
+        assert said is not None, f"fast_kernel.{name}: its docstring names no counterpart"
+        assert obj is not None, f"fast_kernel.{name}: ``{said}`` does not exist"
+        named.add(said)
+        for mod in ("ring_buffer", "router", "ddr", "compute", "probe"):
+            if name.startswith(mod + "_"):
+                want = name.removeprefix(mod + "_")
+                assert said in (f"{mod}.{want}", f"{mod}.{name}"), (name, said)
+    for mod in (ring_buffer, router, ddr, compute, probe):
+        short = mod.__name__.rsplit(".", 1)[1]
+        for fn in mod.__all__:
+            obj = getattr(mod, fn)
+            if callable(obj) and not isinstance(obj, type) and fn != "load_ahead":
+                # load_ahead runs once before a layer, in Python (fast.run_layer)
+                assert f"{short}.{fn}" in named or any(
+                    f"``{short}.{fn}``" in (g.py_func.__doc__ or "")
+                    for g in _kernel_functions().values()
+                ), f"{short}.{fn} has no compiled interpretation"
+
+
+def test_architecture_table_pairs_each_kernel_function_with_its_counterpart():
+    """``docs/architecture.md``'s table of interpreters: every kernel function that mirrors a
+    golden one (or a ``fsedp.params`` one) is in the row of its counterpart."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = page.split("## One rule, its interpreters", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| rule")]
+    cells = [[re.findall(r"`([^`]+)`", c) for c in r.strip("|").split("|")] for r in rows]
+    seen = set()
+    for name, f in _kernel_functions().items():
+        said, obj = _counterpart(f.py_func.__doc__)
+        obj = obj.fget if isinstance(obj, property) else obj
+        module = getattr(obj, "__module__", "") or ""
+        qual = getattr(obj, "__qualname__", "")
+        if not (module.startswith("fsedp.sw.streaming") or module == "fsedp.params"):
+            continue  # the simulator's bookkeeping and builtins have no row
+        if "." in qual and qual.split(".")[0] not in ("DatapathParams", "Slot", "StreamingArray"):
+            continue
+        row = [c for c in cells if name in c[2]]
+        assert len(row) == 1, f"fast_kernel.{name} is in {len(row)} rows of the table"
+        assert said in row[0][1] or f"fsedp.params.{said}" in row[0][1], (name, said, row[0][1])
+        seen.add(name)
+    listed = {n for c in cells for n in c[2]}
+    assert listed <= seen | {"ring_after"}, listed - seen

@@ -28,10 +28,17 @@ Compute unit (``None`` = computing)
 
 from fsedp.sw.streaming.ddr import within_window
 
-__all__ = ["DDR_REASONS", "PE_REASONS", "ddr_idle", "pe_idle"]
+__all__ = ["DDR_REASONS", "PE_REASONS", "DDR_CAUSES", "PE_CAUSES", "ddr_idle", "pe_idle"]
 
 DDR_REASONS = ("stall", "full", "admission", "preload", "window", "none")
 PE_REASONS = ("ddr", "link", "held", "none")
+#: The simulator's idle causes (``fsedp.sim.fsedp``, ``docs/simulator.md``): a probe's
+#: reason, with ``none`` split by when it happens -- a DDR channel with nothing to load
+#: waits for the scheduler's next ``dispatch`` or is in the layer's ``drain``; a compute unit
+#: idles before its first computation (``fill``), after its last (``drain``) or in between
+#: with nothing under way (``starved``).  The compiled engine indexes these tuples.
+DDR_CAUSES = DDR_REASONS + ("dispatch", "drain")
+PE_CAUSES = PE_REASONS + ("fill", "drain", "starved")
 
 
 def ddr_idle(arr, inp, used, issues, free2) -> list:
