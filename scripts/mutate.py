@@ -41,6 +41,8 @@ RTL = ["tests/test_blocks_amaranth.py", "tests/test_rtl_amaranth.py"]
 DATAPATH = ["tests/test_datapath_rtl.py"]
 FORMAL = ["tests/test_formal.py"]
 FAST = ["tests/test_fast.py"]
+SIM = ["tests/test_sim.py"]
+TRACE = ["tests/test_trace.py"]
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,23 @@ MUTANTS = [
         "golden model: a micro-slice loaded ahead off its expert's trajectory binds as if "
         "it were on it (computed where the expert has no tokens)",
         STREAM,
+    ),
+    # -- derived values a rounding or an index could slip (issue 31's held-out check) --------
+    M(
+        "ddr-bound-floor",
+        "sim/baselines.py",
+        "ddr = math.ceil(moved * dp.ddr_interval / n)",
+        "ddr = moved * dp.ddr_interval // n",
+        "the DDR lower bound rounded down: a bound no schedule can meet",
+        SIM,
+    ),
+    M(
+        "jsonl-positions-global",
+        "fsedp/trace/io.py",
+        "position = meta[:, 0, 1] if (has[:, 0] & 2).all() else _positions(request)",
+        "position = meta[:, 0, 1] if (has[:, 0] & 2).all() else np.arange(len(request))",
+        "a JSON-lines trace without positions: positions counted over the file, not per request",
+        TRACE,
     ),
     M(
         "ahead-off-trajectory-compiled",

@@ -299,3 +299,23 @@ def test_a5_slack_is_a_parameter(tmp_path):
     ratio = qos[0.3]["slack_us"]["max"] / qos[0.1]["slack_us"]["max"]
     assert 2 < ratio <= 3.01
     assert qos[0.3]["deferrals"] >= qos[0.1]["deferrals"]
+
+
+def test_bounds_round_up_exactly():
+    """The layer's lower bounds pinned on a case where a division does not come out even:
+    5 streamed micro-slices over 4 channels at 3 cycles each is 15 / 4 = 3.75 -> 4 cycles
+    (rounding down would claim a bound no schedule can meet); 7 tokens x 5 micro-slices x 3
+    cycles over 4 chiplets = 105 / 4 = 26.25 -> 27."""
+    from types import SimpleNamespace
+
+    from fsedp.params import DatapathParams
+    from fsedp.sim.baselines import bounds
+
+    dp = DatapathParams(rows=2, cols=2, micro_slices=5, ddr_interval=3, cycles_per_token=3)
+    setup = SimpleNamespace(chiplets=4, dp=dp)
+    counts = np.array([7, 0, 0, 0])
+    assert bounds(setup, counts) == (4, 27)
+    # one micro-slice loaded ahead: 4 x 3 / 4 = 3 exactly
+    assert bounds(setup, counts, ahead=1) == (3, 27)
+    # the slice table [D13]: 3 micro-slices -> 9 / 4 -> 3; 7 x 3 x 3 = 63 / 4 -> 16
+    assert bounds(setup, counts, slices=np.array([3, 5, 5, 5])) == (3, 16)

@@ -284,3 +284,22 @@ def test_load_flame_errors(tmp_path):
         assert str(ei.value).startswith(f"{p}: {field}: ")
     e = pytest.raises(InputError, load_flame, tmp_path / "ok.npz", part="decode").value
     assert e.field == "decode_topk_experts"
+
+
+def test_jsonl_positions_without_a_position_count_per_request(tmp_path):
+    """A JSON-lines trace whose records name requests but no positions: each token's
+    position is its order within its own request (requests interleaved 0 1 0 1 1 give
+    positions 0 0 1 1 2), not its order in the file."""
+    import json
+
+    from fsedp.trace.io import load_jsonl
+
+    path = tmp_path / "t.jsonl"
+    lines = [
+        {"token": t, "layer": 0, "experts": [t % 4], "request": r}
+        for t, r in enumerate([0, 1, 0, 1, 1])
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    t = load_jsonl(path, num_experts=4)
+    assert t.request.tolist() == [0, 1, 0, 1, 1]
+    assert t.position.tolist() == [0, 0, 1, 1, 2]
