@@ -33,6 +33,7 @@ __all__ = [
     "table",
     "MAX_STR",
     "MAX_ITEMS",
+    "number_text",
 ]
 
 #: Longest string a field takes (names, trace paths).
@@ -64,14 +65,16 @@ class Spec:
             return f"non-empty, at most {MAX_STR} characters"
         if self.kind is bool:
             return "true | false"
-        return f"{_num(self.lo)}..{_num(self.hi)}"
+        return f"{number_text(self.lo)}..{number_text(self.hi)}"
 
     def item(self) -> "Spec":
         """The spec of one item of a list field."""
         return Spec(self.items, self.lo, self.hi, self.unit, self.doc, self.choices)
 
 
-def _num(v) -> str:
+def number_text(v) -> str:
+    """A bound as the docs and ``--help`` write it: ``any`` for none, ``2**k`` for a large
+    power of two, floats in short form."""
     if v is None:
         return "any"
     if isinstance(v, int) and v >= 2**16 and v & (v - 1) == 0:

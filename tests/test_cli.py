@@ -394,3 +394,38 @@ def test_failing_datapath_run_records_its_failing_layer(monkeypatch, capsys):
     assert calls == [(30, 3, False), (7, 3, True)]
     run = doc["runs"][0]
     assert run["waves"] == "/tmp/dump.vcd" and run["waves_layer"] == 6
+
+
+def test_help_states_the_parsers_own_defaults_and_ranges():
+    """``--help`` is generated from the declarations (``fsedp.cli.common.HelpFormatter``):
+    every option with a default shows it, and a number a help text states as a default or a
+    range is the one the parser holds; no text restates a value that can drift from it."""
+    import argparse
+    import re
+
+    from fsedp.cli import _parsers, build_parser
+    from fsedp.cli.common import HelpFormatter, default_text
+
+    checked = 0
+    for parser in _parsers(build_parser()):
+        prog = parser.prog
+        fmt = HelpFormatter(prog)
+        for a in parser._actions:
+            if not a.option_strings or a.help in (None, argparse.SUPPRESS):
+                continue
+            text = fmt._get_help_string(a) % {"default": a.default}
+            where = f"{prog} {a.option_strings[0]}: {text!r}"
+            concrete = not any(a.default is x for x in (None, False, argparse.SUPPRESS))
+            if concrete and a.nargs != 0:
+                assert "default" in text, where
+            for said in re.findall(r"default:? (-?[0-9][0-9.e+-]*)(?=[);,]|$)", text):
+                assert concrete, where
+                if isinstance(a.default, (int, float)):
+                    assert float(said) == float(a.default), where
+                else:
+                    assert default_text(a.default).startswith(said), where
+            rng = getattr(a.type, "range_text", None)
+            for lo, hi in re.findall(r"\((\S+)\.\.(\S+?)[;)]", text):
+                assert rng == f"{lo}..{hi}" or rng == f"{lo}..{hi} or none", where
+            checked += 1
+    assert checked > 150

@@ -104,7 +104,7 @@ def add_parsers(sub):
         "--theta",
         default="1,2",
         help="BuddyMoE cold thresholds: an expert with at most theta of an iteration's "
-        "tokens may be replaced by buddies (default 1,2; empty: none)",
+        "tokens may be replaced by buddies (empty: none)",
     )
     c.add_argument(
         "--buddy-cap",
@@ -116,13 +116,13 @@ def add_parsers(sub):
     c.add_argument(
         "--prism",
         default="6",
-        help="MoE-Prism: sub-experts kept per token, of top_k x S (default 6; empty: none)",
+        help="MoE-Prism: sub-experts kept per token, of top_k x S (empty: none)",
     )
     c.add_argument(
         "--budget",
         default="3,2",
         help="MoE-Prism: sub-experts of an expert streamed per iteration, of S, the ones its "
-        "tokens score highest (default 3,2; empty: none)",
+        "tokens score highest (empty: none)",
     )
     c.add_argument(
         "--selector",
@@ -136,7 +136,7 @@ def add_parsers(sub):
         "--sub-experts",
         type=positive("--sub-experts", 64),
         default=4,
-        help="MoE-Prism: sub-experts S per expert (default 4)",
+        help="MoE-Prism: sub-experts S per expert",
     )
     c.add_argument(
         "--tokens",

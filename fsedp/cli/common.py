@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fsedp.config import config_path, default_run, load_run
 from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.fields import check, number_text, specs
 from fsedp.files import output_dir, write_text
 
 __all__ = [
@@ -56,13 +57,50 @@ def usage(option: str, reason: str) -> InputError:
     return InputError(COMMAND_LINE, option, reason)
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help generated from the declarations, never restated by hand: an option's range is
+    its converter's (``range_text``, from :func:`int_at_least`, :func:`number` or a declared
+    field's :class:`~fsedp.fields.Spec`, :func:`field_value`), its default the parser's own;
+    ``--help`` shows ``(range; default value)`` after the text.  A help text that explains
+    its default in words (``default: the link's``) keeps them; ``tests/test_cli.py`` checks
+    that no help text states a number the parser does not hold."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if text == argparse.SUPPRESS or not action.option_strings:
+            return text
+        said = []
+        rng = getattr(action.type, "range_text", None)
+        if rng and rng not in text:
+            said.append(rng)
+        default = action.default
+        if (
+            "default" not in text
+            and not any(default is x for x in (None, argparse.SUPPRESS, False))
+            and action.nargs != 0
+        ):
+            said.append(f"default {default_text(default)}")
+        return f"{text} ({'; '.join(said)})" if said else text
+
+
+def default_text(v) -> str:
+    """An option's default as ``--help`` shows it (``%`` escaped for argparse)."""
+    if isinstance(v, float):
+        v = f"{v:g}"
+    elif isinstance(v, (list, tuple)):
+        v = ",".join(map(str, v))
+    return str(v).replace("%", "%%")
+
+
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one :class:`~fsedp.errors.InputError` line (not
-    argparse's usage dump), and which takes option values that begin with a dash
-    (``--build-opt -O0``, ``--seed -1`` is then refused by the option's own check)."""
+    argparse's usage dump), which takes option values that begin with a dash
+    (``--build-opt -O0``, ``--seed -1`` is then refused by the option's own check), and
+    whose help shows ranges and defaults from the declarations (:class:`HelpFormatter`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message):
@@ -97,7 +135,51 @@ def int_at_least(name: str, low: int, high: int = 2**31):
             )
         return v
 
+    conv.range_text = f"{number_text(low)}..{number_text(high)}"
     return conv
+
+
+def field_value(cls, field: str, option: str):
+    """Converter of an option that sets the declared field ``field`` of ``cls`` (a
+    :func:`~fsedp.fields.spec` dataclass such as :class:`~fsedp.params.SchedulerParams`):
+    parsed by the field's type and checked against its range, which ``--help`` shows."""
+    s = specs(cls)[field]
+
+    def conv(text):
+        v = text
+        if s.kind is int:
+            try:
+                v = int(text)
+            except ValueError:
+                raise usage(option, f"must be an integer, not {text[:40]!r}") from None
+        elif s.kind is float:
+            try:
+                v = float(text)
+            except ValueError:
+                raise usage(option, f"must be a number, not {text[:40]!r}") from None
+        return check(COMMAND_LINE, option, s, v)
+
+    conv.range_text = s.range_text()
+    return conv
+
+
+def field_options(parser, cls, names, default: str = "the config's"):
+    """One option per declared field of ``cls`` in ``names`` (``--eit-lanes`` for
+    ``eit_lanes``), generated from its :class:`~fsedp.fields.Spec`: the field's meaning as the
+    help, its range or choices as the check, ``default`` as the default in words (unset
+    options leave the field alone: ``None``, or ``False`` for a switch)."""
+    for name, s in ((n, specs(cls)[n]) for n in names):
+        option = "--" + name.replace("_", "-")
+        unit = f", {s.unit}" if s.unit else ""
+        if s.kind is bool:
+            help_ = f"{s.doc}{unit} (default: {default})"
+            parser.add_argument(option, action="store_true", help=help_)
+        elif s.choices:
+            help_ = f"{s.doc}{unit} (default: {default})"
+            parser.add_argument(option, choices=s.choices, help=help_)
+        else:
+            help_ = f"{s.doc}{unit} ({s.range_text()}; default: {default})"
+            parser.add_argument(option, type=field_value(cls, name, option), help=help_)
 
 
 def model_configs(name: str, many: bool = False):
@@ -134,13 +216,25 @@ def number(name: str, lo: float | None = None, hi: float | None = None):
             raise usage(name, f"must be in [{lo}, {hi}], not {v:g}")
         return v
 
+    if lo is not None and hi is not None:
+        conv.range_text = f"{number_text(lo)}..{number_text(hi)}"
+    elif lo is not None:
+        conv.range_text = f">= {number_text(lo)}"
+    elif hi is not None:
+        conv.range_text = f"<= {number_text(hi)}"
     return conv
 
 
 def opt_number(name: str, lo: float | None = None, hi: float | None = None):
     """:func:`number`, or ``none`` for no value."""
     conv = number(name, lo, hi)
-    return lambda text: None if text.lower() == "none" else conv(text)
+
+    def opt(text):
+        return None if text.lower() == "none" else conv(text)
+
+    if hasattr(conv, "range_text"):
+        opt.range_text = conv.range_text + " or none"
+    return opt
 
 
 def emit(args, doc: dict, text: str):

@@ -86,50 +86,34 @@ def add_parsers(sub):
     t = lsub.add_parser(
         "train", parents=[DATA], help="train tokenizer and model (needs torch: the 'model' extra)"
     )
-    t.add_argument("--out", default="build/lm", help="output folder (default build/lm)")
-    t.add_argument(
-        "--steps", type=positive("--steps"), default=3200, help="optimizer steps (default 3200)"
-    )
-    t.add_argument(
-        "--batch", type=positive("--batch"), default=24, help="sequences per step (default 24)"
-    )
+    t.add_argument("--out", default="build/lm", help="output folder")
+    t.add_argument("--steps", type=positive("--steps"), default=3200, help="optimizer steps")
+    t.add_argument("--batch", type=positive("--batch"), default=24, help="sequences per step")
     t.add_argument(
         "--lr",
         type=number("--lr", 0.0, 1.0),
         default=3e-3,
-        help="peak learning rate (default 3e-3)",
+        help="peak learning rate",
     )
     t.add_argument(
         "--aux",
         type=number("--aux", 0.0, 10.0),
         default=0.03,
-        help="weight of the load-balancing loss (default 0.03)",
+        help="weight of the load-balancing loss",
     )
-    t.add_argument(
-        "--seed", type=int, default=0, help="seed of data order and initialisation (default 0)"
-    )
-    t.add_argument(
-        "--layers", type=positive("--layers"), default=4, help="transformer layers (default 4)"
-    )
+    t.add_argument("--seed", type=int, default=0, help="seed of data order and initialisation")
+    t.add_argument("--layers", type=positive("--layers"), default=4, help="transformer layers")
     t.add_argument(
         "--experts",
         type=positive("--experts"),
         default=16,
-        help="routed experts per layer (default 16)",
+        help="routed experts per layer",
     )
-    t.add_argument(
-        "--top-k", type=positive("--top-k"), default=2, help="experts per token (default 2)"
-    )
-    t.add_argument(
-        "--d-model", type=positive("--d-model"), default=128, help="hidden size (default 128)"
-    )
-    t.add_argument(
-        "--d-ffn", type=positive("--d-ffn"), default=128, help="neurons per expert (default 128)"
-    )
-    t.add_argument("--shared-experts", type=int, default=0, help="always-on experts (default 0)")
-    t.add_argument(
-        "--vocab", type=positive("--vocab"), default=2048, help="BPE vocabulary (default 2048)"
-    )
+    t.add_argument("--top-k", type=positive("--top-k"), default=2, help="experts per token")
+    t.add_argument("--d-model", type=positive("--d-model"), default=128, help="hidden size")
+    t.add_argument("--d-ffn", type=positive("--d-ffn"), default=128, help="neurons per expert")
+    t.add_argument("--shared-experts", type=int, default=0, help="always-on experts")
+    t.add_argument("--vocab", type=positive("--vocab"), default=2048, help="BPE vocabulary")
     t.set_defaults(func=cmd_lm_train, out_kind="folder")
     e = lsub.add_parser(
         "eval",
@@ -153,7 +137,7 @@ def add_parsers(sub):
         "--max-tokens",
         type=positive("--max-tokens"),
         default=8192,
-        help="test tokens to route (default 8192)",
+        help="test tokens to route",
     )
     r.add_argument("--weights", default=None, help="weights .npz (default: the committed model)")
     r.add_argument("--tokenizer", default=None, help="tokenizer.json (default: the committed one)")

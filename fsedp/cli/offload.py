@@ -243,14 +243,12 @@ def add_parsers(sub):
         "routing-only figures of fetching on demand. See docs/offload.md.",
     )
     g = o.add_argument_group("run")
-    g.add_argument(
-        "--policy", choices=POLICIES, default="demand", help="miss policy (default demand)"
-    )
+    g.add_argument("--policy", choices=POLICIES, default="demand", help="miss policy")
     g.add_argument(
         "--cache-rate",
         type=number("--cache-rate", 0.0, 1.0),
         default=0.5,
-        help="resident share of each layer's experts c (default 0.5)",
+        help="resident share of each layer's experts c",
     )
     g.add_argument(
         "--prefetch",
@@ -264,16 +262,14 @@ def add_parsers(sub):
         default=None,
         help="units prefetched per layer and step (default: cache capacity / 4)",
     )
-    g.add_argument(
-        "--batch", type=positive("--batch"), default=16, help="tokens per step (default 16)"
-    )
+    g.add_argument("--batch", type=positive("--batch"), default=16, help="tokens per step")
     g.add_argument(
         "--max-tokens",
         type=positive("--max-tokens"),
         default=16384,
-        help="held-out test tokens evaluated (default 16384)",
+        help="held-out test tokens evaluated",
     )
-    g.add_argument("--seed", type=int, default=0, help="seed of random substitution (default 0)")
+    g.add_argument("--seed", type=int, default=0, help="seed of random substitution")
     g.add_argument(
         "--trace",
         default=None,
@@ -307,7 +303,7 @@ def add_parsers(sub):
         "--link",
         choices=sorted(LINKS),
         default="pcie4",
-        help="pcie4: 25 GB/s, 10 us; ddr-chip: 102.4 GB/s, 0.1 us (default pcie4)",
+        help="pcie4: 25 GB/s, 10 us; ddr-chip: 102.4 GB/s, 0.1 us",
     )
     h.add_argument(
         "--bandwidth",
@@ -325,43 +321,35 @@ def add_parsers(sub):
         "--scale-to",
         type=model_configs("--scale-to"),
         default="deepseek-v2-lite",
-        help="model config whose expert size and FLOPs are modelled (default deepseek-v2-lite)",
+        help="model config whose expert size and FLOPs are modelled",
     )
-    h.add_argument(
-        "--tflops", type=number("--tflops", 1e-9), default=50.0, help="compute rate (default 50)"
-    )
+    h.add_argument("--tflops", type=number("--tflops", 1e-9), default=50.0, help="compute rate")
     h.add_argument(
         "--overhead-us",
         type=number("--overhead-us", 0.0),
         default=5.0,
-        help="launch overhead per expert and step (default 5)",
+        help="launch overhead per expert and step",
     )
     b = o.add_argument_group("BuddyMoE (Section 3)")
     b.add_argument(
         "--alpha",
         type=number("--alpha", 1e-9, 1.0),
         default=0.95,
-        help="CFT coverage (default 0.95)",
+        help="CFT coverage",
     )
-    b.add_argument(
-        "--k-max", type=positive("--k-max"), default=16, help="longest buddy list (default 16)"
-    )
+    b.add_argument("--k-max", type=positive("--k-max"), default=16, help="longest buddy list")
     b.add_argument(
         "--weighted",
         action="store_true",
         help="probability-weighted co-activation counts (default: binary)",
     )
-    b.add_argument(
-        "--eps", type=number("--eps", 0.0), default=1e-3, help="Laplace smoothing (default 1e-3)"
-    )
-    b.add_argument(
-        "--warmup", type=int, default=0, help="profiling tokens down-weighted (default 0)"
-    )
+    b.add_argument("--eps", type=number("--eps", 0.0), default=1e-3, help="Laplace smoothing")
+    b.add_argument("--warmup", type=int, default=0, help="profiling tokens down-weighted")
     b.add_argument(
         "--warmup-weight",
         type=number("--warmup-weight", 0.0, 1.0),
         default=0.5,
-        help="their weight (default 0.5)",
+        help="their weight",
     )
     b.add_argument(
         "--tau",
@@ -373,13 +361,13 @@ def add_parsers(sub):
         "--tau-pct",
         type=number("--tau-pct", 0.0, 100.0),
         default=15.0,
-        help="percentile of the layer's TAE used as tau (default 15)",
+        help="percentile of the layer's TAE used as tau",
     )
     b.add_argument(
         "--temperature",
         type=number("--temperature", 1e-9),
         default=1.0,
-        help="TAE temperature (default 1)",
+        help="TAE temperature",
     )
     b.add_argument(
         "--gamma",
@@ -406,28 +394,26 @@ def add_parsers(sub):
         "--eta",
         type=number("--eta", 0.0),
         default=0.0,
-        help="local router compatibility (default 0)",
+        help="local router compatibility",
     )
     b.add_argument(
         "--kappa",
         type=number("--kappa", 0.0, 1.0),
         default=0.0,
-        help="cross-link penalty (default 0)",
+        help="cross-link penalty",
     )
     b.add_argument(
         "--diversity",
         type=number("--diversity", 0.0, 1.0),
         default=0.5,
-        help="score factor per earlier use of a buddy by the token (default 0.5)",
+        help="score factor per earlier use of a buddy by the token",
     )
     b.add_argument(
         "--allow-reuse",
         action="store_true",
         help="allow a buddy the token already uses (default: Algorithm 1 forbids it)",
     )
-    b.add_argument(
-        "--search", type=positive("--search"), default=16, help="H: buddies searched (default 16)"
-    )
+    b.add_argument("--search", type=positive("--search"), default=16, help="H: buddies searched")
     b.add_argument(
         "--rho",
         type=lambda t: None if t.lower() == "none" else _nonneg("--rho")(t),
@@ -439,13 +425,13 @@ def add_parsers(sub):
         "--sub-experts",
         type=positive("--sub-experts"),
         default=4,
-        help="sub-experts per expert, contiguous neuron groups (default 4)",
+        help="sub-experts per expert, contiguous neuron groups",
     )
     p.add_argument(
         "--active",
         type=positive("--active"),
         default=4,
-        help="sub-experts run per chosen expert, the largest activation norms (default 4)",
+        help="sub-experts run per chosen expert, the largest activation norms",
     )
     p.add_argument(
         "--model",

@@ -19,6 +19,10 @@ from fsedp.log import logger
 
 _log = logger("prism")
 
+#: ``fsedp prism refactor``'s sub-experts S and annealing proposals, also ``prism curve``'s
+#: when it refactors itself
+REFACTOR_S, REFACTOR_ITERS = 4, 3000
+
 
 def cmd_prism_refactor(args):
     import time
@@ -170,7 +174,7 @@ def cmd_prism_curve(args):
         S = part.S
     model = load_lm()
     if ref is None:
-        S = 4 if args.sub_experts is None else args.sub_experts
+        S = REFACTOR_S if args.sub_experts is None else args.sub_experts
         _sub_experts(model, S)
     elif ref.cfg.vocab != model.cfg.vocab:
         raise usage(
@@ -182,7 +186,7 @@ def cmd_prism_curve(args):
     need_window(model, "--profile-tokens", args.profile_tokens, "profiling tokens")
     model, test, prof = lm_data(args.max_tokens, args.profile_tokens, data=args.data, model=model)
     if ref is None:
-        iters = 3000 if args.iters is None else args.iters
+        iters = REFACTOR_ITERS if args.iters is None else args.iters
         ref, _, _, _ = refactor_model(model, prof, S=S, iters=iters)
     naive, _, _ = refactor(model, profile_activations(model, prof, 2048), S=S, contiguous=True)
     say = (lambda K, row: _log.info(f"K = {K}: {row}")) if args.verbose else None
@@ -249,49 +253,49 @@ def add_parsers(sub):
     r.add_argument(
         "--model", default=None, help="weights to refactor (default: the committed model)"
     )
-    r.add_argument("--sub-experts", type=positive("--sub-experts"), default=4, help="S (default 4)")
+    r.add_argument("--sub-experts", type=positive("--sub-experts"), default=REFACTOR_S, help="S")
     r.add_argument(
         "--objective-k",
         type=positive("--objective-k"),
         default=2,
-        help="sub-experts kept in the objective (default 2)",
+        help="sub-experts kept in the objective",
     )
     r.add_argument(
         "--gates",
         type=positive("--gates"),
         default=4,
-        help="gate neurons per sub-expert (default 4)",
+        help="gate neurons per sub-expert",
     )
     r.add_argument(
         "--top-p",
         type=number("--top-p", 1e-6, 1.0),
         default=0.1,
-        help="share of a token's neurons counted active for co-activation (default 0.1)",
+        help="share of a token's neurons counted active for co-activation",
     )
     r.add_argument(
         "--t0",
         type=number("--t0", 0.0),
         default=0.01,
-        help="initial annealing temperature, relative to the initial cost (default 0.01)",
+        help="initial annealing temperature, relative to the initial cost",
     )
     r.add_argument(
         "--cooling",
         type=number("--cooling", 1e-6, 1.0),
         default=0.999,
-        help="per proposal (default 0.999)",
+        help="per proposal",
     )
     r.add_argument(
         "--iters",
         type=int_at_least("--iters", 0),
-        default=3000,
-        help="proposals per expert (default 3000)",
+        default=REFACTOR_ITERS,
+        help="proposals per expert",
     )
     r.add_argument("--seed", type=int, default=0)
     r.add_argument(
         "--profile-tokens",
         type=positive("--profile-tokens"),
         default=16384,
-        help="calibration tokens from WikiText-2 validation (default 16384)",
+        help="calibration tokens from WikiText-2 validation",
     )
     r.set_defaults(func=cmd_prism_refactor, out_kind="file")
     f = psub.add_parser(
@@ -307,34 +311,34 @@ def add_parsers(sub):
         "--steps",
         type=positive("--steps"),
         default=fd.steps,
-        help=f"training steps (default {fd.steps})",
+        help="training steps",
     )
     f.add_argument(
         "--batch",
         type=positive("--batch"),
         default=fd.batch,
-        help=f"windows per step (default {fd.batch})",
+        help="windows per step",
     )
     f.add_argument(
         "--lr",
         type=number("--lr", 1e-8, 1.0),
         default=fd.lr,
-        help=f"peak learning rate (default {fd.lr})",
+        help="peak learning rate",
     )
     f.add_argument(
         "--schedule",
         choices=SCHEDULES,
         default=fd.schedule,
-        help=f"the curriculum over the budget K (default {fd.schedule}; increasing is the paper's)",
+        help="the curriculum over the budget K (increasing is the paper's)",
     )
     f.add_argument(
         "--distill",
         type=number("--distill", 0.0, 1e6),
         default=fd.distill,
         help="weight of the oracle-distillation term (our addition; 0 is the paper's "
-        f"cross-entropy alone; default {fd.distill:g})",
+        "cross-entropy alone)",
     )
-    f.add_argument("--seed", type=int_at_least("--seed", 0), default=fd.seed)
+    f.add_argument("--seed", type=int_at_least("--seed", 0), default=fd.seed, help="seed")
     f.add_argument("--verbose", action="store_true", help="log the training loss")
     f.set_defaults(func=cmd_prism_finetune, out_kind="file")
     c = psub.add_parser(
@@ -347,26 +351,27 @@ def add_parsers(sub):
         "--sub-experts",
         type=positive("--sub-experts"),
         default=None,
-        help="S when refactoring now (default 4; not with --refactored)",
+        help="S when refactoring now (default: as prism refactor; not with --refactored)",
     )
     c.add_argument(
         "--iters",
         type=int_at_least("--iters", 0),
         default=None,
-        help="annealing proposals when refactoring now (default 3000; not with --refactored)",
+        help="annealing proposals when refactoring now (default: as prism refactor; not with "
+        "--refactored)",
     )
     c.add_argument(
         "--max-tokens",
         type=positive("--max-tokens"),
         default=8192,
-        help="held-out test tokens (default 8192)",
+        help="held-out test tokens",
     )
     c.add_argument("--profile-tokens", type=positive("--profile-tokens"), default=16384)
     c.add_argument(
         "--stable",
         type=lambda t: [number("--stable", 1.0, 100.0)(x) for x in t.split(",")],
         default=[1.5, 2.0],
-        help="perplexity ratios to the full model that count as stable (default 1.5,2.0)",
+        help="perplexity ratios to the full model that count as stable",
     )
     c.add_argument("--out", default=None, help="folder for curve.md, curve.json, curve.png")
     c.add_argument("--verbose", action="store_true")

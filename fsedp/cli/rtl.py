@@ -13,6 +13,7 @@ from fsedp.cli.common import (
     JSON,
     Parser,
     emit,
+    field_options,
     int_at_least,
     load_config,
     number,
@@ -29,13 +30,18 @@ from fsedp.params import SchedulerParams
 from fsedp.sw.sorter import SORTERS
 
 _log = logger("rtl")
+#: the scheduler generics the hardware commands take as options over the config's
+SCHEDULER_OVERRIDES = ("experts", "chiplets", "balance", "entry_dispatch", "sorter", "eit_lanes")
 
 
 def _params(args) -> SchedulerParams:
     cfg = load_config(args)
     p = cfg.scheduler_params()
-    names = ("experts", "chiplets", "balance", "entry_dispatch", "sorter", "eit_lanes")
-    over = {k: getattr(args, k) for k in names if getattr(args, k, None) not in (None, False)}
+    over = {
+        k: getattr(args, k)
+        for k in SCHEDULER_OVERRIDES
+        if not any(getattr(args, k, None) is x for x in (None, False))
+    }
     if over:
         try:
             p = dataclasses.replace(p, **over)
@@ -692,42 +698,12 @@ def add_parsers(sub):
         type=int_at_least("--show-rounds", 0),
         default=1,
         metavar="N",
-        help="print the full schedule of the first N rounds (default 1)",
+        help="print the full schedule of the first N rounds",
     )
     rr.set_defaults(func=cmd_rounds)
 
     def sizes(p):
-        p.add_argument(
-            "--experts",
-            type=positive("--experts", 4096),
-            help="override the number of experts (8..256)",
-        )
-        p.add_argument(
-            "--chiplets",
-            type=positive("--chiplets", 4096),
-            help="override the number of chiplets (4..16)",
-        )
-        p.add_argument(
-            "--balance",
-            type=int_at_least("--balance", 0),
-            help="the balanced order with this balance point in tokens (0..65535; A6); "
-            "default: the paired-load order",
-        )
-        p.add_argument(
-            "--entry-dispatch",
-            action="store_true",
-            help="a dispatch makes only its entry chiplet busy: experts at once (A6)",
-        )
-        p.add_argument(
-            "--sorter",
-            choices=SORTERS,
-            help="the RTL sorter's network (default: shuffle2; docs/blocks/sorter.md)",
-        )
-        p.add_argument(
-            "--eit-lanes",
-            type=positive("--eit-lanes", 4096),
-            help="experts per EIT bank word, re-merged per cycle on deferral (default 4)",
-        )
+        field_options(p, SchedulerParams, SCHEDULER_OVERRIDES)
 
     v = rsub.add_parser("verilog", parents=[CONFIG, JSON], help="write the Verilog of every block")
     sizes(v)

@@ -325,7 +325,7 @@ def add_parsers(sub):
         "--iterations",
         type=positive("--iterations", 100_000),
         default=1,
-        help="forward iterations (default 1)",
+        help="forward iterations",
     )
     run.add_argument(
         "--layers",
@@ -367,8 +367,8 @@ def add_parsers(sub):
         "--trace-layers",
         type=positive("--trace-layers", 1024),
         metavar="N",
-        help="with --trace-events: the first N layers of the last iteration (default 1, the "
-        "layer the report plots)",
+        help="with --trace-events: the first N layers of the last iteration (default: the "
+        "one layer the report plots)",
     )
     add_force(run)
     _executor_arguments(run)

@@ -54,35 +54,33 @@ def add_parsers(sub):
         "--policy",
         choices=["qos", "fifo", "fullbatch", "all"],
         default="all",
-        help="scheduler (default all)",
+        help="scheduler",
     )
     s.add_argument(
         "--load",
         choices=["low", "medium", "high", "all"],
         default="all",
-        help="offered load: 0.4, 0.7, 1.3 x FIFO's capacity at full quality (default all)",
+        help="offered load: 0.4, 0.7, 1.3 x FIFO's capacity at full quality",
     )
     s.add_argument(
         "--batching",
         choices=["static", "continuous"],
         default="static",
         help="static batches run to completion, or continuous batching: requests join and "
-        "leave the running batch at every step (default static)",
+        "leave the running batch at every step",
     )
     s.add_argument(
         "--duration",
         type=number("--duration", 1.0, 86_400.0),
         default=300.0,
-        help="seconds of arrivals (default 300)",
+        help="seconds of arrivals",
     )
-    s.add_argument(
-        "--max-batch", type=positive("--max-batch"), default=32, help="largest batch (default 32)"
-    )
+    s.add_argument("--max-batch", type=positive("--max-batch"), default=32, help="largest batch")
     s.add_argument(
         "--timeout",
         type=number("--timeout", 0.0),
         default=2.0,
-        help="timeout trigger, seconds a request may wait (default 2)",
+        help="timeout trigger, seconds a request may wait",
     )
     s.add_argument(
         "--slo",
@@ -94,16 +92,14 @@ def add_parsers(sub):
         "--scale-to",
         type=model_configs("--scale-to"),
         default="mixtral-8x7b",
-        help="model config whose sizes the performance model uses (default mixtral-8x7b)",
+        help="model config whose sizes the performance model uses",
     )
-    s.add_argument(
-        "--tflops", type=number("--tflops", 1e-9), default=150.0, help="compute rate (default 150)"
-    )
+    s.add_argument("--tflops", type=number("--tflops", 1e-9), default=150.0, help="compute rate")
     s.add_argument(
         "--bandwidth",
         type=number("--bandwidth", 1e-9),
         default=2000.0,
-        help="memory GB/s (default 2000)",
+        help="memory GB/s",
     )
     s.add_argument(
         "--curve",

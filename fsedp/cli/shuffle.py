@@ -80,49 +80,45 @@ def add_parsers(sub):
         "--devices",
         type=positive("--devices"),
         default=4,
-        help="expert-parallel devices (default 4)",
+        help="expert-parallel devices",
     )
     s.add_argument(
         "--fit",
         type=number("--fit", 0.01, 0.99),
         default=0.2,
-        help="share of tokens the tables and placements are fitted on (default 0.2)",
+        help="share of tokens the tables and placements are fitted on",
     )
     s.add_argument(
         "--slack",
         type=number("--slack", 0.0, 10.0),
         default=0.1,
-        help=(
-            "token-load relaxation: a device takes up to (1 + slack) of an even share (default 0.1)"
-        ),
+        help=("token-load relaxation: a device takes up to (1 + slack) of an even share"),
     )
-    s.add_argument(
-        "--cem-iters", type=positive("--cem-iters"), default=20, help="CEM iterations (default 20)"
-    )
+    s.add_argument("--cem-iters", type=positive("--cem-iters"), default=20, help="CEM iterations")
     s.add_argument(
         "--cem-samples",
         type=positive("--cem-samples"),
         default=32,
-        help="samples per iteration (default 32)",
+        help="samples per iteration",
     )
     s.add_argument(
         "--elite",
         type=number("--elite", 1e-6, 1.0),
         default=0.1,
-        help="elite fraction (default 0.1)",
+        help="elite fraction",
     )
     s.add_argument(
         "--methods",
         type=_methods,
         default="cem,metis,kmeans",
-        help="placements to compare (default cem,metis,kmeans)",
+        help="placements to compare",
     )
-    s.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    s.add_argument("--seed", type=int, default=0, help="first seed")
     s.add_argument(
         "--seeds",
         type=positive("--seeds", 30),
         default=1,
-        help="seeds run from --seed on: means with 95 %% intervals and CEM's margin (default 1)",
+        help="seeds run from --seed on: means with 95 %% intervals and CEM's margin",
     )
     s.add_argument(
         "--lm-embeddings",

@@ -111,7 +111,7 @@ def add_parsers(sub):
         "--fit",
         type=number("--fit", 0.01, 0.99),
         default=0.2,
-        help="share of tokens the predictors are fitted on (default 0.2)",
+        help="share of tokens the predictors are fitted on",
     )
     s.add_argument("--out", default=None, help="folder for stats.json, stats.md and PNG plots")
     s.set_defaults(func=cmd_trace_stats, out_kind="folder")
