@@ -5,14 +5,14 @@ Golden model: :class:`fsedp.sw.streaming.StreamingArray`.  Testbench:
 ``tb/tb_chiplet_array.py``.  Doc page: ``docs/blocks/datapath.md``.
 """
 
-from amaranth import Cat, Module
-from amaranth.lib import stream, wiring
+from amaranth import Module
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from fsedp.hw.chiplet import Chiplet
 from fsedp.hw.common import check_chiplet
 from fsedp.hw.ddr_ctrl import DDRController
-from fsedp.hw.layouts import dispatch_layout, event_layout, slices_layout, tokens_layout
+from fsedp.hw.layouts import dispatch_layout, events_layout, slices_layout, tokens_layout
 from fsedp.params import OPPOSITE, DatapathParams
 
 __all__ = ["ChipletArray"]
@@ -31,35 +31,44 @@ class ChipletArray(wiring.Component):
         Token-table writes (tokens of ``expert`` held on ``chiplet``) before a layer.
     slices : In(stream.Signature(slices_layout)), always ready; only with ``slice_table``
         Slice-table writes ([D13]): how many micro-slices ``expert`` streams, before a layer.
-    stall : In(4 * chiplets)
-        Bit ``4 c + d``: chiplet ``c``'s output link ``d`` (N/E/S/W) may not start a transfer
-        this cycle.  Test hook; tie to 0 in a product.
+    stall : In(ArrayLayout(4, chiplets))
+        ``stall[c]`` bit ``d``: chiplet ``c``'s output link ``d`` (N/E/S/W) may not start a
+        transfer this cycle (bit ``4 c + d`` of the port).  Test hook; tie to 0 in a product.
     ddr_stall : In(1)
         DDR busy this cycle.  Test hook; tie to 0 in a product.
-    events : Out(chiplets * event_layout)
+    events : Out(ArrayLayout(event_layout, chiplets))
         Per chiplet, the compute completion of this cycle (observation).
-    occupancy : Out(chiplets * free_bits)
+    occupancy : Out(ArrayLayout(free_bits, chiplets))
         Per chiplet, allocated ring-buffer slots (observation).
     idle : Out(1)
         No job, pre-load, load, micro-slice or completion is left anywhere.
     bad_dispatch, orphan : Out(1)
         Sticky error flags (see :class:`DDRController`).
+
+    Inside, ``wiring.connect`` joins every link output to its neighbour's opposite input
+    (mesh-edge ports stay idle), each chiplet's reservation, delivery (one channel: valid on
+    the target chiplet only), un-hold and retirement ports to the DDR controller's.
+
+    Latency: a DDR load is delivered :attr:`DDRController.latency` cycles after its issue; a
+    micro-slice crosses a link in ``link_cycles`` cycles.  Throughput: one dispatch beat
+    per cycle (always ready); one load per ``ddr_interval`` cycles per DDR channel.
     """
 
     def __init__(self, p: DatapathParams):
         check_chiplet(self, p)
         self.p = p
         n = p.chiplets
+        slices, st = slices_layout(p), p.slice_table
         super().__init__(
             {
-                "dispatch": In(stream.Signature(dispatch_layout(p))),
+                "dispatch": In(stream.Signature(dispatch_layout(p), always_ready=True)),
                 "done": Out(stream.Signature(n)),
-                "tokens": In(stream.Signature(tokens_layout(p))),
-                **({"slices": In(stream.Signature(slices_layout(p)))} if p.slice_table else {}),
-                "stall": In(4 * n),
+                "tokens": In(stream.Signature(tokens_layout(p), always_ready=True)),
+                **({"slices": In(stream.Signature(slices, always_ready=True))} if st else {}),
+                "stall": In(data.ArrayLayout(4, n)),
                 "ddr_stall": In(1),
-                "events": Out(n * event_layout(p).size),
-                "occupancy": Out(n * p.free_bits),
+                "events": Out(events_layout(p)),
+                "occupancy": Out(data.ArrayLayout(p.free_bits, n)),
                 "idle": Out(1),
                 "bad_dispatch": Out(1),
                 "orphan": Out(1),
@@ -80,14 +89,10 @@ class ChipletArray(wiring.Component):
         wiring.connect(m, ddr.done, wiring.flipped(self.done))
         if p.slice_table:
             wiring.connect(m, wiring.flipped(self.slices), ddr.slices)
+        if p.hot_window:
+            wiring.connect(m, wiring.flipped(self.tokens), ddr.tokens)
         m.d.comb += [
-            self.tokens.ready.eq(1),
             ddr.ddr_stall.eq(self.ddr_stall),
-            *(
-                [ddr.tokens.valid.eq(self.tokens.valid), ddr.tokens.payload.eq(self.tokens.payload)]
-                if p.hot_window
-                else []
-            ),
             self.bad_dispatch.eq(ddr.bad_dispatch),
             self.orphan.eq(ddr.orphan),
         ]
@@ -99,43 +104,33 @@ class ChipletArray(wiring.Component):
                     m.d.comb += [ch.link_out[d].ready.eq(0), ch.link_in[d].valid.eq(0)]
                 else:
                     # chiplet c's output d feeds input OPPOSITE[d] of its neighbour
-                    m.d.comb += [
-                        chips[nb].link_in[OPPOSITE[d]].valid.eq(ch.link_out[d].valid),
-                        chips[nb].link_in[OPPOSITE[d]].payload.eq(ch.link_out[d].payload),
-                        ch.link_out[d].ready.eq(chips[nb].link_in[OPPOSITE[d]].ready),
-                    ]
+                    wiring.connect(m, ch.link_out[d], chips[nb].link_in[OPPOSITE[d]])
+            wiring.connect(m, ddr.resv[c], ch.resv)
+            wiring.connect(m, ch.retire, ddr.retire[c])
             m.d.comb += [
-                ch.stall.eq(self.stall[4 * c : 4 * c + 4]),
+                ch.stall.eq(self.stall[c]),
                 ch.tokens.valid.eq(self.tokens.valid & (self.tokens.payload.chiplet == c)),
                 ch.tokens.payload.eq(self.tokens.payload),
                 ddr.free[c].eq(ch.free),
                 ddr.accept[c].eq(ch.accept),
-                ch.resv_valid.eq(ddr.resv_valid[c]),
-                ddr.resv_slot[c].eq(ch.resv_slot),
-                ch.unhold_expert.eq(ddr.unhold_expert),
-                ddr.retire_valid[c].eq(ch.event.valid & ch.event.final),
-                ddr.retire_expert[c].eq(ch.event.expert),
+                self.events[c].eq(ch.event),
+                self.occupancy[c].eq(ch.occupancy),
             ]
             if p.ddr_channels == 1:
                 # one channel: its load goes to the target chiplet; un-hold on the
                 # pre-load's chiplet
+                load, unhold = ddr.deliver[0], ddr.unhold
                 m.d.comb += [
-                    ch.ddr_valid.eq(ddr.deliver_valid[0] & (ddr.deliver[0].target == c)),
-                    ch.ddr.eq(ddr.deliver[0]),
-                    ch.unhold_valid.eq(ddr.unhold_valid & (ddr.unhold_chiplet == c)),
+                    ch.ddr.valid.eq(load.valid & (load.payload.target == c)),
+                    ch.ddr.payload.eq(load.payload),
+                    ch.unhold.valid.eq(unhold.valid & (unhold.payload.chiplet == c)),
+                    ch.unhold.payload.eq(unhold.payload),
                 ]
             else:
                 # a channel per chiplet: channel c delivers into chiplet c; a pre-load's
                 # micro-slices may be anywhere, so every chiplet un-holds
-                m.d.comb += [
-                    ch.ddr_valid.eq(ddr.deliver_valid[c]),
-                    ch.ddr.eq(ddr.deliver[c]),
-                    ch.unhold_valid.eq(ddr.unhold_valid),
-                ]
+                wiring.connect(m, ddr.deliver[c], ch.ddr)
+                wiring.connect(m, ddr.unhold, ch.unhold)
             busy = busy | ch.busy | (ch.occupancy != 0)
-        m.d.comb += [
-            self.events.eq(Cat(*[ch.event.as_value() for ch in chips])),
-            self.occupancy.eq(Cat(*[ch.occupancy for ch in chips])),
-            self.idle.eq(~busy),
-        ]
+        m.d.comb += self.idle.eq(~busy)
         return m

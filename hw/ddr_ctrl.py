@@ -14,6 +14,12 @@ from amaranth.lib.wiring import In, Out
 
 from fsedp.hw.common import check_chiplet, first_set, lowest_bit, ring_next_hops, rr_pick
 from fsedp.hw.layouts import delivery_layout, dispatch_layout, slices_layout, tokens_layout
+from fsedp.hw.ring_buffer import (
+    DeliverySignature,
+    ReservationSignature,
+    RetireSignature,
+    UnholdSignature,
+)
 from fsedp.params import BeatKind, DatapathParams, bits_for
 
 __all__ = ["DDRController", "path_hops", "remote_entry"]
@@ -94,17 +100,18 @@ class DDRController(wiring.Component):
         ignored and sets the sticky ``bad_dispatch``.
     free, accept : In x chiplets
         Each ring buffer's free slots and whether it accepts a link arrival this cycle.
-    resv_valid : Out x chiplets, resv_slot : In x chiplets
+    resv : Out(ReservationSignature) x chiplets
         Slot reservation of the load issued into each chiplet this cycle.
-    deliver_valid : Out(1) x ddr_channels, deliver : Out(delivery_layout) x ddr_channels
+    deliver : Out(DeliverySignature) x ddr_channels, always ready
         Per channel, a load arrives in its reserved slot (channel ``c`` of a channel per
         chiplet always delivers into chiplet ``c``; its micro-slice may be for another one's
         trajectory: a remote load, [D10]).
-    unhold_valid, unhold_chiplet, unhold_expert : Out
-        A pre-loaded expert was dispatched: its held slots may stream (on ``unhold_chiplet``
-        with one channel; on every chiplet with a channel per chiplet).
-    retire_valid, retire_expert : In x chiplets
-        A micro-slice finished its last station.
+    unhold : Out(UnholdSignature), always ready
+        A pre-loaded expert was dispatched: its held slots may stream (on
+        ``payload.chiplet`` with one channel; on every chiplet with a channel per chiplet,
+        ``payload.chiplet`` then 0).
+    retire : In(RetireSignature) x chiplets, always ready
+        A micro-slice of ``payload`` finished its last station on that chiplet.
     done : Out(stream.Signature(chiplets))
         Mask of entry slots whose expert retired all its micro-slices (``micro_slices``, or
         its slice-table entry); bits collect while ``ready`` is low.
@@ -124,8 +131,9 @@ class DDRController(wiring.Component):
         table at its beat (a dispatch that takes over a pre-load keeps the pre-load's), so a
         write changes the experts dispatched after it.
 
-    Throughput: one load per ``ddr_interval`` cycles per channel; latency ``ddr_latency``
-    cycles from issue to delivery (more while stalled).  One channel (``ddr_channels = 1``)
+    Latency: :attr:`latency` cycles from issue (``resv.valid``) to delivery
+    (``deliver.valid``), more while stalled.  Throughput: one load per ``ddr_interval``
+    cycles per channel.  One channel (``ddr_channels = 1``)
     loads the running experts round-robin, each striped over its trajectory (Rule 4) or into
     its emptiest chiplet (Rule 5), then pre-loads.  A channel per chiplet is chiplet-driven:
     in one cycle every chiplet with an idle channel loads for the first running expert
@@ -140,29 +148,32 @@ class DDRController(wiring.Component):
         check_chiplet(self, p)
         self.p = p
         n, nc = p.chiplets, p.ddr_channels
+        tokens, slices, hw, st = tokens_layout(p), slices_layout(p), p.hot_window, p.slice_table
         super().__init__(
             {
-                "dispatch": In(stream.Signature(dispatch_layout(p))),
+                "dispatch": In(stream.Signature(dispatch_layout(p), always_ready=True)),
                 "free": In(p.free_bits).array(n),
                 "accept": In(1).array(n),
-                "resv_valid": Out(1).array(n),
-                "resv_slot": In(p.slot_bits).array(n),
-                "deliver_valid": Out(1).array(nc),
-                "deliver": Out(delivery_layout(p)).array(nc),
-                "unhold_valid": Out(1),
-                "unhold_chiplet": Out(p.chiplet_bits),
-                "unhold_expert": Out(p.expert_bits),
-                "retire_valid": In(1).array(n),
-                "retire_expert": In(p.expert_bits).array(n),
+                "resv": Out(ReservationSignature(p)).array(n),
+                "deliver": Out(DeliverySignature(p)).array(nc),
+                "unhold": Out(UnholdSignature(p)),
+                "retire": In(RetireSignature(p)).array(n),
                 "done": Out(stream.Signature(n)),
                 "ddr_stall": In(1),
                 "bad_dispatch": Out(1),
                 "orphan": Out(1),
                 "busy": Out(1),
-                **({"tokens": In(stream.Signature(tokens_layout(p)))} if p.hot_window else {}),
-                **({"slices": In(stream.Signature(slices_layout(p)))} if p.slice_table else {}),
+                **({"tokens": In(stream.Signature(tokens, always_ready=True))} if hw else {}),
+                **({"slices": In(stream.Signature(slices, always_ready=True))} if st else {}),
             }
         )
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a load's issue (``resv.valid`` in cycle 0) to its delivery
+        (``deliver.valid`` in cycle ``latency``) without DDR stalls: the queue entry's age
+        reaches ``ddr_latency`` (at least 1, when the queue is first readable)."""
+        return self.p.ddr_latency
 
     def _hot(self, m, t) -> list | None:
         """[D12] Per job: whether it is compute-heavy on its trajectory (``None`` without
@@ -173,7 +184,6 @@ class DDRController(wiring.Component):
         # heavy[e] bit c: max(1, tokens of e on c) * cycles_per_token > ddr_interval
         heavy = Array(Signal(n, name=f"heavy{e}") for e in range(p.experts))
         tk = self.tokens.payload
-        m.d.comb += self.tokens.ready.eq(1)
         with m.If(self.tokens.valid & (tk.chiplet < n) & (tk.expert < p.experts)):
             cycles = Mux(tk.count == 0, 1, tk.count) * p.cycles_per_token
             m.d.sync += heavy[tk.expert].bit_select(tk.chiplet, 1).eq(cycles > p.ddr_interval)
@@ -491,7 +501,6 @@ class DDRController(wiring.Component):
         # -- the dispatch beat ------------------------------------------------------------
         b = self.dispatch.payload
         bv = self.dispatch.valid
-        m.d.comb += self.dispatch.ready.eq(1)
         b_hops = path_hops(m, p, b.traj, "beat")
         b_legs = Signal(p.chiplet_bits)
         m.d.comb += b_legs.eq(sum(b.traj[a] for a in range(n)) - 1)
@@ -522,7 +531,6 @@ class DDRController(wiring.Component):
             t.jcount, t.pcount = table("job_count", n, ld_bits), table("pre_count", P, ld_bits)
             slc = Array(Signal(ld_bits, init=M, name=f"slices{e}") for e in range(p.experts))
             sw = self.slices.payload
-            m.d.comb += self.slices.ready.eq(1)
             ok = self.slices.valid & (sw.count != 0) & (sw.count <= M)
             if p.experts < 2**p.expert_bits:
                 ok = ok & (sw.expert < p.experts)
@@ -560,16 +568,18 @@ class DDRController(wiring.Component):
             wen, w, target, after = self._issue_package(m, t, free2, can_issue[0], hot, rr)
             wens, ws, targets = [wen], [w], [target]
             for a in range(n):
-                m.d.comb += self.resv_valid[a].eq(wen & (target == a))
+                m.d.comb += self.resv[a].valid.eq(wen & (target == a))
         else:
             wens, ws, after = self._issue_per_chiplet(m, t, free2, can_issue, hot, rr)
             targets = list(range(n))
             for a in range(n):
-                m.d.comb += self.resv_valid[a].eq(wens[a])
+                m.d.comb += self.resv[a].valid.eq(wens[a])
         for ch, q in enumerate(queues):
             w = ws[ch]
             m.d.comb += [
-                w.d.slot.eq(Array(self.resv_slot)[targets[ch]] if nc == 1 else self.resv_slot[ch]),
+                w.d.slot.eq(
+                    Array(r.slot for r in self.resv)[targets[ch]] if nc == 1 else self.resv[ch].slot
+                ),
                 w.ts.eq(now),
                 q.w_data.eq(w.as_value()),
                 q.w_en.eq(wens[ch]),
@@ -594,12 +604,13 @@ class DDRController(wiring.Component):
             for j in range(n):
                 job_has = job_has | (t.jvalid[j] & (t.jexpert[j] == head.d.packet.expert))
             beat_has = bv & (b.kind == BeatKind.DISPATCH) & (b.expert == head.d.packet.expert)
+            out = self.deliver[ch]
             m.d.comb += [
-                self.deliver_valid[ch].eq(deliver),
-                self.deliver[ch].target.eq(head.d.target),
-                self.deliver[ch].slot.eq(head.d.slot),
-                self.deliver[ch].packet.eq(head.d.packet),
-                self.deliver[ch].held.eq(head.d.held & ~job_has & ~beat_has),
+                out.valid.eq(deliver),
+                out.payload.target.eq(head.d.target),
+                out.payload.slot.eq(head.d.slot),
+                out.payload.packet.eq(head.d.packet),
+                out.payload.held.eq(head.d.held & ~job_has & ~beat_has),
             ]
 
         # -- dispatch and pre-load beats ------------------------------------------------
@@ -656,11 +667,11 @@ class DDRController(wiring.Component):
                     with m.If(hit_vec.any()):
                         m.d.sync += t.pvalid[hit].eq(0)
                         m.d.comb += [
-                            self.unhold_valid.eq(1),
-                            self.unhold_expert.eq(b.expert),
+                            self.unhold.valid.eq(1),
+                            self.unhold.payload.expert.eq(b.expert),
                         ]
                         if nc == 1:
-                            m.d.comb += self.unhold_chiplet.eq(t.pchip[hit])
+                            m.d.comb += self.unhold.payload.chiplet.eq(t.pchip[hit])
                 with m.Switch(b.entry):
                     for j in range(n):
                         with m.Case(j):
@@ -685,16 +696,15 @@ class DDRController(wiring.Component):
         done_new = Signal(n)
         orphan = Signal()
         m.d.comb += self.orphan.eq(orphan)
+        retire = self.retire
         for c in range(n):
             matched = Const(0)
             for j in range(n):
-                matched = matched | (t.jvalid[j] & (t.jexpert[j] == self.retire_expert[c]))
-            with m.If(self.retire_valid[c] & ~matched):
+                matched = matched | (t.jvalid[j] & (t.jexpert[j] == retire[c].payload))
+            with m.If(retire[c].valid & ~matched):
                 m.d.sync += orphan.eq(1)
         for j in range(n):
-            inc = sum(
-                self.retire_valid[c] & (self.retire_expert[c] == t.jexpert[j]) for c in range(n)
-            )
+            inc = sum(retire[c].valid & (retire[c].payload == t.jexpert[j]) for c in range(n))
             total = Signal(ld_bits + 1, name=f"job_total{j}")
             m.d.comb += total.eq(t.jretired[j] + inc)
             with m.If(t.jvalid[j] & (inc != 0)):

@@ -32,8 +32,8 @@ class EIT(wiring.Component):
 
     Members
     -------
-    rec : In(stream.Signature(record_layout))
-        Gate records; always ready (one per cycle).  Do not merge in the same cycle.
+    rec : In(stream.Signature(record_layout)), always ready
+        Gate records, one per cycle.  Do not merge in the same cycle.
     flags_clear : In(1)
         Clears the sticky flags (the start of a round).
     clear : In(1)
@@ -50,9 +50,9 @@ class EIT(wiring.Component):
     overflow, bad_record : Out(1)
         Sticky: a count saturated; a record was out of range and dropped.
 
-    Latency: a record accepted at edge ``t`` is in ``count``/``mask`` after edge ``t + 2``
-    and in ``cold_hit`` after edge ``t + 3``; a merge of word ``a`` issued at edge ``t`` is in
-    ``count``/``mask`` after edge ``t + 2``.  Throughput: one record or one merge per cycle.
+    Latency: :attr:`latency` (2) cycles: a record transferred in cycle 0 (or a merge of word
+    ``a`` issued in cycle 0) is in ``count``/``mask`` from cycle 2, and in ``present`` and
+    ``cold_hit`` from cycle 3.  Throughput: one record or one merge per cycle.
     """
 
     def __init__(self, p: SchedulerParams):
@@ -60,7 +60,7 @@ class EIT(wiring.Component):
         E, C, R = p.experts, p.chiplets, p.requests
         super().__init__(
             {
-                "rec": In(stream.Signature(record_layout(p))),
+                "rec": In(stream.Signature(record_layout(p), always_ready=True)),
                 "flags_clear": In(1),
                 "clear": In(1),
                 "merge_en": In(1),
@@ -76,6 +76,12 @@ class EIT(wiring.Component):
         )
 
     @property
+    def latency(self) -> int:
+        """Cycles from a record's transfer (cycle 0) to the first cycle in which it counts
+        in ``count``/``mask``: the per-request read-modify-write, then the merged registers."""
+        return 2
+
+    @property
     def words(self) -> int:
         """Words per sub-bank: ``ceil(E / W)``."""
         return -(-self.p.experts // self.p.eit_lanes)
@@ -87,7 +93,6 @@ class EIT(wiring.Component):
         lane_bits = W.bit_length() - 1
         layout = entry_layout(p)
         rec = self.rec.payload
-        m.d.comb += self.rec.ready.eq(1)
 
         ok = (rec.request < p.requests) & (rec.chiplet < p.chiplets) & (rec.expert < E)
         take = self.rec.valid & ok

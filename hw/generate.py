@@ -3,6 +3,9 @@
 from pathlib import Path
 
 from amaranth.back import verilog
+from amaranth.hdl import Const, Value, ValueCastable
+from amaranth.hdl._ir import PortDirection
+from amaranth.lib import wiring
 
 from fsedp.files import atomic_path
 from fsedp.hw.chiplet import Chiplet
@@ -19,7 +22,14 @@ from fsedp.hw.sorter import Sorter
 from fsedp.hw.token_buffer import TokenBufferUnit
 from fsedp.params import DatapathParams
 
-__all__ = ["BLOCKS", "DATAPATH_BLOCKS", "top_name", "verilog_text", "write_verilog"]
+__all__ = [
+    "BLOCKS",
+    "DATAPATH_BLOCKS",
+    "component_ports",
+    "top_name",
+    "verilog_text",
+    "write_verilog",
+]
 
 #: block name -> component class; the name is shared by RTL, golden model, testbench
 #: (``tb/tb_<name>.py``) and doc page (``docs/blocks/<name>.md``).
@@ -45,8 +55,25 @@ DATAPATH_BLOCKS = {
 }
 
 
+_DIRECTION = {wiring.In: PortDirection.Input, wiring.Out: PortDirection.Output}
+
+
 def top_name(block: str) -> str:
     return f"fsedp_{block}"
+
+
+def component_ports(component: wiring.Component) -> dict:
+    """The Verilog ports of ``component``: its signature's members named ``a__b__c`` by
+    path, as ``verilog.convert`` names them, leaving out the constant ones (``ready`` of an
+    ``always_ready`` stream, ``valid`` of an ``always_valid`` one), which Amaranth 0.5 would
+    otherwise reject as ports."""
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        if isinstance(value, ValueCastable):
+            value = value.as_value()
+        if isinstance(value, Value) and not isinstance(value, Const):
+            ports["__".join(map(str, path))] = (value, _DIRECTION[member.flow])
+    return ports
 
 
 def verilog_text(block: str, p) -> str:
@@ -57,7 +84,8 @@ def verilog_text(block: str, p) -> str:
         raise ValueError(
             f"unknown block {block!r} for {type(p).__name__}; choose from {', '.join(table)}"
         )
-    return verilog.convert(table[block](p), name=top_name(block), emit_src=False)
+    top = table[block](p)
+    return verilog.convert(top, name=top_name(block), ports=component_ports(top), emit_src=False)
 
 
 def write_verilog(block: str, p, out_dir) -> Path:

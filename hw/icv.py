@@ -21,14 +21,21 @@ class ICV(wiring.Component):
     release : In(C)
         Chiplets that became idle this cycle (several completions OR-ed).
     value : Out(C)
-        Current vector, read concurrently by the matcher.  Latency: an update shows on
-        ``value`` the next cycle.
+        Current vector, read concurrently by the matcher.
+
+    Latency: :attr:`latency` (1) cycle: an ``alloc``/``release`` of cycle 0 shows on
+    ``value`` in cycle 1.  Throughput: one update per cycle.
     """
 
     def __init__(self, p: SchedulerParams):
         self.p = p
         C = p.chiplets
         super().__init__({"alloc": In(C), "release": In(C), "value": Out(C, init=(1 << C) - 1)})
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an update (cycle 0) to ``value`` (cycle ``latency``): a register."""
+        return 1
 
     def elaborate(self, platform):
         m = Module()

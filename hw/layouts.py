@@ -165,6 +165,26 @@ def slices_layout(p) -> data.StructLayout:
     return data.StructLayout({"expert": p.expert_bits, "count": p.slice_count_bits})
 
 
+def candidate_layout(p) -> data.StructLayout:
+    """The ring buffer's compute candidate: its slot and micro-slice, whether it is the last
+    station of its trajectory, and (``p.preempt`` only, [D11]) its duration in cycles."""
+    fields = {"slot": p.slot_bits, "expert": p.expert_bits, "index": p.index_bits, "final": 1}
+    if p.preempt:
+        fields["cycles"] = p.compute_bits
+    return data.StructLayout(fields)
+
+
+def unhold_layout(p) -> data.StructLayout:
+    """An un-hold ([D9] pre-loads): the held micro-slices of ``expert`` may stream; on
+    ``chiplet`` with one DDR channel (0, every chiplet, with a channel per chiplet)."""
+    return data.StructLayout({"chiplet": p.chiplet_bits, "expert": p.expert_bits})
+
+
+def events_layout(p) -> data.ArrayLayout:
+    """The array's ``events`` port: one :func:`event_layout` per chiplet."""
+    return data.ArrayLayout(event_layout(p), p.chiplets)
+
+
 def event_layout(p) -> data.StructLayout:
     """A chiplet's compute-completion event (observation port)."""
     return data.StructLayout(
@@ -198,8 +218,11 @@ def slices_bits(p, expert: int, count: int) -> int:
     return slices_layout(p).const({"expert": expert, "count": count}).as_bits()
 
 
-def unpack_events(p, bits: int) -> list:
-    """The array's ``events`` port as the golden model's ``StepOut.events``."""
+def unpack_events(p, bits) -> list:
+    """The array's ``events`` port (its bits, or the :class:`data.Const` of
+    :func:`events_layout` that Amaranth's simulator returns) as the golden model's
+    ``StepOut.events``.  Shifts from the layout, for regressions of 10^5 cycles."""
+    bits = bits.as_bits() if isinstance(bits, data.Const) else bits
     w = event_layout(p).size
     out = []
     for c in range(p.chiplets):
@@ -208,6 +231,8 @@ def unpack_events(p, bits: int) -> list:
     return out
 
 
-def unpack_occupancy(p, bits: int) -> list[int]:
+def unpack_occupancy(p, bits) -> list[int]:
+    """The array's ``occupancy`` port (bits or :class:`data.Const`) as a list per chiplet."""
+    bits = bits.as_bits() if isinstance(bits, data.Const) else bits
     w = p.free_bits
     return [(bits >> (w * c)) & ((1 << w) - 1) for c in range(p.chiplets)]

@@ -5,14 +5,30 @@ compute pick, release).  Doc page: ``docs/blocks/datapath.md``.
 """
 
 from amaranth import Array, Const, Module, Mux, Signal
-from amaranth.lib import memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from fsedp.hw.common import check_chiplet, lowest_bit, ring_after
-from fsedp.hw.layouts import delivery_layout, packet_layout, store_layout
+from fsedp.hw.layouts import (
+    candidate_layout,
+    delivery_layout,
+    packet_layout,
+    store_layout,
+    unhold_layout,
+)
 from fsedp.params import DatapathParams
 
-__all__ = ["RingBuffer", "LinkSignature", "arrive_fields", "shortest"]
+__all__ = [
+    "RingBuffer",
+    "LinkSignature",
+    "ComputeSignature",
+    "ReservationSignature",
+    "DeliverySignature",
+    "UnholdSignature",
+    "RetireSignature",
+    "arrive_fields",
+    "shortest",
+]
 
 
 def LinkSignature(p: DatapathParams) -> wiring.Signature:
@@ -21,6 +37,59 @@ def LinkSignature(p: DatapathParams) -> wiring.Signature:
     accepted may be withdrawn or replaced in the next cycle: the sender always offers its
     best candidate, which is what keeps forward-count admission deadlock-free."""
     return wiring.Signature({"payload": Out(packet_layout(p)), "valid": Out(1), "ready": In(1)})
+
+
+def ReservationSignature(p: DatapathParams) -> wiring.Signature:
+    """A slot reservation, from the DDR controller's side: ``valid`` reserves a ring-buffer
+    slot for the load issued this cycle; the buffer answers with ``slot`` in the same cycle
+    (combinational, from registered state: its highest free slot)."""
+    return wiring.Signature({"valid": Out(1), "slot": In(p.slot_bits)})
+
+
+def DeliverySignature(p: DatapathParams) -> stream.Signature:
+    """A DDR load arriving in the slot reserved at its issue (``delivery_layout``).  Always
+    ready: the slot is the load's since the reservation."""
+    return stream.Signature(delivery_layout(p), always_ready=True)
+
+
+def UnholdSignature(p: DatapathParams) -> stream.Signature:
+    """A pre-loaded expert was dispatched (``unhold_layout``): its held micro-slices may
+    stream.  Always ready: a one-cycle notice."""
+    return stream.Signature(unhold_layout(p), always_ready=True)
+
+
+def RetireSignature(p: DatapathParams) -> stream.Signature:
+    """A micro-slice of expert ``payload`` finished its last station (a chiplet's final
+    compute) and retires.  Always ready: the DDR controller counts every one."""
+    return stream.Signature(p.expert_bits, always_ready=True)
+
+
+def ComputeSignature(p: DatapathParams) -> wiring.Signature:
+    """Ring buffer -> compute unit, from the buffer's side.
+
+    ``valid``/``payload`` (``candidate_layout``) offer the compute candidate and ``take``
+    starts it; like a link, an offer not taken may be withdrawn or replaced in the next
+    cycle (a link arrival goes before a local load, Rule 1; [D11] a shorter one).  ``done``
+    (always ready) names the slot whose computation ends this cycle.  With ``p.preempt``:
+    ``remaining`` (the running countdown), ``preempted`` (the running computation stops and
+    hands its remainder back), the two arrival lookups ``look_expert`` -> ``look_cycles``
+    (link, DDR) and ``write``, the token-table write of this cycle with its new duration."""
+    members = {
+        "valid": Out(1),
+        "payload": Out(candidate_layout(p)),
+        "take": In(1),
+        "done": In(stream.Signature(p.slot_bits, always_ready=True)),
+    }
+    if p.preempt:
+        write = data.StructLayout({"expert": p.expert_bits, "cycles": p.compute_bits})
+        members |= {
+            "remaining": In(p.compute_bits),
+            "preempted": In(1),
+            "look_expert": Out(p.expert_bits).array(2),
+            "look_cycles": In(p.compute_bits).array(2),
+            "write": In(stream.Signature(write, always_ready=True)),
+        }
+    return wiring.Signature(members)
 
 
 def arrive_fields(m: Module, p: DatapathParams, c: int, h, prefix: str) -> dict:
@@ -85,36 +154,30 @@ class RingBuffer(wiring.Component):
         the lowest free slot, usable ``link_cycles`` cycles later.  ``ready`` is ``free != 0``.
     free : Out
         Free slots (``K`` minus allocated and reserved), from registered state.
-    resv_valid : In(1)
-        The DDR controller reserves slot ``resv_slot`` (the highest free one) this cycle.
-    resv_slot : Out
-    ddr : In(delivery_layout) with ``ddr_valid``
+    resv : In(ReservationSignature)
+        The DDR controller reserves slot ``resv.slot`` (the highest free one) this cycle.
+    ddr : In(DeliverySignature), always ready
         A DDR load delivered into its reserved slot (usable the next cycle).
     offer : Out(LinkSignature) x 4
         Per direction N/E/S/W: the slot ready to forward that way with the fewest hops left
         (ties to the lower slot); ``ready`` means the transfer starts this cycle (the slot's
         payload is then read for ``link_cycles`` cycles).
-    cmp_valid, cmp_slot, cmp_expert, cmp_index, cmp_final : Out
-        Compute candidate: a pending micro-slice received over a link (Rule 1) before a local
-        one (Rule 2), lower slot first.
-    cmp_take : In(1)
-        The compute unit starts the candidate.
-    cmp_done : In(1), cmp_done_slot : In
-        The compute of slot ``cmp_done_slot`` ends this cycle.
-    unhold_valid, unhold_expert : In
-        The pre-loaded micro-slices of ``unhold_expert`` held here may now stream.
+    compute : Out(ComputeSignature)
+        Compute candidate (``valid``, ``payload``): a pending micro-slice received over a
+        link (Rule 1) before a local one (Rule 2), lower slot first; ``take`` starts it;
+        ``done`` names the slot whose computation ends this cycle.  With ``p.preempt``
+        ([D11]) every slot keeps its duration (``max(1, tokens) * cycles_per_token``, or what
+        is left of a preempted computation, ``payload.cycles``).  While the compute unit has
+        more than one cycle left (``remaining > 1``) the candidate is the shortest present
+        one (ties to the lower slot), valid only when shorter than ``remaining - 1``; on
+        ``preempted`` the slot being computed takes back its remainder and waits again.
+        ``look_expert``/``look_cycles``: durations of the micro-slices arriving this cycle
+        (link, DDR) from the token table; ``write``: a token-table write, slots of that
+        expert take the new duration.
+    unhold : In(UnholdSignature), always ready
+        The pre-loaded micro-slices of ``unhold.payload.expert`` held here may now stream.
     occupancy : Out
         Allocated slots (``K - free``).
-    cmp_cycles : Out, remaining : In, preempted : In(1)   (``p.preempt`` only, [D11])
-        Every slot keeps its duration (``max(1, tokens) * cycles_per_token``, or what is left
-        of a preempted computation).  While the compute unit has more than one cycle left
-        (``remaining > 1``) the candidate is the shortest present one (ties to the lower
-        slot), valid only when shorter than ``remaining - 1``; on ``preempted`` the slot
-        being computed takes back its remainder and waits again.
-    look_expert : Out x 2, look_cycles : In x 2   (``p.preempt`` only)
-        Durations of the micro-slices arriving this cycle (link, DDR) from the token table.
-    write_valid, write_expert, write_cycles : In   (``p.preempt`` only)
-        A token-table write: slots of that expert take the new duration.
 
     Latency: a slot is released one cycle after its last use (Rule 3).  Throughput: one
     link arrival and one DDR delivery per cycle, one transfer start per direction per cycle.
@@ -128,36 +191,12 @@ class RingBuffer(wiring.Component):
             {
                 "rx": In(stream.Signature(packet_layout(p))),
                 "free": Out(p.free_bits),
-                "resv_valid": In(1),
-                "resv_slot": Out(p.slot_bits),
-                "ddr_valid": In(1),
-                "ddr": In(delivery_layout(p)),
+                "resv": In(ReservationSignature(p)),
+                "ddr": In(DeliverySignature(p)),
                 "offer": Out(link).array(4),
-                "cmp_valid": Out(1),
-                "cmp_slot": Out(p.slot_bits),
-                "cmp_expert": Out(p.expert_bits),
-                "cmp_index": Out(p.index_bits),
-                "cmp_final": Out(1),
-                "cmp_take": In(1),
-                "cmp_done": In(1),
-                "cmp_done_slot": In(p.slot_bits),
-                "unhold_valid": In(1),
-                "unhold_expert": In(p.expert_bits),
+                "compute": Out(ComputeSignature(p)),
+                "unhold": In(UnholdSignature(p)),
                 "occupancy": Out(p.free_bits),
-                **(
-                    {
-                        "cmp_cycles": Out(p.compute_bits),
-                        "remaining": In(p.compute_bits),
-                        "preempted": In(1),
-                        "look_expert": Out(p.expert_bits).array(2),
-                        "look_cycles": In(p.compute_bits).array(2),
-                        "write_valid": In(1),
-                        "write_expert": In(p.expert_bits),
-                        "write_cycles": In(p.compute_bits),
-                    }
-                    if p.preempt
-                    else {}
-                ),
             }
         )
 
@@ -202,7 +241,7 @@ class RingBuffer(wiring.Component):
         for i in range(K):
             high_expr = Mux(free_vec[i], i, high_expr)
         high = Signal(p.slot_bits)
-        m.d.comb += [high.eq(high_expr), self.resv_slot.eq(high), self.rx.ready.eq(free_vec.any())]
+        m.d.comb += [high.eq(high_expr), self.resv.slot.eq(high), self.rx.ready.eq(free_vec.any())]
 
         # -- offers: fewest hops left, ties to the lower slot ----------------------------
         tx_slot = []
@@ -257,37 +296,39 @@ class RingBuffer(wiring.Component):
                 p.compute_bits,
                 p.slot_bits,
             )
-            running = self.remaining > 1
+            cu = self.compute
+            running = cu.remaining > 1
             m.d.comb += [
                 cslot.eq(Mux(running, best_i, rule_slot)),
-                self.cmp_valid.eq(
+                cu.valid.eq(
                     Mux(
                         running,
-                        best_v & (best_d < self.remaining - 1),
+                        best_v & (best_d < cu.remaining - 1),
                         link_c.any() | local_c.any(),
                     )
                 ),
-                self.cmp_cycles.eq(dur[cslot]),
-                self.look_expert[0].eq(self.rx.payload.expert),
-                self.look_expert[1].eq(self.ddr.packet.expert),
+                cu.payload.cycles.eq(dur[cslot]),
+                cu.look_expert[0].eq(self.rx.payload.expert),
+                cu.look_expert[1].eq(self.ddr.payload.packet.expert),
             ]
         else:
-            m.d.comb += [cslot.eq(rule_slot), self.cmp_valid.eq(link_c.any() | local_c.any())]
+            m.d.comb += [cslot.eq(rule_slot), self.compute.valid.eq(link_c.any() | local_c.any())]
         m.d.comb += [
-            self.cmp_slot.eq(cslot),
+            self.compute.payload.slot.eq(cslot),
             r_cmp.addr.eq(cslot),
-            self.cmp_expert.eq(expert[cslot]),
-            self.cmp_index.eq(r_cmp.data.index),
-            self.cmp_final.eq(final[cslot]),
+            self.compute.payload.expert.eq(expert[cslot]),
+            self.compute.payload.index.eq(r_cmp.data.index),
+            self.compute.payload.final.eq(final[cslot]),
         ]
 
         # -- next state (per slot, one-hot decoded events) ---------------------------------
         f_rx = arrive_fields(m, p, c, self.rx.payload, "rx")
-        f_ddr = arrive_fields(m, p, c, self.ddr.packet, "ddr")
+        ddr_in = self.ddr.payload
+        f_ddr = arrive_fields(m, p, c, ddr_in.packet, "ddr")
         rx_fire = self.rx.valid & self.rx.ready
         for port, slot, h, f, en in (
             (w_rx, rx_slot, self.rx.payload, f_rx, rx_fire),
-            (w_ddr, self.ddr.slot, self.ddr.packet, f_ddr, self.ddr_valid),
+            (w_ddr, ddr_in.slot, ddr_in.packet, f_ddr, self.ddr.valid),
         ):
             m.d.comb += [
                 port.addr.eq(slot),
@@ -317,41 +358,43 @@ class RingBuffer(wiring.Component):
                 expert[i].eq(h.expert),
             ]
 
-        look = self.look_cycles if p.preempt else (None, None)
+        cu = self.compute
+        look = cu.look_cycles if p.preempt else (None, None)
         for i in range(K):
             if p.preempt:
-                hit = self.write_valid & busy[i] & ~pre[i] & (expert[i] == self.write_expert)
+                wr = cu.write
+                hit = wr.valid & busy[i] & ~pre[i] & (expert[i] == wr.payload.expert)
                 with m.If(hit):
-                    m.d.sync += dur[i].eq(self.write_cycles)
+                    m.d.sync += dur[i].eq(wr.payload.cycles)
             with m.If(releasable[i]):
                 m.d.sync += busy[i].eq(0)
             with m.If(wait[i] != 0):
                 m.d.sync += wait[i].eq(wait[i] - 1)
             with m.If(tx[i] != 0):
                 m.d.sync += tx[i].eq(tx[i] - 1)
-            with m.If(self.unhold_valid & held[i] & (expert[i] == self.unhold_expert)):
+            with m.If(self.unhold.valid & held[i] & (expert[i] == self.unhold.payload.expert)):
                 m.d.sync += held[i].eq(0)
             for d in range(4):
                 with m.If(self.offer[d].valid & self.offer[d].ready & (tx_slot[d] == i)):
                     m.d.sync += [send[i].eq(0), tx[i].eq(L - 1)]
             with m.If(rx_fire & (rx_slot == i)):
                 store(i, self.rx.payload, f_rx, L - 1, 0, 0, look[0])
-            with m.If(self.ddr_valid & (self.ddr.slot == i)):
-                store(i, self.ddr.packet, f_ddr, 0, 1, self.ddr.held, look[1])
-            with m.If(self.resv_valid & (high == i)):
+            with m.If(self.ddr.valid & (ddr_in.slot == i)):
+                store(i, ddr_in.packet, f_ddr, 0, 1, ddr_in.held, look[1])
+            with m.If(self.resv.valid & (high == i)):
                 m.d.sync += [busy[i].eq(1), resv[i].eq(1)]
-            with m.If(self.cmp_done & (self.cmp_done_slot == i)):
+            with m.If(cu.done.valid & (cu.done.payload == i)):
                 m.d.sync += computing[i].eq(0)
             if p.preempt:
-                with m.If(self.preempted & (self.cmp_done_slot == i)):
+                with m.If(cu.preempted & (cu.done.payload == i)):
                     # [D11] the computation being preempted waits again with its remainder
                     m.d.sync += [
                         computing[i].eq(0),
                         comp[i].eq(1),
                         pre[i].eq(1),
-                        dur[i].eq(self.remaining - 1),
+                        dur[i].eq(cu.remaining - 1),
                     ]
-            with m.If(self.cmp_take & (cslot == i)):
+            with m.If(cu.take & (cslot == i)):
                 m.d.sync += [comp[i].eq(0), computing[i].eq(1)]
                 if p.preempt:
                     m.d.sync += pre[i].eq(0)

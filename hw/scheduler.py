@@ -11,6 +11,7 @@ from fsedp.hw.pairing import PairingUnit
 from fsedp.hw.sorter import Sorter
 from fsedp.hw.token_buffer import TokenBufferUnit
 from fsedp.params import BeatKind, SchedulerParams
+from fsedp.sw.sorter import network
 
 __all__ = ["Scheduler"]
 
@@ -44,13 +45,15 @@ class Scheduler(wiring.Component):
     overflow, bad_record, spurious_done : Out(1)
         Sticky error flags of the current/last round.
 
-    Latency (cycles, counted from the cycle after the accepting clock edge to the first cycle
-    with ``dispatch.valid``): ``idle`` right after reset; ``last`` gate record -> first
-    dispatch is ``L + 7`` with ``L`` the sorter's latency (``Sorter.latency``), plus
-    ``ceil(E / eit_lanes) + 1`` in a round where token buffering defers a request and
-    ``n + 1`` with ``balance`` (the balanced order is built one position per cycle);
-    completion -> next dispatch is 2 cycles.  Dispatch throughput: a dispatch beat every 3
-    cycles; a pre-load beat follows its dispatch 2 cycles later.
+    Latency (the triggering transfer in cycle 0): ``idle`` right after reset; the ``last``
+    gate record of a round -> first ``dispatch.valid`` in cycle :attr:`latency` ``= L + 8``
+    with ``L`` the sorter's latency (``Sorter.latency``), plus ``ceil(E / eit_lanes) + 1`` in
+    a round where token buffering defers a request and ``n + 2`` with ``balance``
+    (``ORDER0``, the balanced order built one position per cycle, ``ORDER`` seeing
+    ``built``); completion -> next ``dispatch.valid`` in cycle 3.  (``tb/tb_scheduler.py``,
+    ``fsedp run`` and ``fsedp rtl cosim`` count from the cycle after the transfer and report
+    one less: ``L + 7`` and 2.)  Dispatch throughput: a dispatch beat every 3 cycles; a
+    pre-load beat follows its dispatch 2 cycles later.
     """
 
     def __init__(self, p: SchedulerParams):
@@ -69,6 +72,14 @@ class Scheduler(wiring.Component):
                 "spurious_done": Out(1),
             }
         )
+
+    @property
+    def latency(self) -> int:
+        """Cycle of the first ``dispatch.valid`` of a round whose ``last`` gate record is
+        transferred in cycle 0, when token buffering defers nothing (``balance`` adds
+        ``n + 2``): ``SETTLE`` (2), ``TB``, ``DEFER``, ``SORT``, the sorter's ``L``,
+        ``PICK``, ``CHECK``, then ``EMIT_D``."""
+        return network(self.p.sorter_lanes, self.p.sorter).cycles + 8
 
     def elaborate(self, platform):
         m = Module()

@@ -53,10 +53,11 @@ class Sorter(wiring.Component):
         Sorted keys.  A vector held at the output stays valid and stable until ``o.ready``
         (the scheduler reads it in place).
 
-    Latency: :attr:`latency` cycles from the accepting edge of ``i`` to ``o.valid``
-    (``Network.cycles``).  Throughput: ``parallel`` one vector per cycle (it stalls as a
-    whole while ``o.valid & ~o.ready``); the others one vector per ``latency`` cycles
-    (``i.ready`` is low while a vector is being sorted or waits at the output).
+    Latency: :attr:`latency` cycles: a vector transferred on ``i`` in cycle 0 is on ``o``
+    (``o.valid``) from cycle ``latency`` (``Network.cycles``).  Throughput: ``parallel``
+    one vector per cycle (it stalls as a whole while ``o.valid & ~o.ready``); the others
+    one vector per ``latency`` cycles (``i.ready`` is low while a vector is being sorted or
+    waits at the output).
     """
 
     def __init__(self, p: SchedulerParams, kind: str | None = None):
@@ -68,9 +69,15 @@ class Sorter(wiring.Component):
         self.kind = kind
         self.lanes = p.sorter_lanes
         self.network = network(self.lanes, kind)
-        self.latency = self.network.cycles
         vec = data.ArrayLayout(key_layout(p), self.lanes)
         super().__init__({"i": In(stream.Signature(vec)), "o": Out(stream.Signature(vec))})
+
+    @property
+    def latency(self) -> int:
+        """Cycles from the transfer of a vector on ``i`` (cycle 0) to the first cycle of
+        ``o.valid``: the network's ``cycles`` (a register per stage, or per step of the
+        iterative variants)."""
+        return self.network.cycles
 
     def elaborate(self, platform):
         m = Module()

@@ -25,9 +25,13 @@ class TokenBufferUnit(wiring.Component):
     present, cold_hit : In(R)
         Requests with records this round; requests touching a cold expert.
     defer : Out(R)
-        Defer mask of the last decision, valid from the cycle after ``decide`` (latency 1).
+        Defer mask of the last decision, valid from the cycle after ``decide``.
     t_qos, c_fw : Out
         The request table, for observation.
+
+    Latency: :attr:`latency` (1) cycle: a ``decide`` strobe of cycle 0 shows on ``defer``,
+    ``t_qos`` and ``c_fw`` in cycle 1, an ``init`` transfer on ``t_qos``/``c_fw`` likewise.
+    Throughput: one decision or one admission per cycle.
     """
 
     def __init__(self, p: SchedulerParams):
@@ -44,6 +48,11 @@ class TokenBufferUnit(wiring.Component):
                 "c_fw": Out(data.ArrayLayout(p.cfw_width, R)),
             }
         )
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``decide`` (cycle 0) to its ``defer`` mask (cycle ``latency``)."""
+        return 1
 
     def elaborate(self, platform):
         m = Module()

@@ -2,9 +2,11 @@
 
 Driver: :class:`fsedp.tb.datapath_scoreboard.LayerDriver` (the scheduler golden model's dispatch
 beats with random gaps, token-table writes, random link/DDR stalls, random ``done.ready``).
-Monitor: every cycle, after ``ReadOnly``, the ``dispatch.ready``, ``done``, ``events`` and
-``occupancy`` ports.  Checkers: the conservation/occupancy/release scoreboard, and the
-streaming golden model stepped with the same inputs (lockstep, cycle-exact).
+Monitor: every cycle, after ``ReadOnly``, the ``done``, ``events`` and ``occupancy`` ports
+(``dispatch`` is always ready, a constant with no port; ``events`` and ``occupancy`` are the
+flat bits of their ``ArrayLayout``, element ``c`` at ``c * width``).  Checkers: the
+conservation/occupancy/release scoreboard, and the streaming golden model stepped with the
+same inputs (lockstep, cycle-exact).
 
 Knobs (``FSEDP_KNOBS``): ``layers``, ``seed``, ``stall``, ``gap``, ``done_stall``,
 ``tokens``, ``top_k``, ``reset_every`` (pulse reset in the middle of every N-th layer),
@@ -134,7 +136,7 @@ async def chiplet_array(dut):
                     dut.slices__payload.value = slices_bits(p, *inp.slices)
             await ReadOnly()
             idle = u(dut.idle)  # a function of the registered state only
-            ready = bool(u(dut.dispatch__ready))
+            ready = True  # ``dispatch`` is always ready: no ``dispatch__ready`` port
             done = u(dut.done__payload) if u(dut.done__valid) else 0
             events = unpack_events(p, u(dut.events))
             occ = unpack_occupancy(p, u(dut.occupancy))

@@ -23,7 +23,7 @@ from fsedp.tb.scoreboard import random_round
 
 def drive(ctx, dut, p: DatapathParams, inp):
     """Present one cycle's :class:`StepIn` on the array's ports."""
-    ctx.set(dut.stall, stall_bits(inp))
+    ctx.set(dut.stall.as_value(), stall_bits(inp))
     ctx.set(dut.ddr_stall, inp.ddr_stall)
     ctx.set(dut.done.ready, inp.done_ready)
     ctx.set(dut.dispatch.valid, inp.dispatch is not None)
@@ -356,3 +356,59 @@ def test_slice_table_count_is_fixed_at_the_first_beat(channels):
         (c, e): sum(1 for x in events if x[0] == c and x[1][0] == e) for c in (0, 1) for e in (1, 2)
     }
     assert per == {(0, 1): 3, (1, 1): 3, (0, 2): 2, (1, 2): 2}
+
+
+@pytest.mark.parametrize(
+    "channels,latency,interval", [(1, 1, 1), (1, 8, 2), (4, 1, 1), (4, 5, 3), (1, 37, 1)]
+)
+def test_ddr_latency_is_measured(channels, latency, interval):
+    """``DDRController.latency``: every load of a dispatched expert, issued in cycle ``t``
+    (``resv.valid``), is delivered on its channel in cycle ``t + latency``; with DDR
+    stalls never earlier."""
+    from fsedp.hw.ddr_ctrl import DDRController
+
+    p = DatapathParams(
+        rows=2, cols=2, experts=8, slots=8, micro_slices=6, ddr_interval=interval,
+        ddr_latency=latency, ddr_channels=channels,
+    )  # fmt: skip
+    dut = DDRController(p)
+    n = p.chiplets
+    rng = random.Random(latency)
+    delays = {False: [], True: []}
+
+    async def bench(ctx):
+        for stalls in (False, True):
+            for c in range(n):
+                ctx.set(dut.free[c], p.slots)
+                ctx.set(dut.resv[c].slot, c)
+            ctx.set(dut.done.ready, 1)
+            beat = Dispatch(DISPATCH, 1 + stalls, 2, 0b1111, 0, (1, 2, 3, 0))
+            ctx.set(dut.dispatch.valid, 1)
+            ctx.set(dut.dispatch.payload.as_value(), dispatch_bits(p, beat))
+            queues = [[] for _ in range(p.ddr_channels)]  # issue cycles per channel
+            for cycle in range(40 * (latency + interval)):
+                ctx.set(dut.ddr_stall, stalls and rng.random() < 0.3)
+                for c in range(n):
+                    if ctx.get(dut.resv[c].valid):
+                        queues[c if channels > 1 else 0].append(cycle)
+                for ch, q in enumerate(queues):
+                    if ctx.get(dut.deliver[ch].valid):
+                        delays[stalls].append(cycle - q.pop(0))
+                        # the micro-slice retires at once: the job ends after M loads
+                        ctx.set(dut.retire[ch].valid, 1)
+                        ctx.set(dut.retire[ch].payload, 1 + stalls)
+                await ctx.tick()
+                ctx.set(dut.dispatch.valid, 0)
+                for c in range(n):
+                    ctx.set(dut.retire[c].valid, 0)
+                if not ctx.get(dut.busy):
+                    break
+            assert not ctx.get(dut.busy) and not any(queues)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert delays[False] == [dut.latency] * p.micro_slices
+    assert len(delays[True]) == p.micro_slices and min(delays[True]) >= dut.latency
+    assert max(delays[True]) > dut.latency  # the stalls did delay some load

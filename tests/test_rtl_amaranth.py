@@ -200,7 +200,68 @@ def test_sorter_variants_match_golden(kind, experts):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert latencies == [network(lanes, kind).cycles] * 6
+    assert latencies == [dut.latency] * 6 and dut.latency == network(lanes, kind).cycles
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(chiplets=4, experts=8),
+        dict(chiplets=5, experts=12, sorter="parallel"),
+        dict(chiplets=4, experts=32, sorter="stage"),
+        dict(chiplets=9, experts=16, sorter="shuffle"),
+        dict(chiplets=4, experts=16, balance=3, entry_dispatch=True),
+    ],
+    ids=["shuffle2-8", "parallel-12", "stage-32", "shuffle-16", "balance-16"],
+)
+def test_scheduler_latency_is_measured(kw):
+    """``Scheduler.latency``: the ``last`` gate record of a round transferred in cycle 0,
+    the first ``dispatch.valid`` comes in cycle ``latency`` (``+ n + 2`` with ``balance``:
+    ``ORDER0``, then ``n`` positions built one per cycle, then ``ORDER`` sees ``built``),
+    round after round; nothing is
+    deferred (``theta_min = 0``: no expert is cold)."""
+    p = SchedulerParams(requests=2, theta_min=0, n_threshold=2, qos_width=2, **kw)
+    dut = Scheduler(p)
+    rng = random.Random(p.experts)
+    seen, want = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.dispatch.ready, 1)
+        for _ in range(3):
+            records = [
+                (rng.randrange(p.requests), rng.randrange(p.chiplets), rng.randrange(p.experts))
+                for _ in range(rng.randint(1, 6))
+            ]
+            for i, (r, c, e) in enumerate(records):
+                assert ctx.get(dut.gate.ready)
+                ctx.set(dut.gate.valid, 1)
+                ctx.set(dut.gate.payload.as_value(), gate_bits(p, r, c, e, i == len(records) - 1))
+                await ctx.tick()  # the last record's transfer is cycle 0
+            ctx.set(dut.gate.valid, 0)
+            cycles = 1
+            while not ctx.get(dut.dispatch.valid):
+                await ctx.tick()
+                cycles += 1
+                assert cycles < 500, "no dispatch"
+            assert ctx.get(dut.deferred) == 0
+            n = ctx.get(dut.n_active)
+            seen.append(cycles)
+            want.append(dut.latency + (n + 2 if p.balance else 0))
+            # completions for every dispatch until the round is over
+            ctx.set(dut.done.valid, 1)
+            ctx.set(dut.done.payload, (1 << p.chiplets) - 1)
+            for _ in range(LIMIT):
+                if ctx.get(dut.idle):
+                    break
+                await ctx.tick()
+            ctx.set(dut.done.valid, 0)
+            assert ctx.get(dut.idle), "round not over"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == want
 
 
 @pytest.mark.parametrize("experts,chiplets", [(16, 4), (128, 4), (64, 16), (8, 9)])
