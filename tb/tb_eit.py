@@ -1,5 +1,6 @@
-"""cocotb testbench of the EIT: rounds of random gate records (some out of range, some
-hammering one entry past the count width) with random valid gaps; after each round the
+"""cocotb testbench of the EIT: rounds of random gate records (``fsedp.tb.stimulus``, the
+Amaranth tier's stimulus too: some out of range, some hammering one entry past the count
+width) with random valid gaps; after each round the
 merged registers, presence, cold hits and sticky flags must equal the golden EIT's scan over
 every request, and after a deferral re-merge (random include mask, every word) its scan over
 the included requests; then the table is cleared for the next round."""
@@ -11,6 +12,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from fsedp.hw.layouts import record_layout
 from fsedp.sw.eit import EIT, GateRecord
+from fsedp.tb.stimulus import eit_include, eit_records, pause
 from fsedp.tb.streams import knobs, params, start, u, write_report
 
 
@@ -36,7 +38,6 @@ async def eit_vs_golden(dut):
     rng = random.Random(k.get("seed", 1))
     gold = EIT(p)
     lay = record_layout(p)
-    lim = (1 << p.request_bits, 1 << p.chiplet_bits, 1 << p.expert_bits)
     words = -(-p.experts // p.eit_lanes)
     await start(dut)
     for name in ("rec__valid", "merge_en", "clear", "flags_clear"):
@@ -46,18 +47,13 @@ async def eit_vs_golden(dut):
     checks = merges = 0
     flagged = {"overflow": False, "bad_record": False}
     for rnd in range(k.get("rounds", 30)):
-        hot = rng.randrange(p.experts)
-        recs = []
-        for _ in range(rng.randint(1, 3 * p.experts if rnd % 5 else p.count_max + 3)):
-            if rng.random() < 0.05:
-                recs.append(tuple(rng.randrange(x) for x in lim))  # possibly out of range
-            else:
-                e = hot if rng.random() < (0.3 if rnd % 5 else 1.0) else rng.randrange(p.experts)
-                recs.append((rng.randrange(p.requests), rng.randrange(p.chiplets), e))
+        recs = eit_records(p, rng, rnd)
         gold.reset()
         for i, rec in enumerate(recs):
-            while rng.random() < 0.2:
-                dut.rec__valid.value = 0
+            for _ in range(pause(rng)):
+                # flags_clear is a one-cycle pulse with the round's first record: held over a
+                # gap it would restart the flags again, dropping the first record's
+                dut.rec__valid.value = dut.flags_clear.value = 0
                 await RisingEdge(dut.clk)
             dut.rec__valid.value = 1
             dut.flags_clear.value = int(i == 0)
@@ -83,8 +79,8 @@ async def eit_vs_golden(dut):
         flagged["bad_record"] |= gold.bad_record
         checks += 1
         await RisingEdge(dut.clk)
-        if rng.random() < 0.6:  # a deferral round: merge again over the included requests
-            include = rng.getrandbits(p.requests)
+        include = eit_include(p, rng, rnd)
+        if include is not None:  # a deferral round: merge again over the included requests
             for a in range(words):
                 dut.merge_en.value, dut.merge_addr.value, dut.merge_include.value = 1, a, include
                 await RisingEdge(dut.clk)

@@ -30,6 +30,7 @@ from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
 from fsedp.sw.pairing import balanced_order, paired_index, partner
 from fsedp.sw.sorter import sort_keys, sorter_keys
 from fsedp.sw.token_buffer import TokenBuffer
+from fsedp.tb.stimulus import eit_include, eit_records, pause
 
 
 class Bench:
@@ -111,28 +112,6 @@ def test_eit_matches_golden(p):
     everyone = (1 << p.requests) - 1
     seen = Counter()
 
-    def records(rnd):
-        hot = rng.randrange(p.experts)
-        if rnd % 4 == 0:  # hammer one entry (or a few) well past the count width
-            r = rng.randrange(p.requests)
-            n = rng.randint(p.count_max + 1, 2 * p.count_max + 3)
-            return [
-                (
-                    r if rng.random() < 0.7 else rng.randrange(p.requests),
-                    rng.randrange(p.chiplets),
-                    hot,
-                )
-                for _ in range(n)
-            ]
-        recs = []
-        for _ in range(rng.randint(1, 3 * p.experts)):
-            if rng.random() < 0.05:
-                recs.append(tuple(rng.randrange(x) for x in lim))  # possibly out of range
-            else:
-                e = hot if rng.random() < 0.3 else rng.randrange(p.experts)
-                recs.append((rng.randrange(p.requests), rng.randrange(p.chiplets), e))
-        return recs
-
     async def bench(ctx):
         b = Bench(
             ctx,
@@ -161,12 +140,13 @@ def test_eit_matches_golden(p):
 
         await b.tick()
         for rnd in range(40):
-            recs = records(rnd)
+            recs = eit_records(p, rng, rnd)
             raw = Counter((r, e) for r, c, e in recs if gold.valid(sw_eit.GateRecord(r, c, e)))
             gold.reset()
             for i, rec in enumerate(recs):
-                while rng.random() < 0.2:
+                for _ in range(pause(rng)):
                     ctx.set(dut.rec.valid, 0)
+                    ctx.set(dut.flags_clear, 0)  # a one-cycle pulse with the first record
                     await b.tick()
                 ctx.set(dut.rec.valid, 1)
                 ctx.set(dut.flags_clear, i == 0)
@@ -200,10 +180,8 @@ def test_eit_matches_golden(p):
             seen["bad_record"] += gold.bad_record
             seen["cold_hit"] += cold_hit != 0
             await b.tick()
-            if rnd % 4 == 0 or rng.random() < 0.6:  # a deferral round: merge the included
-                include = rng.getrandbits(p.requests)
-                if rnd % 8 == 0:
-                    include = rng.choice([0, everyone])
+            include = eit_include(p, rng, rnd)
+            if include is not None:  # a deferral round: merge the included requests again
                 for a in range(words):
                     ctx.set(dut.merge_en, 1)
                     ctx.set(dut.merge_addr, a)

@@ -208,6 +208,8 @@ def cmd_verilog(args):
             for b in dp_blocks:
                 files.append(write_verilog(b, dp, staged).name)
         if args.lint:
+            from fsedp.tb.runner import lint_files
+
             lint = lint_files([staged / f for f in files])
     out = Path(args.out)
     lint = {str(out / Path(f).name): v for f, v in lint.items()}
@@ -221,29 +223,6 @@ def cmd_verilog(args):
     text = "\n".join(f"wrote {f}" + (f"  lint: {lint[f]}" if f in lint else "") for f in files)
     emit(args, doc, text)
     return 0 if all(v == "clean" for v in lint.values()) else 1
-
-
-def lint_files(files) -> dict:
-    """``verilator --lint-only -Wall`` with the waivers of ``hw/lint.vlt``."""
-    import os
-    import subprocess
-    from importlib import resources
-
-    from fsedp.tb.runner import verilator_env
-
-    env = {**os.environ, **verilator_env()}
-    waivers = Path(str(resources.files("fsedp.hw") / "lint.vlt"))
-    result = {}
-    for f in files:
-        proc = subprocess.run(
-            ["verilator", "--lint-only", "-Wall", str(waivers), f],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        warnings = [l for l in proc.stderr.splitlines() if l.startswith("%")]
-        result[f] = "clean" if proc.returncode == 0 and not warnings else "; ".join(warnings[:3])
-    return result
 
 
 def cmd_cosim(args):
