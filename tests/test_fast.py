@@ -332,7 +332,10 @@ def test_architecture_table_pairs_each_kernel_function_with_its_counterpart():
     import re
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    path = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+    if not path.exists():  # scripts/mutate.py's package view has no docs
+        pytest.skip("docs/architecture.md is not in this tree")
+    page = path.read_text()
     section = page.split("## One rule, its interpreters", 1)[1].split("\n## ", 1)[0]
     rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| rule")]
     cells = [[re.findall(r"`([^`]+)`", c) for c in r.strip("|").split("|")] for r in rows]
