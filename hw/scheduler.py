@@ -11,7 +11,6 @@ from fsedp.hw.pairing import PairingUnit
 from fsedp.hw.sorter import Sorter
 from fsedp.hw.token_buffer import TokenBufferUnit
 from fsedp.params import BeatKind, SchedulerParams
-from fsedp.sw.sorter import network
 
 __all__ = ["Scheduler"]
 
@@ -79,7 +78,7 @@ class Scheduler(wiring.Component):
         transferred in cycle 0, when token buffering defers nothing (``balance`` adds
         ``n + 2``): ``SETTLE`` (2), ``TB``, ``DEFER``, ``SORT``, the sorter's ``L``,
         ``PICK``, ``CHECK``, then ``EMIT_D``."""
-        return network(self.p.sorter_lanes, self.p.sorter).cycles + 8
+        return Sorter(self.p).latency + 8
 
     def elaborate(self, platform):
         m = Module()

@@ -88,7 +88,7 @@ def columns(cls, *names, first: int = 0, widths: dict | None = None) -> tuple:
 P_N, P_K, P_E, P_M, P_CPT, P_LINK, P_DINT, P_DLAT = 0, 1, 2, 3, 4, 5, 6, 7
 P_NPRE, P_RULE5, P_CHAN, P_PREEMPT, P_HOT, P_ADMIT, P_AGE, P_FDEPTH = 8, 9, 10, 11, 12, 13, 14, 15
 P_H, P_LOG = 16, 17
-NP = 18
+NP = P_LOG + 1
 # -- slot fields: ring_buffer.Slot ------------------------------------------------------------
 (
     S_BUSY, S_RESV, S_WAIT, S_HELD, S_COMP, S_COMPUTING, S_SEND, S_TX, S_DDR,
@@ -127,7 +127,7 @@ NF = F_TS + 1
 # -- scalars --------------------------------------------------------------------------------
 X_DDR_RR, X_NOW, X_CYCLE, X_DONE, X_BAD, X_ORPHAN, X_STEPS, X_FF = 0, 1, 2, 3, 4, 5, 6, 7
 X_LOADS, X_TRANSFERS, X_COMPUTATIONS, X_DISPATCHED, X_NEV, X_NTL, X_BPOS = range(8, 15)
-NX = 15
+NX = X_BPOS + 1
 # -- idle causes: indices into probe.DDR_CAUSES and probe.PE_CAUSES ---------------------------
 D_STALL, D_FULL, D_ADMISSION, D_PRELOAD, D_WINDOW, D_NONE, D_DISPATCH, D_DRAIN = (
     DDR_CAUSES.index(x)
@@ -148,10 +148,11 @@ STALLED = -1
 W_FREE, W_BEST_R, W_ACC_D, W_ACC_SRC, W_ACC_S, W_ACC_SLOT, W_FREE2, W_USED = range(8)
 W_EXTRA, W_PRE_EXTRA, W_IDLE_CH, W_ISS_SLOT, W_ISS_LEGS, W_ISS_R, W_DLV, W_DLV_HELD = range(8, 16)
 W_EV, W_START, W_START_CYCLES, W_RETIRED, W_ISSUED_JOB, W_ISSUED_PRE, W_TMP = range(16, 23)
-NW = 23
+NW = W_TMP + 1
 #: columns of an issued load (``ISS``): kind (0 job, 1 pre-load), job or entry index, target,
 #: expert, trajectory, micro-slice, destination -- ``ddr.issue``'s tuples
 I_KIND, I_IDX, I_TARGET, I_EXPERT, I_TRAJ, I_INDEX, I_DEST = range(7)
+NI = I_DEST + 1
 
 #: ``fsedp.params.ring_after``, the same function compiled
 ring_after = njit(cache=True)(_ring_after)
@@ -361,12 +362,13 @@ def router_commit(S, W, HX):
     for c in range(n):
         if acc_d[c] >= 0:
             src, s = acc_src[c], acc_s[c]
-            HX[c, 0], HX[c, 1], HX[c, 2] = (
+            h = HX[c]  # the Header on the link, in the DDR queue entry's columns
+            h[F_EXPERT], h[F_INDEX], h[F_TRAJ] = (
                 SL[src, s, S_EXPERT],
                 SL[src, s, S_INDEX],
                 SL[src, s, S_TRAJ],
             )
-            HX[c, 3], HX[c, 4], HX[c, 5] = (
+            h[F_DEST], h[F_LEGS], h[F_R] = (
                 SL[src, s, S_DEST],
                 SL[src, s, S_LEGS],
                 SL[src, s, S_R] - 1,
@@ -381,8 +383,9 @@ def router_commit(S, W, HX):
         CH[c, C_RR] = (d + 1) & 3
         h = HX[c]
         ring_buffer_store(
-            SL, P, S[AT_DIRT], c, acc_slot[c], h[0], h[1], h[2], h[3], h[4], h[5], L - 1, 0, 0
-        )
+            SL, P, S[AT_DIRT], c, acc_slot[c], h[F_EXPERT], h[F_INDEX], h[F_TRAJ], h[F_DEST],
+            h[F_LEGS], h[F_R], L - 1, 0, 0,
+        )  # fmt: skip
 
 
 # -- DDR controller (fsedp.sw.streaming.ddr) --------------------------------------------------
@@ -1185,9 +1188,9 @@ def run(S, B, BT, nbeats, in_round, plan_n):
     ws = (
         np.zeros((NW, width), np.int64),
         np.zeros((n, 4), np.int64),
-        np.zeros((2 * n + 2, 7), np.int64),
+        np.zeros((2 * n + 2, NI), np.int64),
         np.zeros((n, P[P_K]), np.int64),
-        np.zeros((n, 6), np.int64),
+        np.zeros((n, NF), np.int64),
     )
     # a skip that was due when the last call returned for the scheduler
     if SC[X_FF] > 1 and SC[X_BPOS] >= nbeats:

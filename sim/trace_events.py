@@ -57,8 +57,6 @@ _DIRECTION = ("north", "east", "south", "west")
 #: FSE-DP variants whose decisions can be replayed from a layer alone (a fresh scheduler per
 #: layer; A5's scheduler carries its request table from layer to layer).
 REPLAYED = ("A1", "A2", "A3", "A4", "A6")
-#: Event-log kinds (:class:`fsedp.sim.fast.Event`).
-_LOAD, _TRANSFER, _COMPUTE = Event.LOAD, Event.TRANSFER, Event.COMPUTE
 
 #: One activity span: cycles ``[start, end)`` on ``chiplet``; ``args`` what else is known.
 Span = namedtuple("Span", "chiplet kind start end expert micro_slice args")
@@ -118,13 +116,13 @@ def layer_spans(dp, result) -> list:
 
     for cycle, group in by_cycle(log):  # the order fsedp.sim.fast.activity made them in
         for kind, _, c, final, e, idx in group:
-            if kind == _COMPUTE:
+            if kind == Event.COMPUTE:
                 take(c, "compute", cycle, e, idx, {"final": bool(final)})
         for kind, _, t, slot, e, idx in group:
-            if kind == _LOAD:
+            if kind == Event.LOAD:
                 take(t, "DDR load", cycle, e, idx, {"slot": int(slot)})
         for kind, _, src, d, e, idx in group:
-            if kind == _TRANSFER:
+            if kind == Event.TRANSFER:
                 dst = dp.neighbour(src, d)
                 way = _DIRECTION[d]
                 take(src, "D2D send", cycle, e, idx, {"to": dst, "direction": way})
@@ -148,7 +146,7 @@ def layer_decisions(setup, variant: str, layer, result, slices: dict | None = No
     last: dict = {}  # expert -> cycle of its last retiring computation
     streamed: dict = {}  # expert -> micro-slices retired (those it streams)
     for kind, cycle, _, final, e, _ in result.log:
-        if kind == _COMPUTE and final:
+        if kind == Event.COMPUTE and final:
             last[e] = max(last.get(e, cycle), cycle)
             streamed[e] = streamed.get(e, 0) + 1
     done: dict = {}

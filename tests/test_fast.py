@@ -304,8 +304,8 @@ def test_kernel_functions_name_their_golden_counterpart():
     function of the streaming golden model's blocks has its interpretation."""
     from fsedp.sw.streaming import compute, ddr, probe, ring_buffer, router
 
-    named = set()
-    for name, f in _kernel_functions().items():
+    named, kernel = set(), _kernel_functions()
+    for name, f in kernel.items():
         said, obj = _counterpart(f.py_func.__doc__)
         assert said is not None, f"fast_kernel.{name}: its docstring names no counterpart"
         assert obj is not None, f"fast_kernel.{name}: ``{said}`` does not exist"
@@ -322,7 +322,7 @@ def test_kernel_functions_name_their_golden_counterpart():
                 # load_ahead runs once before a layer, in Python (fast.run_layer)
                 assert f"{short}.{fn}" in named or any(
                     f"``{short}.{fn}``" in (g.py_func.__doc__ or "")
-                    for g in _kernel_functions().values()
+                    for g in kernel.values()
                 ), f"{short}.{fn} has no compiled interpretation"
 
 

@@ -118,14 +118,20 @@ class Parser(argparse.ArgumentParser):
         return super()._parse_optional(arg_string)
 
 
+def _parse(name: str, kind: type, text: str):
+    """``text`` as an ``int`` or a ``float`` option's value, or one line naming the option."""
+    try:
+        return kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise usage(name, f"must be {what}, not {text[:40]!r}") from None
+
+
 def int_at_least(name: str, low: int, high: int = 2**31):
     """Converter of an integer option in ``low..high``."""
 
     def conv(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise usage(name, f"must be an integer, not {text[:40]!r}") from None
+        v = _parse(name, int, text)
         if not low <= v <= high:
             raise usage(
                 name,
@@ -146,17 +152,7 @@ def field_value(cls, field: str, option: str):
     s = specs(cls)[field]
 
     def conv(text):
-        v = text
-        if s.kind is int:
-            try:
-                v = int(text)
-            except ValueError:
-                raise usage(option, f"must be an integer, not {text[:40]!r}") from None
-        elif s.kind is float:
-            try:
-                v = float(text)
-            except ValueError:
-                raise usage(option, f"must be a number, not {text[:40]!r}") from None
+        v = _parse(option, s.kind, text) if s.kind in (int, float) else text
         return check(COMMAND_LINE, option, s, v)
 
     conv.range_text = s.range_text()
@@ -171,14 +167,13 @@ def field_options(parser, cls, names, default: str = "the config's"):
     for name, s in ((n, specs(cls)[n]) for n in names):
         option = "--" + name.replace("_", "-")
         unit = f", {s.unit}" if s.unit else ""
+        rng = "" if s.kind is bool or s.choices else f"{s.range_text()}; "
+        help_ = f"{s.doc}{unit} ({rng}default: {default})"
         if s.kind is bool:
-            help_ = f"{s.doc}{unit} (default: {default})"
             parser.add_argument(option, action="store_true", help=help_)
         elif s.choices:
-            help_ = f"{s.doc}{unit} (default: {default})"
             parser.add_argument(option, choices=s.choices, help=help_)
         else:
-            help_ = f"{s.doc}{unit} ({s.range_text()}; default: {default})"
             parser.add_argument(option, type=field_value(cls, name, option), help=help_)
 
 
@@ -206,10 +201,7 @@ def number(name: str, lo: float | None = None, hi: float | None = None):
     """Converter of a finite number option in ``[lo, hi]``."""
 
     def conv(text):
-        try:
-            v = float(text)
-        except ValueError:
-            raise usage(name, f"must be a number, not {text[:40]!r}") from None
+        v = _parse(name, float, text)
         if v != v or v in (float("inf"), float("-inf")):
             raise usage(name, f"must be finite, not {text[:40]!r}")
         if (lo is not None and v < lo) or (hi is not None and v > hi):
