@@ -11,6 +11,7 @@ from fsedp.hw.pairing import PairingUnit
 from fsedp.hw.sorter import Sorter
 from fsedp.hw.token_buffer import TokenBufferUnit
 from fsedp.params import BeatKind, SchedulerParams
+from fsedp.sw.sorter import network
 
 __all__ = ["Scheduler"]
 
@@ -78,7 +79,8 @@ class Scheduler(wiring.Component):
         transferred in cycle 0, when token buffering defers nothing (``balance`` adds
         ``n + 2``): ``SETTLE`` (2), ``TB``, ``DEFER``, ``SORT``, the sorter's ``L``,
         ``PICK``, ``CHECK``, then ``EMIT_D``."""
-        return Sorter(self.p).latency + 8
+        # Sorter.latency is its network's cycles (a Sorter built here would go unelaborated)
+        return network(self.p.sorter_lanes, self.p.sorter).cycles + 8
 
     def elaborate(self, platform):
         m = Module()
