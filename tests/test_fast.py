@@ -321,8 +321,7 @@ def test_kernel_functions_name_their_golden_counterpart():
             if callable(obj) and not isinstance(obj, type) and fn != "load_ahead":
                 # load_ahead runs once before a layer, in Python (fast.run_layer)
                 assert f"{short}.{fn}" in named or any(
-                    f"``{short}.{fn}``" in (g.py_func.__doc__ or "")
-                    for g in kernel.values()
+                    f"``{short}.{fn}``" in (g.py_func.__doc__ or "") for g in kernel.values()
                 ), f"{short}.{fn} has no compiled interpretation"
 
 
