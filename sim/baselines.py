@@ -23,7 +23,7 @@ import numpy as np
 from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
 
-__all__ = ["ep_home", "hydra_home", "ep_layer", "bounds"]
+__all__ = ["ep_home", "hydra_home", "ep_layer", "bounds", "link_bound", "held_tokens"]
 
 
 def ep_home(experts: int, chiplets: int) -> list[int]:
@@ -62,6 +62,88 @@ def bounds(
     ddr = math.ceil(moved * dp.ddr_interval / n)
     compute = math.ceil(int((counts * per).sum()) * dp.cycles_per_token / n)
     return ddr, compute
+
+
+def held_tokens(chiplets: int, experts: int, pairs) -> np.ndarray:
+    """Tokens per chiplet and expert, ``[chiplets, experts]``, from ``(chiplet, expert,
+    tokens)`` triples."""
+    held = np.zeros((chiplets, experts), np.int64)
+    for c, e, t in pairs:
+        held[c, e] += t
+    return held
+
+
+def link_bound(
+    setup: Setup,
+    held: np.ndarray,
+    slices: np.ndarray | None = None,
+    ahead: int = 0,
+    tokens_move: bool = True,
+) -> int:
+    """A lower bound of a layer, in cycles, that sees the die-to-die links as well as DDR and
+    compute, for any strategy: weights streamed over rings (FSE-DP), tokens moved to the
+    weights (EP, Hydra), an expert loaded from DDR more than once, or any mix.
+
+    ``held[c, e]`` is the tokens on chiplet ``c`` routed to expert ``e``; ``slices`` and
+    ``ahead`` as in :func:`bounds`.  For each active expert, every micro-slice is needed on
+    each chiplet ``C`` that computes with it: a chiplet gets it from a DDR load of its own
+    (``ddr_interval`` on one of the ``n`` channels) or over a link (its bytes over the link
+    bandwidth, on one of the mesh's directed links), so ``k`` loads leave at least
+    ``|C| - k`` link crossings; a token on a chiplet outside ``C`` crosses at least one link
+    there and its result one back (its activation bytes each way).  At best the loads spread
+    over all channels and the crossings over all directed links, so for an assignment the
+    layer takes at least ``max(DDR, links)``, and for any ``0 <= lam <= 1`` at least
+    ``lam * DDR + (1 - lam) * links``; that is linear in each expert's choice, so its
+    minimum over all assignments is a sum of per-expert minima (over ``|C| = 1 ..`` the
+    chiplets holding its tokens, taken in order of their tokens, and ``k = 1`` or ``k = |C|``:
+    the objective is linear in ``k``).  Every ``lam`` gives a bound; the function of ``lam``
+    is concave, and its maximum is found by golden-section search.  ``lam = 1`` is the DDR
+    bound of :func:`bounds`, so this bound is never below it; it exceeds it where
+    replicating weights over links costs more than the DDR time (large meshes, many chiplets
+    per expert).  The result is at least the compute bound."""
+    n, dp = setup.chiplets, setup.dp
+    experts = held.shape[1]
+    per = np.full(experts, dp.micro_slices, np.int64) if slices is None else slices
+    ddr, compute = bounds(setup, held.sum(0), slices, ahead)
+    active = np.flatnonzero(held.sum(0) > 0)
+    links = sum(dp.neighbour(c, d) is not None for c in range(n) for d in range(4))
+    if not len(active):
+        return max(ddr, compute)
+    bw = links * setup.link_bytes_per_cycle  # bytes per cycle over all directed links
+    ddr_unit = dp.ddr_interval / n  # cycles of all channels per micro-slice load
+    # tokens of each active expert, busiest chiplet first; ``out[c - 1]``: the tokens not on
+    # the ``c`` busiest chiplets (0 beyond the chiplets holding any: those choices of ``C``
+    # are dominated and change no minimum)
+    t = -np.sort(-held[:, active], axis=0)
+    out = (t.sum(0) - np.cumsum(t, axis=0)) * (2 * setup.act_bytes / bw)
+    m = per[active].astype(np.float64)
+    c = np.arange(1, n + 1, dtype=np.float64)[:, None]
+    # one load per micro-slice and the rest over links, or a load on each chiplet of C
+    a = np.concatenate([np.broadcast_to(m * ddr_unit, out.shape), c * m * ddr_unit])
+    b = np.concatenate([(c - 1) * m * (setup.microslice_bytes / bw) + out, out])
+    if not tokens_move:  # only C = the chiplets holding tokens: fewer would move some
+        b[np.concatenate([out, out]) > 0] = np.inf
+    saved = ahead * ddr_unit  # loads made before the layer (``bounds``' ``ahead``)
+
+    def at(lam: float) -> float:
+        return float((lam * a + (1 - lam) * b).min(axis=0).sum()) - lam * saved
+
+    lo, hi = 0.0, 1.0
+    g = (math.sqrt(5) - 1) / 2
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = at(x1), at(x2)
+    for _ in range(40):
+        if f1 < f2:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + g * (hi - lo)
+            f2 = at(x2)
+        else:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - g * (hi - lo)
+            f1 = at(x1)
+    best = max(f1, f2, at(0.0))
+    # a layer lasts whole cycles; the margin keeps float rounding from lifting the bound
+    return max(ddr, compute, math.ceil(best - 1e-6 * max(1.0, best)))
 
 
 def _flow_shop(
@@ -248,6 +330,7 @@ def ep_layer(
         _idle_arrays(*loads_all[c], 0, max(finish), cycles, "ddr", idle["ddr"])
         _idle_arrays(*intervals_all[c], dispatch, max(finish), cycles, "compute", idle["compute"])
     ddr_b, comp_b = bounds(setup, counts)
+    held = held_tokens(n, len(counts), ((c, e, 1) for _, c, e in records))
     timeline = _timeline_arrays([b for b, _ in intervals_all], [e for _, e in intervals_all])
     active = int(np.count_nonzero(counts))
     return LayerResult(
@@ -261,6 +344,8 @@ def ep_layer(
         peak_token_bytes=max(peak_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_b,
         compute_cycles=comp_b,
+        link_bound=link_bound(setup, held),
+        stream_bound=0,  # EP moves tokens
         timeline=timeline,
         decisions=active,
         ddr_per_chiplet=ddr_per_chiplet,

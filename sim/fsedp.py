@@ -26,7 +26,7 @@ from collections import deque
 
 import numpy as np
 
-from fsedp.sim.baselines import bounds
+from fsedp.sim.baselines import bounds, held_tokens, link_bound
 from fsedp.sim.fast import python_events, run_layer, streaming_engine
 from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
@@ -151,6 +151,8 @@ def fsedp_layer(
             peak_token_bytes=0,
             ddr_cycles=0,
             compute_cycles=0,
+            link_bound=0,
+            stream_bound=0,
             defer=plan.defer,
         )
     tokens = layer_tokens(sp, records, plan.defer)
@@ -169,6 +171,7 @@ def fsedp_layer(
         counts[e] += t
         per_chiplet_tokens[c] += t
     ddr_cycles, compute_cycles = bounds(setup, counts, table, ahead=len(ahead))
+    held = held_tokens(n, sp.experts, ((c, e, t) for (c, e), t in tokens.items()))
     result = LayerResult(
         strategy=f"FSE-DP {variant}",
         cycles=loop["cycles"],
@@ -180,6 +183,8 @@ def fsedp_layer(
         peak_token_bytes=max(per_chiplet_tokens) * setup.act_bytes * 2,
         ddr_cycles=ddr_cycles,
         compute_cycles=compute_cycles,
+        link_bound=link_bound(setup, held, table, ahead=len(ahead)),
+        stream_bound=link_bound(setup, held, table, ahead=len(ahead), tokens_move=False),
         timeline=loop["timeline"],
         decisions=loop["decisions"],
         link_bytes={k: v * slot_bytes for k, v in loop["link_transfers"].items()},

@@ -12,7 +12,10 @@ class LayerResult:
     ``busy`` is each chiplet's compute-busy cycles; ``timeline`` the number of computing
     chiplets as ``(cycle, count)`` steps; ``bound`` the hardware lower bound of the layer
     (the larger of the DDR time, every active expert loaded once over all channels, and the
-    compute time, all MACs spread evenly).
+    compute time, all MACs spread evenly); ``link_bound`` the lower bound that sees the
+    die-to-die links as well (:func:`fsedp.sim.baselines.link_bound`, never below ``bound``);
+    ``stream_bound`` the same for strategies that leave every token where it is (FSE-DP;
+    never below ``link_bound``; 0 for the baselines, which move tokens).
     """
 
     strategy: str
@@ -25,6 +28,8 @@ class LayerResult:
     peak_token_bytes: int  # largest over chiplets
     ddr_cycles: int  # bound components, for the breakdown
     compute_cycles: int
+    link_bound: int
+    stream_bound: int
     timeline: list[tuple[int, int]] = field(default_factory=list)
     decisions: int = 0
     link_bytes: dict = field(default_factory=dict)
@@ -62,3 +67,7 @@ class LayerResult:
     @property
     def x_bound(self) -> float:
         return self.cycles / self.bound if self.bound else float("nan")
+
+    @property
+    def x_link_bound(self) -> float:
+        return self.cycles / self.link_bound if self.link_bound else float("nan")

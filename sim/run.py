@@ -280,6 +280,8 @@ def summarize(run: dict) -> dict:
     for s, rs in run["results"].items():
         cyc = sum(r.cycles for r in rs)
         bound = sum(r.bound for r in rs)
+        link = sum(r.link_bound for r in rs)
+        stream = sum(r.stream_bound for r in rs)
         busy = [sum(r.busy[c] for r in rs) for c in range(setup.chiplets)]
         ddr_per = [
             sum(r.ddr_per_chiplet[c] for r in rs if r.ddr_per_chiplet)
@@ -293,6 +295,8 @@ def summarize(run: dict) -> dict:
             "moe_layer_us": round(cyc / n_layers * ns / 1000, 2),
             "speedup_vs_ep": round(base / cyc, 3) if base else None,
             "x_bound": round(cyc / bound, 3) if bound else None,
+            "x_link_bound": round(cyc / link, 3) if link else None,
+            "x_stream_bound": round(cyc / stream, 3) if stream else None,
             "utilization": round(sum(busy) / (setup.chiplets * cyc), 4) if cyc else 0,
             "onchip_mb": round(
                 max(r.peak_weight_bytes + r.peak_token_bytes for r in rs) / 2**20, 2
@@ -327,23 +331,31 @@ def summarize(run: dict) -> dict:
 
 def format_table(summary: dict, title: str) -> str:
     head = (
-        f"{'strategy':<10} {'MoE layer':>10} {'speedup':>8} {'x bound':>8} {'util':>6} "
-        f"{'on-chip':>8} {'e2e tok/s':>10} {'DDR imb':>8} {'PE imb':>7}"
+        f"{'strategy':<10} {'MoE layer':>10} {'speedup':>8} {'x bound':>8} {'x link':>7} "
+        f"{'util':>6} {'on-chip':>8} {'e2e tok/s':>10} {'DDR imb':>8} {'PE imb':>7}"
     )
-    lines = [title, head, f"{'':<10} {'(us)':>10} {'vs EP':>8} {'':>8} {'':>6} {'(MB)':>8}"]
+    lines = [
+        title,
+        head,
+        f"{'':<10} {'(us)':>10} {'vs EP':>8} {'':>8} {'bound':>7} {'':>6} {'(MB)':>8}",
+    ]
     for s, m in summary.items():
         b = m["breakdown"]
         speedup = f"{m['speedup_vs_ep']:>7.2f}x" if m["speedup_vs_ep"] else f"{'-':>8}"
         lines.append(
             f"{s:<10} {m['moe_layer_us']:>10.1f} {speedup} "
-            f"{m['x_bound']:>7.2f}x {m['utilization'] * 100:>5.1f}% {m['onchip_mb']:>8.2f} "
+            f"{m['x_bound']:>7.2f}x {m['x_link_bound']:>6.2f}x "
+            f"{m['utilization'] * 100:>5.1f}% {m['onchip_mb']:>8.2f} "
             f"{m['throughput_tok_s']:>10.1f} {b['ddr_imbalance'] or 0:>8.2f} "
             f"{b['compute_imbalance']:>7.2f}"
         )
     lines.append(
         "x bound: latency over the layer's lower bound (every active expert loaded once "
         "over all DDR channels, or all MACs spread evenly, whichever is larger); "
-        "imb: busiest chiplet over the mean (DDR bytes, compute cycles)"
+        "x link bound: over the bound that also sees the die-to-die links (every chiplet "
+        "computing an expert gets its bytes by a DDR load or a link crossing, tokens may move "
+        "instead; docs/simulator.md); imb: busiest chiplet over the mean (DDR bytes, compute "
+        "cycles)"
     )
     lines += ["", *format_lost(summary)]
     if summary.get("A5", {}).get("qos"):
@@ -410,6 +422,8 @@ def write_report(
                         "layer": run["layers"][k].layer if k < n else k - n,
                         "cycles": r.cycles,
                         "bound": r.bound,
+                        "link_bound": r.link_bound,
+                        "stream_bound": r.stream_bound,
                         "utilization": round(r.utilization, 4),
                         "bounding": r.bounding,
                         "lost": {c: round(v) for c, v in r.lost().items()},
@@ -425,15 +439,16 @@ def write_report(
             "",
             f"`{command}`",
             "",
-            "| strategy | MoE layer (us) | speedup vs EP | x bound | utilization | on-chip (MB) "
-            "| e2e tokens/s | DDR imbalance | compute imbalance |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| strategy | MoE layer (us) | speedup vs EP | x bound | x link bound | utilization "
+            "| on-chip (MB) | e2e tokens/s | DDR imbalance | compute imbalance |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for s, m in summary.items():
             b = m["breakdown"]
             md.append(
                 f"| {_label(s)} | {m['moe_layer_us']} | {m['speedup_vs_ep']} | {m['x_bound']} "
-                f"| {m['utilization'] * 100:.1f} % | {m['onchip_mb']} | {m['throughput_tok_s']} "
+                f"| {m['x_link_bound']} | {m['utilization'] * 100:.1f} % | {m['onchip_mb']} "
+                f"| {m['throughput_tok_s']} "
                 f"| {b['ddr_imbalance']} | {b['compute_imbalance']} |"
             )
         md += ["", "```", *format_lost(summary), "```"]

@@ -133,6 +133,8 @@ SUMMARY_FIELDS = {
     "moe_layer_us": NUMBER,
     "speedup_vs_ep": NUMBER_OR_NULL,
     "x_bound": NUMBER_OR_NULL,
+    "x_link_bound": NUMBER_OR_NULL,
+    "x_stream_bound": NUMBER_OR_NULL,
     "utilization": NUMBER,
     "onchip_mb": NUMBER,
     "deferrals": COUNT,
@@ -394,18 +396,23 @@ def format_throughput(rows, strategies) -> str:
 
 
 def format_breakdown(rows, strategies) -> str:
-    """Each strategy's x bound, and where each FSE-DP strategy's time over the bound goes,
-    by cause (% of its MoE-layer time; ``docs/simulator.md#where-the-time-goes``)."""
+    """Each strategy's x bound and x link bound, and where each FSE-DP strategy's time over
+    the bound goes, by cause (% of its MoE-layer time;
+    ``docs/simulator.md#where-the-time-goes``)."""
     fsedp = [x for x in strategies if x not in ("EP", "EP-paper", "Hydra")]
     out = [
         "| model | tokens | M | DDR / compute bound (% of EP) | x bound "
         + " / ".join(strategies)
+        + " | x link bound "
+        + " / ".join(strategies)
+        + " | x stream bound "
+        + " / ".join(fsedp)
         + " | busiest link busy (% of time) "
         + " / ".join(fsedp)
         + " | "
         + " | ".join(f"{x}: time over the bound by cause (%)" for x in fsedp)
         + " |",
-        "|---|---:|---:|---|---|---|" + "---|" * len(fsedp),
+        "|---|---:|---:|---|---|---|---|---|" + "---|" * len(fsedp),
     ]
 
     def causes(lost):
@@ -418,6 +425,10 @@ def format_breakdown(rows, strategies) -> str:
             f"| {r['model']} | {r['tokens']} | {r['micro_slices']} | "
             f"{b['ddr_bound_share'] * 100:.0f} / {b['compute_bound_share'] * 100:.0f} | "
             + " / ".join(f"{r[x]['x_bound']:.3f}" for x in strategies)
+            + " | "
+            + " / ".join(f"{r[x]['x_link_bound']:.3f}" for x in strategies)
+            + " | "
+            + " / ".join(f"{r[x]['x_stream_bound']:.3f}" for x in fsedp)
             + " | "
             + " / ".join(f"{(r[x]['busiest_link_share'] or 0) * 100:.0f}" for x in fsedp)
             + " | "

@@ -1,5 +1,7 @@
 """Performance simulator: setup, baselines, FSE-DP layers, bounds, the RTL decision check."""
 
+import copy
+
 import numpy as np
 import pytest
 from tiny import TINY
@@ -44,6 +46,11 @@ def test_no_strategy_beats_the_bound(tokens):
                 assert s == "A5" and r.cycles == 0
                 continue
             assert r.cycles >= r.bound > 0, (s, r.cycles, r.bound)
+            assert r.cycles >= r.link_bound >= r.bound, (s, r.cycles, r.link_bound)
+            if s in ("EP", "Hydra"):  # they move tokens: the stream bound does not apply
+                assert r.stream_bound == 0
+            else:
+                assert r.cycles >= r.stream_bound >= r.link_bound, (s, r.cycles, r.stream_bound)
             assert 0 <= r.utilization <= 1 and r.peak_weight_bytes > 0
     summary = summarize(run)
     assert summary["EP"]["speedup_vs_ep"] == 1.0
@@ -319,3 +326,51 @@ def test_bounds_round_up_exactly():
     assert bounds(setup, counts, ahead=1) == (3, 27)
     # the slice table [D13]: 3 micro-slices -> 9 / 4 -> 3; 7 x 3 x 3 = 63 / 4 -> 16
     assert bounds(setup, counts, slices=np.array([3, 5, 5, 5])) == (3, 16)
+
+
+def test_link_bound_pinned():
+    """The link-aware bound pinned by hand on a 1x3 line (4 directed links of 1 byte per
+    cycle) with one expert of one 400-byte micro-slice, one token on each chiplet, 200-byte
+    activations and a 30-cycle DDR interval (10 cycles over the 3 channels).  Per ``lam``:
+    one chiplet computes (tokens move: 2 x 2 x 200 / 4 = 200 link cycles) -> 200 - 190 lam;
+    two chiplets, one load each (one token moves) -> 100 - 80 lam; three chiplets, a load
+    each -> 30 lam; a ring over three with one load (200 link cycles) never wins.  All three
+    meet at lam = 10 / 11: 27.27 -> 28 cycles, where the DDR bound is 10.  With cheap tokens
+    (2-byte activations) moving them wins and the bound is the DDR bound; a micro-slice
+    loaded ahead takes 10 lam off: 18.18 -> 19.  Leaving the tokens where they are (FSE-DP)
+    only the three-chiplet choices remain: 200 - 190 lam against 30 lam, 28 cycles however
+    cheap the tokens."""
+    from types import SimpleNamespace
+
+    from fsedp.params import DatapathParams
+    from fsedp.sim.baselines import bounds, link_bound
+
+    dp = DatapathParams(rows=1, cols=3, micro_slices=1, ddr_interval=30, cycles_per_token=1)
+    setup = SimpleNamespace(
+        chiplets=3, dp=dp, act_bytes=200, link_bytes_per_cycle=1.0, microslice_bytes=400
+    )
+    held = np.array([[1], [1], [1]])
+    assert bounds(setup, held.sum(0)) == (10, 1)
+    assert link_bound(setup, held) == 28
+    assert link_bound(setup, held, ahead=1) == 19
+    assert link_bound(setup, held, tokens_move=False) == 28
+    setup.act_bytes = 2
+    assert link_bound(setup, held) == 10
+    assert link_bound(setup, held, tokens_move=False) == 28
+
+
+def test_stream_bound_binds_on_slow_links():
+    """With die-to-die links 36x slower than Table I's (8 GB/s) on a 3x3 mesh, streaming every
+    micro-slice to each chiplet holding tokens takes longer over the links than over DDR:
+    FSE-DP's stream bound is above its DDR / compute bound, and no FSE-DP layer is below it;
+    EP, which moves tokens instead, stays above the any-strategy link bound."""
+    raw = copy.deepcopy(TINY)
+    raw["hardware"].update(
+        name="slow3x3", rows=3, cols=3, ddr_channels=9, d2d_bandwidth_gbps=8, onchip_buffer_kib=48
+    )
+    run = run_experiment(run_from_dict(raw), ("EP", "A3", "A6"), n_iter=1, progress=False)
+    for s, rs in run["results"].items():
+        for r in rs:
+            assert r.cycles >= r.link_bound >= r.bound > 0
+            if s != "EP":
+                assert r.cycles >= r.stream_bound > 2 * r.bound, (s, r.stream_bound, r.bound)
