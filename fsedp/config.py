@@ -39,7 +39,7 @@ from typing import Any
 from fsedp.errors import InputError
 from fsedp.fields import build, describe, same_as, spec, specs
 from fsedp.files import parse_yaml, read_yaml
-from fsedp.params import DatapathParams, SchedulerParams, max_hops
+from fsedp.params import MAX_CHIPLETS, DatapathParams, SchedulerParams, max_hops
 
 __all__ = [
     "CONFIG_DIR",
@@ -108,11 +108,23 @@ def derived_microslices(
     return min(256, max(floor, need))
 
 
-def buffer_slots(expert_bytes: int, buffer_kib: int, microslices: int) -> int:
+#: Slots a chiplet's slot table gets at most (its index width and occupancy logic grow with
+#: it), unless the mesh needs more for deadlock freedom (:func:`slot_cap`).
+SLOT_CAP = 64
+
+
+def slot_cap(rows: int, cols: int) -> int:
+    """The most slots a ``rows x cols`` mesh's chiplets get from their buffer:
+    :data:`SLOT_CAP`, or deadlock freedom's ``max_hops + 1`` and one spare for pre-loads
+    where that is more (:func:`mesh_slots`; meshes beyond 6x6: 71 on 8x8)."""
+    return max(SLOT_CAP, mesh_slots(rows, cols))
+
+
+def buffer_slots(expert_bytes: int, buffer_kib: int, microslices: int, cap: int = SLOT_CAP) -> int:
     """Micro-slice slots of a ``buffer_kib`` buffer when an ``expert_bytes`` expert is cut
     into ``microslices``: what :meth:`RunConfig.datapath_params` gives ``slots`` (at most
-    64)."""
-    return min(64, (buffer_kib * 1024) // math.ceil(expert_bytes / microslices))
+    ``cap``, the mesh's :func:`slot_cap`)."""
+    return min(cap, (buffer_kib * 1024) // math.ceil(expert_bytes / microslices))
 
 
 def _smallest(lo: int, hi: int, fits) -> int | None:
@@ -137,12 +149,12 @@ def smallest_buffer_kib(
     The slots grow with the buffer (a derived count fails only at its cap, 256, where they
     do), so the search is a bisection; ``tests/test_config.py`` checks that the result is
     accepted and one KiB less refused."""
-    need = max_hops(rows, cols) + 1
+    need, cap = max_hops(rows, cols) + 1, slot_cap(rows, cols)
     hi = specs(HardwareConfig)["onchip_buffer_kib"].hi
 
     def fits(kib: int) -> bool:
         m = microslices or derived_microslices(expert_bytes, kib, slots=mesh_slots(rows, cols))
-        return buffer_slots(expert_bytes, kib, m) >= need
+        return buffer_slots(expert_bytes, kib, m, cap) >= need
 
     return _smallest(1, hi, fits)
 
@@ -151,9 +163,9 @@ def smallest_microslices(expert_bytes: int, buffer_kib: int, rows: int, cols: in
     """The smallest ``hardware.microslices_per_expert`` for which a ``buffer_kib`` buffer
     holds deadlock freedom's ``max_hops + 1`` micro-slices on a ``rows x cols`` mesh;
     ``None`` when no count in the field's range does."""
-    need = max_hops(rows, cols) + 1
+    need, cap = max_hops(rows, cols) + 1, slot_cap(rows, cols)
     hi = specs(HardwareConfig)["microslices_per_expert"].hi
-    return _smallest(1, hi, lambda m: buffer_slots(expert_bytes, buffer_kib, m) >= need)
+    return _smallest(1, hi, lambda m: buffer_slots(expert_bytes, buffer_kib, m, cap) >= need)
 
 
 def derived_count_width(tokens_per_iteration: int) -> int:
@@ -169,7 +181,7 @@ def derived_count_width(tokens_per_iteration: int) -> int:
 @dataclass(frozen=True)
 class HardwareConfig:
     """A multi-chiplet package: a ``rows x cols`` mesh of identical compute chiplets
-    (2..16 chiplets; the scheduler takes 4..16)."""
+    (2..64 chiplets; the scheduler takes 4..64)."""
 
     name: str = spec(str, doc="identifier (the file stem under configs/hardware/)")
     rows: int = spec(int, 1, 16, doc="mesh rows")
@@ -361,7 +373,7 @@ class RunConfig:
         count derived for it."""
         h, m = self.hardware, self.model
         size, buf, count = m.expert_bytes, h.onchip_buffer_kib, h.microslices_per_expert
-        slots = buffer_slots(size, buf, count)
+        slots = buffer_slots(size, buf, count, slot_cap(h.rows, h.cols))
         need = max_hops(h.rows, h.cols) + 1
         if slots >= need:
             return
@@ -420,7 +432,8 @@ class RunConfig:
     def datapath_params(self, **overrides) -> DatapathParams:
         """Generics of the chiplet datapath RTL for this run, in clock cycles.
 
-        ``slots`` = micro-slices that fit in ``onchip_buffer_kib`` (at most 64);
+        ``slots`` = micro-slices that fit in ``onchip_buffer_kib`` (at most :func:`slot_cap`:
+        64, more on meshes that need more);
         ``link_cycles`` = micro-slice bytes over the link's bytes per cycle plus the D2D
         latency; ``ddr_interval`` = micro-slice bytes over the package's DDR bytes per cycle;
         ``ddr_latency`` = :data:`DDR_LATENCY_NS`; ``cycles_per_token`` = MACs of one token on
@@ -435,7 +448,12 @@ class RunConfig:
         per_cycle = 1e6 * h.clock_mhz
         self.check_buffer()
         gen = {
-            "slots": buffer_slots(m.expert_bytes, h.onchip_buffer_kib, h.microslices_per_expert),
+            "slots": buffer_slots(
+                m.expert_bytes,
+                h.onchip_buffer_kib,
+                h.microslices_per_expert,
+                slot_cap(h.rows, h.cols),
+            ),
             "micro_slices": h.microslices_per_expert,
             "link_cycles": math.ceil(ms / (h.d2d_bandwidth_gbps * 1e9 / per_cycle))
             + math.ceil(h.d2d_latency_ns * h.clock_mhz / 1000),
@@ -488,12 +506,12 @@ def _cross_check(cls, v: dict, file: str, prefix: str):
     def where(name):
         return f"{prefix}.{name}" if prefix else name
 
-    if cls is HardwareConfig and not 2 <= v["rows"] * v["cols"] <= 16:
+    if cls is HardwareConfig and not 2 <= v["rows"] * v["cols"] <= MAX_CHIPLETS:
         raise InputError(
             file,
             where("rows"),
             f"rows x cols = {v['rows']} x {v['cols']} = "
-            f"{v['rows'] * v['cols']}; a package has 2..16 "
+            f"{v['rows'] * v['cols']}; a package has 2..{MAX_CHIPLETS} "
             f"chiplets",
         )
     if cls is ModelConfig and v["top_k"] > v["experts"]:

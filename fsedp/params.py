@@ -27,6 +27,8 @@ __all__ = [
     "mesh_position",
     "xy_direction",
     "max_hops",
+    "max_hops_by_trajectories",
+    "MAX_CHIPLETS",
 ]
 
 
@@ -60,6 +62,11 @@ def next_pow2(n: int) -> int:
     return 1 << bits_for(n) if n > 1 else 1
 
 
+#: The most chiplets of a package (an 8x8 mesh): the configs, the simulator and the RTL
+#: generators take 2..64 (the scheduler 4..64).
+MAX_CHIPLETS = 64
+
+
 @dataclass(frozen=True)
 class SchedulerParams:
     """Generics of the FSE-DP hardware scheduler.
@@ -67,7 +74,7 @@ class SchedulerParams:
     Parameters
     ----------
     chiplets : int
-        Number of compute chiplets ``C`` (4..16); the ICV, trajectory masks and completion
+        Number of compute chiplets ``C`` (4..64); the ICV, trajectory masks and completion
         masks are ``C`` bits wide.
     experts : int
         Routed experts per MoE layer ``E`` (8..256).  The sorter is padded to the next power of
@@ -102,7 +109,7 @@ class SchedulerParams:
         (``docs/blocks/eit.md``).
     """
 
-    chiplets: int = spec(int, 4, 16, default=4, doc="compute chiplets C")
+    chiplets: int = spec(int, 4, MAX_CHIPLETS, default=4, doc="compute chiplets C")
     experts: int = spec(int, 8, 256, default=16, doc="routed experts per MoE layer E")
     count_width: int = spec(
         int,
@@ -236,7 +243,31 @@ def ring_after(traj: int, c: int, n: int) -> int:
 
 def _max_hops(rows: int, cols: int) -> int:
     """Longest physical path of a micro-slice: over every trajectory and every chiplet it
-    can be loaded on, the XY hops of the ring legs from there back to just before it."""
+    can be loaded on, the XY hops of the ring legs from there back to just before it.
+
+    A ring visits its members in ascending order from the chiplet loaded on, wrapping past
+    ``n - 1``, and the path ends at the member before it: it is an ascending (cyclic) sequence
+    of chiplets, and every such sequence is the path of the trajectory of its members loaded
+    on its first.  So ``H`` is the longest such sequence, a longest path in a DAG per start:
+    ``O(n^3)``, where enumerating the ``2^n`` trajectories (:func:`max_hops_by_trajectories`,
+    the reference the tests compare it with) stops being possible beyond 16 chiplets."""
+    n = rows * cols
+    pos = [mesh_position(c, cols) for c in range(n)]
+    dist = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in pos] for a in pos]
+    best = 0
+    for s in range(n):
+        order = [(s + i) % n for i in range(n)]
+        longest = [0] * n  # the longest ascending path from s to order[i]
+        for i in range(1, n):
+            v = order[i]
+            longest[i] = max(longest[k] + dist[order[k]][v] for k in range(i))
+        best = max(best, max(longest))
+    return best
+
+
+def max_hops_by_trajectories(rows: int, cols: int) -> int:
+    """:func:`max_hops` by its definition: every trajectory (``2^n`` of them, so 16 chiplets
+    at most), its ring legs, the longest path that leaves out one leg."""
     n = rows * cols
     pos = [mesh_position(c, cols) for c in range(n)]
     dist = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in pos] for a in pos]
@@ -293,7 +324,7 @@ class DatapathParams:
     Parameters
     ----------
     rows, cols : int
-        Mesh of ``rows x cols`` chiplets (2..16 chiplets), numbered in snake order
+        Mesh of ``rows x cols`` chiplets (2..64 chiplets), numbered in snake order
         (:func:`mesh_position`).
     experts : int
         Expert ids ``0 .. experts-1`` (as in :class:`SchedulerParams`).
@@ -343,7 +374,7 @@ class DatapathParams:
     cols: int = spec(int, 1, 16, default=2, doc="mesh columns")
     experts: int = spec(int, 1, 256, default=16, doc="expert ids 0..experts-1")
     count_width: int = spec(int, 1, 16, default=6, unit="bits", doc="per-chiplet token count")
-    slots: int = spec(int, 2, 64, default=6, doc="micro-slice slots K per ring buffer")
+    slots: int = spec(int, 2, 256, default=6, doc="micro-slice slots K per ring buffer")
     micro_slices: int = spec(int, 1, 256, default=4, doc="micro-slices per expert M")
     cycles_per_token: int = spec(
         int, 1, 2**24, default=1, unit="cycles", doc="compute of one micro-slice per token"
@@ -362,7 +393,7 @@ class DatapathParams:
     ddr_latency: int = spec(int, 1, 2**24, default=8, unit="cycles", doc="DDR issue to delivery")
     preload_entries: int = spec(int, 0, 16, default=2, doc="Rule 4 pre-loads tracked at once")
     rule5: bool = spec(bool, default=False, doc="Rule 5 DDR targeting")
-    ddr_channels: int = spec(int, 1, 16, default=1, doc="1 or rows x cols")
+    ddr_channels: int = spec(int, 1, MAX_CHIPLETS, default=1, doc="1 or rows x cols")
     preempt: bool = spec(bool, default=False, doc="shorter micro-slices preempt the compute")
     hot_window: int = spec(
         int, 0, 256, default=0, doc="loaded, unretired micro-slices of a compute-heavy expert"
@@ -371,11 +402,11 @@ class DatapathParams:
 
     def __post_init__(self):
         _check_all(self)
-        if not 2 <= self.rows * self.cols <= 16:
+        if not 2 <= self.rows * self.cols <= MAX_CHIPLETS:
             raise InputError(
                 PARAMS,
                 "rows",
-                f"rows x cols must be 2..16 chiplets, not "
+                f"rows x cols must be 2..{MAX_CHIPLETS} chiplets, not "
                 f"{self.rows} x {self.cols} = {self.rows * self.cols}",
             )
         if self.ddr_channels not in (1, self.rows * self.cols):

@@ -47,6 +47,17 @@ _kernel = None
 _said = False
 
 
+def as_int64(mask: int) -> int:
+    """A chiplet mask (a trajectory, up to 64 chiplets) as the kernel's ``int64`` holds it:
+    bit 63 is the sign bit."""
+    return mask - (1 << 64) if mask >> 63 else mask
+
+
+def as_mask(value) -> int:
+    """A chiplet mask read back from the kernel's ``int64`` (:func:`as_int64`'s inverse)."""
+    return int(value) & ((1 << 64) - 1)
+
+
 def available() -> bool:
     """Whether the compiled engine can run here (numba imports)."""
     global _kernel
@@ -207,17 +218,18 @@ def run_layer(
         for b in beats:
             if len(made) == len(BT):
                 BT = np.concatenate([BT, np.zeros_like(BT)])
-            BT[len(made)] = (b.kind, b.expert, b.entry, b.traj)
+            BT[len(made)] = (b.kind, b.expert, b.entry, as_int64(b.traj))
             made.append([b.kind, b.expert, b.entry, b.traj])
         beats.clear()
-        done = k.run(S, B, BT, len(made), sched.in_round, plan.n)
+        status, done = k.run(S, B, BT, len(made), sched.in_round, plan.n)
         pos = int(a.SC[k.X_BPOS])
-        if done == k.STALLED:
+        if status == k.STALLED:
             raise stalled("compiled", _state(a), sched)
-        if not done:
+        if status == k.ENDED:
             break
-        script.append(int(done))
-        sched.complete(int(done))
+        done = as_mask(done)
+        script.append(done)
+        sched.complete(done)
         beats.extend(sched.decide())
     assert pos == len(made)
     sc = a.SC
@@ -269,7 +281,9 @@ def _state(a: "_Arrays") -> dict:
                     s[k.S_SEND],
                     s[k.S_TX],
                 )
-                slots.append((i, s[k.S_EXPERT], s[k.S_INDEX], s[k.S_TRAJ], s[k.S_DEST], what))
+                slots.append(
+                    (i, s[k.S_EXPERT], s[k.S_INDEX], as_mask(s[k.S_TRAJ]), s[k.S_DEST], what)
+                )
         cnt = int(CH[c, k.C_CNT])
         computing = (int(CH[c, k.C_CEXPERT]), int(CH[c, k.C_CINDEX]), cnt) if cnt else None
         chiplets.append({"computing": computing, "slots": slots})
@@ -277,7 +291,7 @@ def _state(a: "_Arrays") -> dict:
         {
             "entry": j,
             "expert": int(JB[j, k.J_EXPERT]),
-            "traj": int(JB[j, k.J_TRAJ]),
+            "traj": as_mask(JB[j, k.J_TRAJ]),
             "loaded": int(JB[j, k.J_LOADED]),
             "retired": int(JB[j, k.J_RETIRED]),
             "count": int(JB[j, k.J_COUNT]),
@@ -288,7 +302,7 @@ def _state(a: "_Arrays") -> dict:
     preloads = [
         {
             "expert": int(PR[q, k.Q_EXPERT]),
-            "traj": int(PR[q, k.Q_TRAJ]),
+            "traj": as_mask(PR[q, k.Q_TRAJ]),
             "chiplet": int(PR[q, k.Q_CHIPLET]),
             "loaded": int(PR[q, k.Q_LOADED]),
             "count": int(PR[q, k.Q_COUNT]),

@@ -141,8 +141,9 @@ EV_LOAD, EV_TRANSFER, EV_COMPUTE = int(Event.LOAD), int(Event.TRANSFER), int(Eve
 DISPATCH = int(BeatKind.DISPATCH)
 #: output link ``d`` feeds input ``OPPOSITE[d]`` of the neighbour (``fsedp.params.OPPOSITE``)
 OPP = np.array(OPPOSITE, np.int64)
-#: :func:`run`'s result when the layer reached a state in which nothing can happen any more
-STALLED = -1
+#: :func:`run`'s status: the layer ended; a job finished (its mask beside it); the layer
+#: reached a state in which nothing can happen any more
+ENDED, DONE, STALLED = 0, 1, 2
 
 # -- one cycle's decisions: rows of the scratch matrix W (the golden step's locals) ----------
 W_FREE, W_BEST_R, W_ACC_D, W_ACC_SRC, W_ACC_S, W_ACC_SLOT, W_FREE2, W_USED = range(8)
@@ -164,11 +165,12 @@ in_step = njit(cache=True, inline="always")
 @njit(cache=True)
 def popcount(x):
     """``int.bit_count`` (the golden model's ``bin(traj).count("1")``): the chiplets of a
-    trajectory."""
+    trajectory.  Clears the lowest set bit until none is left, so that a 64-chiplet mask,
+    negative as an ``int64`` (bit 63 set), is counted too (a shift right would never end)."""
     k = 0
     while x:
-        k += x & 1
-        x >>= 1
+        x &= x - 1
+        k += 1
     return k
 
 
@@ -706,7 +708,7 @@ def ddr_take_dispatch(S, beat, tmp):
     kind, expert, entry, traj = beat[1], beat[2], beat[3], beat[4]
     if (
         traj == 0
-        or traj >> n
+        or (n < 64 and traj >> n)  # bits beyond the chiplets (a shift by 64 is undefined)
         or not 0 <= entry < n
         or not (traj >> entry) & 1
         or not (0 <= expert < P[P_E])
@@ -1170,10 +1172,12 @@ def recount(P, DI, PI, DW, PW, weight):
 @njit(cache=True)
 def run(S, B, BT, nbeats, in_round, plan_n):
     """``fsedp.sim.fsedp.fsedp_layer``'s cycle loop: run the layer's cycles until a job
-    finishes (returns its done mask, the scheduler is asked for more beats), the layer ends
-    (returns 0) or nothing can happen any more (returns :data:`STALLED`, the state as it is:
-    ``fsedp.sw.streaming.watchdog``, the same cycle as the Python loop's).  ``BT[b] = (kind,
-    expert, entry, traj)`` are the beats to present, one per cycle from ``SC[X_BPOS]`` on;
+    finishes (returns ``(DONE, mask)``, the scheduler is asked for more beats), the layer ends
+    (``(ENDED, 0)``) or nothing can happen any more (``(STALLED, 0)``, the state as it is:
+    ``fsedp.sw.streaming.watchdog``, the same cycle as the Python loop's).  The status is
+    apart from the mask: on 64 chiplets a mask of every entry is -1 as an ``int64``.
+    ``BT[b] = (kind, expert, entry, traj)`` are the beats to present, one per cycle from
+    ``SC[X_BPOS]`` on;
     ``S`` is the state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
     P, CH, SC = S[AT_P], S[AT_CH], S[AT_SC]
     DI, PI, DW, PW, started, computed, expected, peak, links, ddr_per, busy, TL, EVL = B
@@ -1231,13 +1235,13 @@ def run(S, B, BT, nbeats, in_round, plan_n):
             SC[X_NTL] = m + 1
         if done:
             SC[X_FF] = h
-            return done
+            return DONE, done
         if h < 0 and SC[X_BPOS] >= nbeats and (in_round or not idle(S)):
-            return STALLED  # the progress watchdog: every further cycle is this one again
+            return STALLED, 0  # the progress watchdog: every further cycle is this one again
         if SC[X_BPOS] >= nbeats and h > 1:
             fast_forward(S, h - 1)
             recount(P, DI, PI, DW, PW, h - 1)
-    return 0
+    return ENDED, 0
 
 
 @njit(cache=True)

@@ -64,11 +64,24 @@ def run_layers(sp, p, rounds, rng, stall=0.0, admission=True, bound=20000, **gen
 
 
 # -- parameters and placement ------------------------------------------------------------
-@pytest.mark.parametrize("rows,cols,hops", [(1, 3, 3), (2, 2, 3), (3, 3, 11), (4, 4, 17)])
+@pytest.mark.parametrize(
+    "rows,cols,hops", [(1, 3, 3), (2, 2, 3), (3, 3, 11), (4, 4, 17), (5, 5, 31), (8, 8, 69)]
+)
 def test_max_hops(rows, cols, hops):
     assert DatapathParams(rows=rows, cols=cols, slots=hops + 1).max_hops == hops
     with pytest.raises(InputError, match=f"slots: must be at least max_hops \\+ 1 = {hops + 1}"):
         DatapathParams(rows=rows, cols=cols, slots=hops)
+
+
+@pytest.mark.parametrize(
+    "rows,cols", [(r, c) for r in range(1, 5) for c in range(1, 5) if r * c > 1]
+)
+def test_max_hops_equals_its_definition(rows, cols):
+    """The longest-ascending-path computation of ``H`` equals enumerating every trajectory
+    (all meshes up to 16 chiplets, where the enumeration is still possible)."""
+    from fsedp.params import _max_hops, max_hops_by_trajectories
+
+    assert _max_hops(rows, cols) == max_hops_by_trajectories(rows, cols)
 
 
 @pytest.mark.parametrize(
