@@ -1,7 +1,7 @@
-"""Stimulus shared by the two tiers of a block's testbench: the same random inputs drive the
-RTL in Amaranth's simulator (``tests/test_blocks_amaranth.py``) and under Verilator/Icarus
-(``tb/tb_<block>.py``), so the tiers cannot drift apart.  Plain Python: no simulator is
-imported here."""
+"""Stimulus of the block benches: random inputs and pause generators shared by the bench
+bodies ``tb/tb_<block>.py`` (which run in Amaranth's simulator and under Verilator/Icarus
+through ``tb/bench.py``) and the scheduler's drivers.  Plain Python: no simulator is imported
+here."""
 
 import random
 

@@ -1,101 +1,110 @@
-"""cocotb testbench of the EIT: rounds of random gate records (``fsedp.tb.stimulus``, the
-Amaranth tier's stimulus too: some out of range, some hammering one entry past the count
-width) with random valid gaps; after each round the
-merged registers, presence, cold hits and sticky flags must equal the golden EIT's scan over
-every request, and after a deferral re-merge (random include mask, every word) its scan over
-the included requests; then the table is cleared for the next round."""
+"""Bench of the EIT (one body: Amaranth's simulator and cocotb, ``tb/bench.py``).
+
+Rounds of random gate records (:func:`fsedp.tb.stimulus.eit_records`: some out of range, some
+hammering one entry past the count width) driven on ``rec`` with random pauses
+(:class:`~fsedp.tb.bench.StreamDriver`); after each round the merged registers, presence,
+cold hits and sticky flags must equal the golden EIT's scan over every request, and after a
+deferral re-merge (:func:`~fsedp.tb.stimulus.eit_include`, every word) its scan over the
+included requests; then the table is cleared for the next round.  The report counts what
+was hit (``count_max``, ``overflow``, ``bad_record``, ``cold_hit``, ``merges``,
+``saturated_merge``).  Knobs: ``rounds``, ``seed``.
+"""
 
 import random
+from collections import Counter
 
-import cocotb
-from cocotb.triggers import ReadOnly, RisingEdge
-
-from fsedp.hw.layouts import record_layout
-from fsedp.sw.eit import EIT, GateRecord
-from fsedp.tb.stimulus import eit_include, eit_records, pause
-from fsedp.tb.streams import knobs, params, start, u, write_report
+from fsedp.hw.eit import EIT
+from fsedp.sw import eit as sw_eit
+from fsedp.tb.bench import Bench, StreamDriver, cocotb_entry, unpack
+from fsedp.tb.stimulus import eit_include, eit_records
 
 
-async def _settle(dut, cycles):
-    for _ in range(cycles):
-        await RisingEdge(dut.clk)
-    await ReadOnly()
+def component(p):
+    return EIT(p)
 
 
-def _merged(dut, p):
-    """Per expert merged count and mask (the ports are packed arrays)."""
-    counts, masks = u(dut.count), u(dut.mask)
-    w, c = p.count_width, p.chiplets
-    return (
-        [(counts >> (e * w)) & ((1 << w) - 1) for e in range(p.experts)],
-        [(masks >> (e * c)) & ((1 << c) - 1) for e in range(p.experts)],
-    )
-
-
-@cocotb.test()
-async def eit_vs_golden(dut):
-    p, k = params(), knobs()
-    rng = random.Random(k.get("seed", 1))
-    gold = EIT(p)
-    lay = record_layout(p)
-    words = -(-p.experts // p.eit_lanes)
-    await start(dut)
-    for name in ("rec__valid", "merge_en", "clear", "flags_clear"):
-        getattr(dut, name).value = 0
-    await RisingEdge(dut.clk)
+async def bench(b: Bench, p, knobs: dict) -> dict:
+    rng = random.Random(knobs.get("seed", 1))
+    gold = sw_eit.EIT(p)
+    words = b.component.words
     everyone = (1 << p.requests) - 1
-    checks = merges = 0
-    flagged = {"overflow": False, "bad_record": False}
-    for rnd in range(k.get("rounds", 30)):
+    seen = Counter()
+    rec = StreamDriver(b, "rec", rng)
+
+    async def merged():
+        return (
+            unpack(await b.get("count"), p.count_width, p.experts),
+            unpack(await b.get("mask"), p.chiplets, p.experts),
+        )
+
+    await b.tick()
+    for rnd in range(knobs.get("rounds", 40)):
         recs = eit_records(p, rng, rnd)
+        raw = Counter((r, e) for r, c, e in recs if gold.valid(sw_eit.GateRecord(r, c, e)))
         gold.reset()
-        for i, rec in enumerate(recs):
-            for _ in range(pause(rng)):
-                # flags_clear is a one-cycle pulse with the round's first record: held over a
-                # gap it would restart the flags again, dropping the first record's
-                dut.rec__valid.value = dut.flags_clear.value = 0
-                await RisingEdge(dut.clk)
-            dut.rec__valid.value = 1
-            dut.flags_clear.value = int(i == 0)
-            dut.rec__payload.value = lay.const(
-                dict(zip(("request", "chiplet", "expert"), rec))
-            ).as_bits()
-            gold.write(GateRecord(*rec))
-            await RisingEdge(dut.clk)
-        dut.rec__valid.value = dut.flags_clear.value = 0
-        await _settle(dut, 3)  # merged registers after 2 edges, cold_hit after 3
+        for i, r in enumerate(recs):
+            rec.send((i, r), dict(zip(("request", "chiplet", "expert"), r)))
+        while not rec.idle:
+            item = await rec.cycle()  # rec is always ready: a beat offered is a transfer
+            # flags_clear is a one-cycle pulse with the round's first record: held over a
+            # gap it would restart the flags again, dropping the first record's
+            b.set("flags_clear", item is not None and item[0] == 0)
+            if item is not None:
+                gold.write(sw_eit.GateRecord(*item[1]))
+            await b.tick()
+        b.set("rec.valid", 0)
+        b.set("flags_clear", 0)
+        await b.tick(3)  # merged registers after 2 edges, cold_hit after 3
+        b.case = f"round {rnd} ({len(recs)} records)"
         scans = [gold.scan(e, everyone) for e in range(p.experts)]
-        counts, masks = _merged(dut, p)
-        assert counts == [s.count for s in scans], f"round {rnd}: counts"
-        assert masks == [s.mask for s in scans], f"round {rnd}: masks"
+        counts, masks = await merged()
+        b.check(counts, [s.count for s in scans], "merged counts")
+        b.check(masks, [s.mask for s in scans], "merged masks")
         present = cold_hit = 0
         for s in scans:
             present |= s.present
             if 0 < s.count < p.theta_min:
                 cold_hit |= s.present
-        assert (u(dut.present), u(dut.cold_hit)) == (present, cold_hit), f"round {rnd}"
-        assert (u(dut.overflow), u(dut.bad_record)) == (gold.overflow, gold.bad_record)
-        flagged["overflow"] |= gold.overflow
-        flagged["bad_record"] |= gold.bad_record
-        checks += 1
-        await RisingEdge(dut.clk)
+        b.check((await b.get("present"), await b.get("cold_hit")), (present, cold_hit), "present")
+        b.check(
+            (await b.get("overflow"), await b.get("bad_record")),
+            (int(gold.overflow), int(gold.bad_record)),
+            "overflow, bad_record",
+        )
+        seen["rounds"] += 1
+        seen["count_max"] += p.count_max in counts
+        seen["overflow"] += gold.overflow
+        seen["bad_record"] += gold.bad_record
+        seen["cold_hit"] += cold_hit != 0
+        await b.tick()
         include = eit_include(p, rng, rnd)
-        if include is not None:  # a deferral round: merge again over the included requests
+        if include is not None:  # a deferral round: merge the included requests again
             for a in range(words):
-                dut.merge_en.value, dut.merge_addr.value, dut.merge_include.value = 1, a, include
-                await RisingEdge(dut.clk)
-            dut.merge_en.value = 0
-            await _settle(dut, 2)
+                b.set("merge_en", 1)
+                b.set("merge_addr", a)
+                b.set("merge_include", include)
+                await b.tick()
+            b.set("merge_en", 0)
+            await b.tick(2)
+            b.case = f"round {rnd}, re-merge over {include:#x}"
             scans = [gold.scan(e, include) for e in range(p.experts)]
-            counts, masks = _merged(dut, p)
-            assert counts == [s.count for s in scans], f"round {rnd}: merged counts"
-            assert masks == [s.mask for s in scans], f"round {rnd}: merged masks"
-            merges += 1
-            await RisingEdge(dut.clk)
-        dut.clear.value = 1
-        await RisingEdge(dut.clk)
-        dut.clear.value = 0
-        await _settle(dut, 2)
-        assert u(dut.present) == 0 and not any(_merged(dut, p)[0]), f"round {rnd}: not cleared"
-        await RisingEdge(dut.clk)
-    write_report({"rounds": checks, "merges": merges, **flagged})
+            counts, masks = await merged()
+            b.check(counts, [s.count for s in scans], "re-merged counts")
+            b.check(masks, [s.mask for s in scans], "re-merged masks")
+            seen["merges"] += 1
+            # a request's own count saturated (more records than count_max) and is re-read
+            seen["saturated_merge"] += any(
+                n > p.count_max and include >> r & 1 for (r, _), n in raw.items()
+            )
+            await b.tick()
+        b.set("clear", 1)
+        await b.tick()
+        b.set("clear", 0)
+        await b.tick(2)
+        b.case = f"round {rnd}, cleared"
+        b.check((await b.get("present"), await merged()), (0, ([0] * p.experts,) * 2), "clear")
+        await b.tick()
+    return dict(seen)
+
+
+eit_vs_golden = cocotb_entry("eit_vs_golden", component, bench)
