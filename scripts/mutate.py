@@ -37,8 +37,9 @@ PACKAGE_DIRS = {
 
 GOLDEN = ["tests/test_golden.py"]
 STREAM = ["tests/test_streaming.py"]
-#: the block benches of ``tests/test_block_benches.py`` run in their Amaranth tier only (the
-#: ``-m`` filter of :func:`run_tests` leaves the cocotb tier out)
+#: the block benches of ``tests/test_block_benches.py`` (the scheduler top's ``test_scheduler``
+#: included) run in their Amaranth tier only (the ``-m`` filter of :func:`run_tests` leaves
+#: the cocotb tier out); ``tests/test_rtl_amaranth.py``: sorter variants, priority encoder
 RTL = [
     "tests/test_block_benches.py",
     "tests/test_blocks_amaranth.py",

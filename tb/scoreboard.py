@@ -1,5 +1,6 @@
-"""Stimulus and checking shared by every scheduler testbench (Amaranth simulator, cocotb on
-Verilator and Icarus, ``fsedp rtl cosim``).
+"""Stimulus and checking shared by the scheduler's testbenches: the bench body
+``tb/tb_scheduler.py`` (Amaranth's simulator, cocotb on Verilator and Icarus, ``fsedp rtl
+rounds``/``cosim``) and the native Verilator driver ``tb/native.py``.
 
 * :func:`random_round` makes one round of gate records with a long-tailed expert popularity,
   tokens sharded over chiplets and grouped into requests.
@@ -151,7 +152,8 @@ class RoundChecker:
         self.golden.reset()
         self.pending.clear()
 
-    def _miss(self, what, expected, got):
+    def miss(self, what, expected, got):
+        """Record a mismatch of the current round (a bench's own checks too)."""
         self.mismatches.append(Mismatch(self.round, what, expected, got))
 
     def init_request(self, request: int, t_qos: int):
@@ -178,13 +180,11 @@ class RoundChecker:
         self.beats += 1
         exp = self.pending.popleft() if self.pending else None
         if exp != got:
-            self._miss("dispatch beat", exp, got)
+            self.miss("dispatch beat", exp, got)
 
     def on_done(self, mask: int):
         if self.pending:
-            self._miss(
-                "completion accepted while a decision was possible", list(self.pending), mask
-            )
+            self.miss("completion accepted while a decision was possible", list(self.pending), mask)
             self.pending.clear()
         if self.monitor:
             self.monitor.done(mask)
@@ -194,21 +194,21 @@ class RoundChecker:
     def end_round(self, deferred: int, n_active: int, flags: dict):
         plan = self.plan
         if self.pending:
-            self._miss("dispatch beats missing at end of round", list(self.pending), None)
+            self.miss("dispatch beats missing at end of round", list(self.pending), None)
             self.pending.clear()
         if self.golden.plan is not None:
-            self._miss("round ended early", "running", "idle")
+            self.miss("round ended early", "running", "idle")
             self.golden.plan = None
         if plan.defer != deferred:
-            self._miss("defer mask", plan.defer, deferred)
+            self.miss("defer mask", plan.defer, deferred)
         if plan.n != n_active:
-            self._miss("active experts", plan.n, n_active)
+            self.miss("active experts", plan.n, n_active)
         gflags = self.golden.flags
         if self.monitor:
             self.monitor.end_round(gflags)
         for name, value in flags.items():
             if gflags[name] != value:
-                self._miss(f"flag {name}", gflags[name], value)
+                self.miss(f"flag {name}", gflags[name], value)
         self.round += 1
 
 

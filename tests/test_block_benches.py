@@ -7,7 +7,10 @@ finds a block's tests, ``-m amaranth_tier`` a tier's.
 Each test also asserts that the corner cases its bench is there for were hit (the bench's
 report counts them): saturation, bad records, deferrals of requests with a non-zero
 ``C_fw``, back-pressure, overflow...  The Amaranth tier runs the wider parameter sets (at
-the generics' limits); the cocotb tier the two shapes of ``tests/test_cocotb.py``.
+the generics' limits); the cocotb tier the two shapes of ``tests/test_cocotb.py``.  The
+scheduler top (``test_scheduler``) runs its Amaranth tier here; its cocotb tier is
+``tests/test_cocotb.py::test_scheduler`` (the same body, which ``fsedp rtl rounds`` and
+``cosim`` run too).
 """
 
 import dataclasses
@@ -209,6 +212,67 @@ def test_sorter(tier, p, knobs):
     res = bench("sorter", p, tier, knobs)
     assert res["vectors"] == knobs["vectors"] and res["stalled"] > 0, res
     assert res["latency"] == network(p.sorter_lanes, p.sorter).cycles
+
+
+# -- scheduler top ---------------------------------------------------------------------------
+def sched(c, e, r, theta_min=3, **kw) -> SchedulerParams:
+    # 5-bit counts: the hammered round saturates one in 34 records
+    return SchedulerParams(chiplets=c, experts=e, requests=r, count_width=5, theta_min=theta_min,
+                           n_threshold=2, qos_width=2, **kw)  # fmt: skip
+
+
+#: random rounds (a full table in round 3, one expert hammered to its count limit in round
+#: 5) under pauses and back-pressure (30 %), a reset in round 4 of some; every round's first
+#: dispatch at exactly ``Scheduler.latency`` (+ the deferral's re-merge, + the balanced build)
+SCHED_RANDOM = {
+    "4c8e-4r": (sched(4, 8, 4), {"reset_every": 5}),
+    "5c12e-3r-bad": (sched(5, 12, 3), {"reset_every": 5, "bad_records": 0.02}),
+    "9c16e-8r": (sched(9, 16, 8), {}),
+    # A6's scheduler generics: the balanced order and experts at once (decisions 27-28)
+    "4c8e-4r-a6": (sched(4, 8, 4, balance=3, entry_dispatch=True), {}),
+    "5c12e-3r-balanced2": (sched(5, 12, 3, balance=2), {"reset_every": 5}),
+    "9c16e-8r-entry": (sched(9, 16, 8, entry_dispatch=True), {}),
+    "4c16e-4r-balanced40-entry": (sched(4, 16, 4, balance=40, entry_dispatch=True), {}),
+}
+#: the measured latency of every sorter variant (nothing deferred, no pause, no back-pressure)
+SCHED_LATENCY = {
+    "shuffle2-8": sched(4, 8, 2, theta_min=0),
+    "parallel-12": sched(5, 12, 2, theta_min=0, sorter="parallel"),
+    "stage-32": sched(4, 32, 2, theta_min=0, sorter="stage"),
+    "shuffle-16": sched(9, 16, 2, theta_min=0, sorter="shuffle"),
+    "balance-16": sched(4, 16, 2, theta_min=0, balance=3, entry_dispatch=True),
+}
+
+
+@pytest.mark.parametrize(
+    TIER_ARGS,
+    cases(
+        {
+            k: (p, {"seed": p.chiplets * 100 + p.experts, "rounds": 6, "stall": 0.3, **kn})
+            for k, (p, kn) in SCHED_RANDOM.items()
+        }
+        | {
+            f"latency-{k}": (p, {"seed": p.experts, "rounds": 3, "stall": 0.0, "tokens": 2})
+            for k, p in SCHED_LATENCY.items()
+        },
+        {},  # the cocotb tier: tests/test_cocotb.py::test_scheduler (and fsedp rtl cosim)
+    ),
+)
+def test_scheduler(tier, p, knobs):
+    """Scheduler top (``tb/tb_scheduler.py``) == golden model beat by beat, the end of every
+    round (defer mask, active experts, flags) and mid-round resets; the first dispatch of
+    every round at exactly its documented latency."""
+    res = bench("scheduler", p, tier, {**knobs, "exact_latency": True})
+    assert res["mismatches"] == 0 and res["beats"] > 0, res["first_mismatches"]
+    assert res["rounds"] + res["resets"] == knobs["rounds"], res
+    assert res["latency_checked"] == len(res["latency_first_dispatch"]) > 0, res
+    if knobs.get("reset_every"):
+        assert res["resets"] >= 1, res
+    if knobs["stall"]:  # back-pressure held dispatch beats
+        assert res["dispatch_stalled"] > 0, res
+    if p.theta_min == 0:  # nothing deferred: the plain latency, every round
+        assert not res["latency_first_dispatch_deferral"], res
+        assert res["rounds"] == len(res["latency_first_dispatch_plain"]), res
 
 
 # -- datapath: ring buffer, router, DDR controller --------------------------------------------

@@ -52,13 +52,24 @@ A6 = SchedulerParams(
 @pytest.mark.parametrize("sim", SIMULATORS)
 @pytest.mark.parametrize("p", [SMALL, ODD, A6], ids=["4c8e", "5c12e-w3", "4c8e-a6"])
 def test_scheduler(sim, p):
+    """The scheduler bench (``tb/tb_scheduler.py``, the body of the Amaranth tier's
+    ``tests/test_block_benches.py::test_scheduler``) on the generated Verilog: every beat and
+    round == golden model, mid-round resets, every first dispatch at its documented latency."""
     res = run(
         "scheduler",
         p,
         sim,
-        knobs={"rounds": 20, "seed": 7, "reset_every": 6, "bad_records": 0.02 if p is ODD else 0},
+        knobs={
+            "rounds": 20,
+            "seed": 7,
+            "reset_every": 6,
+            "bad_records": 0.02 if p is ODD else 0,
+            "exact_latency": True,
+        },
     )
     assert res["mismatches"] == 0 and res["beats"] > 0 and res["resets"] >= 2
+    assert res["rounds"] + res["resets"] == 20 and res["dispatch_stalled"] > 0, res
+    assert res["latency_checked"] == len(res["latency_first_dispatch"]) > 0, res
 
 
 FLAME = Path(__file__).resolve().parents[2] / "shared" / "data" / "routing" / "flame-moe-290m.npz"
