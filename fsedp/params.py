@@ -24,6 +24,7 @@ __all__ = [
     "DIRS",
     "OPPOSITE",
     "ring_after",
+    "RING_ORDERS",
     "mesh_position",
     "xy_direction",
     "max_hops",
@@ -66,6 +67,10 @@ def next_pow2(n: int) -> int:
 #: generators take 2..64 (the scheduler 4..64).
 MAX_CHIPLETS = 64
 
+#: The ring embeddings a dispatch may choose (``SchedulerParams.ring_orders``): the snake
+#: order of the chiplet numbers and its reverse.
+RING_ORDERS = ("ascending", "descending")
+
 
 @dataclass(frozen=True)
 class SchedulerParams:
@@ -107,6 +112,12 @@ class SchedulerParams:
     eit_lanes : int
         Experts per EIT bank word: a deferral round re-merges this many experts per cycle
         (``docs/blocks/eit.md``).
+    ring_orders : int
+        Ring embeddings (:data:`RING_ORDERS`) a dispatch chooses from: 1, every ring in
+        ascending snake order; 2, each expert's ring ascending or descending, whichever
+        direction carries fewer running trajectories' chiplets when its first beat is
+        decided (``docs/blocks/scheduler.md``, link-aware trajectories).  The golden models
+        and the compiled engine follow it; the RTL takes 1 (it refuses 2).
     """
 
     chiplets: int = spec(int, 4, MAX_CHIPLETS, default=4, doc="compute chiplets C")
@@ -146,6 +157,13 @@ class SchedulerParams:
     )
     eit_lanes: int = spec(
         int, 1, 16, default=4, doc="experts per EIT bank word (merged per cycle on deferral)"
+    )
+    ring_orders: int = spec(
+        int,
+        1,
+        len(RING_ORDERS),
+        default=1,
+        doc="ring embeddings a dispatch chooses from (2: also the reverse ring)",
     )
 
     def __post_init__(self):
@@ -229,13 +247,15 @@ def xy_direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
     return 2 if r2 > r else 0
 
 
-def ring_after(traj: int, c: int, n: int) -> int:
+def ring_after(traj: int, c: int, n: int, order: int = 0) -> int:
     """The chiplet after ``c`` in ring order among the members of ``traj`` (a bit mask over
-    ``n`` chiplets): Rule 4's next DDR target and a station's next ring leg.  Written once
+    ``n`` chiplets): Rule 4's next DDR target and a station's next ring leg.  ``order`` is
+    the ring's embedding on the mesh (:data:`RING_ORDERS`): 0 ascending snake numbers, 1
+    descending -- the same chiplets, every leg on the opposite directed links.  Written once
     in plain Python so that the compiled engine compiles this very function
     (``fsedp.sim.fast_kernel.ring_after``); the RTL's is ``fsedp.hw.common.ring_after``."""
     for s in range(1, n + 1):
-        m = (c + s) % n
+        m = (c + s) % n if order == 0 else (c - s) % n
         if traj >> m & 1:
             return m
     raise ValueError("empty trajectory")
@@ -514,37 +534,39 @@ class DatapathParams:
     def direction(self, src: int, dst: int) -> int:
         return _geometry(self.rows, self.cols)[1][src][dst]
 
-    def remote_entry(self, traj: int, c: int) -> tuple[int, int]:
+    def remote_entry(self, traj: int, c: int, order: int = 0) -> tuple[int, int]:
         """Where a micro-slice of ``traj`` loaded on a chiplet ``c`` outside it enters the
         trajectory (a *remote* load): the trajectory chiplet with the shortest whole path
         (the hops to it plus its ring), ties to the lower chiplet, and that path's hops
         (cached).  The path is never longer than ``H``: it is at most the path of the
         trajectory ``traj | 1 << c`` loaded on ``c``, whose first leg leads to the ring
-        successor of ``c`` and whose other legs are those of ``traj`` from there."""
-        key = ("remote", self.rows, self.cols, traj, c)
+        successor of ``c`` and whose other legs are those of ``traj`` from there (in the
+        ring's ``order``)."""
+        key = ("remote", self.rows, self.cols, traj, c, order)
         hit = _PATH_CACHE.get(key)
         if hit is None:
             hit = _PATH_CACHE[key] = min(
-                (self.distance(c, j) + self.path_hops(traj, j), j)
+                (self.distance(c, j) + self.path_hops(traj, j, order), j)
                 for j in range(self.chiplets)
                 if traj >> j & 1
             )[::-1]
         return hit
 
-    def path_hops(self, traj: int, start: int) -> int:
-        key = (self.rows, self.cols, traj, start)
+    def path_hops(self, traj: int, start: int, order: int = 0) -> int:
+        key = (self.rows, self.cols, traj, start, order)
         h = _PATH_CACHE.get(key)
         if h is None:
-            h = _PATH_CACHE[key] = self._path_hops(traj, start)
+            h = _PATH_CACHE[key] = self._path_hops(traj, start, order)
         return h
 
-    def _path_hops(self, traj: int, start: int) -> int:
+    def _path_hops(self, traj: int, start: int, order: int = 0) -> int:
         """Physical hops of a micro-slice of ``traj`` loaded on ``start``: every ring leg
-        except the one that would return to ``start``."""
+        except the one that would return to ``start`` (in the ring's ``order``; the
+        descending ring's paths are the ascending ones walked back, so ``H`` is the same)."""
         n = self.chiplets
         total, c = 0, start
         for _ in range(bin(traj).count("1") - 1):
-            nxt = ring_after(traj, c, n)
+            nxt = ring_after(traj, c, n, order)
             total += self.distance(c, nxt)
             c = nxt
         return total

@@ -57,6 +57,11 @@ class Scheduler(wiring.Component):
     """
 
     def __init__(self, p: SchedulerParams):
+        if p.ring_orders != 1:
+            raise ValueError(
+                f"ring_orders {p.ring_orders}: the scheduler RTL chooses no ring embedding yet "
+                "(ring_orders 1); the golden model and the simulator take 2"
+            )
         self.p = p
         super().__init__(
             {

@@ -143,6 +143,7 @@ class _Arrays:
         self.GP = np.zeros(chans, np.int64)
         self.TK = np.zeros((n, p.experts), np.int64)
         self.MS = np.full(p.experts, p.micro_slices, np.int64)
+        self.RO = np.zeros(p.experts, np.int64)
         self.SC = np.zeros(k.NX, np.int64)
         self.SC[k.X_NTL] = 1
         self.DI = np.zeros(len(DDR_CAUSES), np.int64)
@@ -213,12 +214,12 @@ def run_layer(
     beats = deque(sched.decide())
     made, script = [], []
     # every expert is dispatched once and pre-loaded at most once per layer
-    BT = np.zeros((2 * dp.experts + 2, 4), np.int64)
+    BT = np.zeros((2 * dp.experts + 2, 5), np.int64)
     while True:
         for b in beats:
             if len(made) == len(BT):
                 BT = np.concatenate([BT, np.zeros_like(BT)])
-            BT[len(made)] = (b.kind, b.expert, b.entry, as_int64(b.traj))
+            BT[len(made)] = (b.kind, b.expert, b.entry, as_int64(b.traj), b.order)
             made.append([b.kind, b.expert, b.entry, b.traj])
         beats.clear()
         status, done = k.run(S, B, BT, len(made), sched.in_round, plan.n)

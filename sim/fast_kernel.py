@@ -52,7 +52,7 @@ from fsedp.sw.streaming.ring_buffer import Header, Slot
 
 #: the state tuple ``S`` of :func:`step` and :func:`run`
 STATE = ("P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH", "QRD")
-STATE += ("FF", "FQ", "GP", "TK", "MS", "SC")
+STATE += ("FF", "FQ", "GP", "TK", "MS", "RO", "SC")
 #: the bookkeeping tuple ``B`` of :func:`run`
 BOOKS = ("DI", "PI", "DW", "PW", "started", "computed", "expected", "peak", "links")
 BOOKS += ("ddr_per", "busy", "TL", "EVL")
@@ -76,12 +76,12 @@ def columns(cls, *names, first: int = 0, widths: dict | None = None) -> tuple:
 #: positions in the state tuple: ``S[AT_SL]`` is ``SL`` (a function takes the arrays it reads)
 (
     AT_P, AT_NB, AT_DIRT, AT_DIST, AT_SL, AT_CH, AT_JB, AT_JH, AT_JRD, AT_JRR, AT_PR, AT_QH,
-    AT_QRD, AT_FF, AT_FQ, AT_GP, AT_TK, AT_MS, AT_SC,
+    AT_QRD, AT_FF, AT_FQ, AT_GP, AT_TK, AT_MS, AT_RO, AT_SC,
 ) = (
     STATE.index(x)
     for x in (
         "P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH",
-        "QRD", "FF", "FQ", "GP", "TK", "MS", "SC",
+        "QRD", "FF", "FQ", "GP", "TK", "MS", "RO", "SC",
     )
 )  # fmt: skip
 # -- parameters ---------------------------------------------------------------------------
@@ -175,23 +175,23 @@ def popcount(x):
 
 
 @njit(cache=True)
-def path_hops(traj, start, n, DIST):
+def path_hops(traj, start, n, DIST, order):
     """``DatapathParams.path_hops``."""
     total = 0
     c = start
     for _ in range(popcount(traj) - 1):
-        nxt = ring_after(traj, c, n)
+        nxt = ring_after(traj, c, n, order)
         total += DIST[c, nxt]
         c = nxt
     return total
 
 
 @njit(cache=True)
-def route_tables(traj, n, DIST, hops, rdest, rhops):
-    """``DatapathParams.path_hops`` and ``DatapathParams.remote_entry`` of ``traj`` from
-    every chiplet ``a``, tabled once per job or pre-load."""
+def route_tables(traj, order, n, DIST, hops, rdest, rhops):
+    """``DatapathParams.path_hops`` and ``DatapathParams.remote_entry`` of ``traj`` in ring
+    embedding ``order`` from every chiplet ``a``, tabled once per job or pre-load."""
     for a in range(n):
-        hops[a] = path_hops(traj, a, n, DIST) if (traj >> a) & 1 else 0
+        hops[a] = path_hops(traj, a, n, DIST, order) if (traj >> a) & 1 else 0
     for a in range(n):
         best, bj = -1, -1
         for j in range(n):
@@ -237,8 +237,11 @@ def ring_buffer_free_slots(SL, c, K):
 
 
 @in_step
-def ring_buffer_store(SL, P, DIRT, c, slot, expert, index, traj, dest, legs, r, wait, ddr, held):
-    """``ring_buffer.store`` with ``ring_buffer.arrive``."""
+def ring_buffer_store(
+    SL, P, DIRT, RO, c, slot, expert, index, traj, dest, legs, r, wait, ddr, held
+):
+    """``ring_buffer.store`` with ``ring_buffer.arrive`` (``RO``: each expert's ring
+    embedding, ``StreamingArray.ring_order``)."""
     n = P[P_N]
     SL[c, slot, S_BUSY] = 1
     SL[c, slot, S_RESV] = 0
@@ -254,7 +257,7 @@ def ring_buffer_store(SL, P, DIRT, c, slot, expert, index, traj, dest, legs, r, 
     SL[c, slot, S_TRAJ] = traj
     if dest == c:  # a station: compute here, then the next ring leg
         if legs:
-            nxt = ring_after(traj, c, n)
+            nxt = ring_after(traj, c, n, RO[expert])
             SL[c, slot, S_COMP] = 1
             SL[c, slot, S_SEND] = 1
             SL[c, slot, S_FINAL] = 0
@@ -385,8 +388,8 @@ def router_commit(S, W, HX):
         CH[c, C_RR] = (d + 1) & 3
         h = HX[c]
         ring_buffer_store(
-            SL, P, S[AT_DIRT], c, acc_slot[c], h[F_EXPERT], h[F_INDEX], h[F_TRAJ], h[F_DEST],
-            h[F_LEGS], h[F_R], L - 1, 0, 0,
+            SL, P, S[AT_DIRT], S[AT_RO], c, acc_slot[c], h[F_EXPERT], h[F_INDEX], h[F_TRAJ],
+            h[F_DEST], h[F_LEGS], h[F_R], L - 1, 0, 0,
         )  # fmt: skip
 
 
@@ -628,8 +631,8 @@ def ddr_commit(S, W, ISS, ni):
             h = FQ[ch, 0]
             e = FF[ch, h]
             ring_buffer_store(
-                SL, P, S[AT_DIRT], e[F_TARGET], e[F_SLOT], e[F_EXPERT], e[F_INDEX], e[F_TRAJ],
-                e[F_DEST], e[F_LEGS], e[F_R], 0, 1, dlv_held[ch],
+                SL, P, S[AT_DIRT], S[AT_RO], e[F_TARGET], e[F_SLOT], e[F_EXPERT], e[F_INDEX],
+                e[F_TRAJ], e[F_DEST], e[F_LEGS], e[F_R], 0, 1, dlv_held[ch],
             )  # fmt: skip
             FQ[ch, 0] = h + 1 if h + 1 < fdepth else 0
             FQ[ch, 1] -= 1
@@ -652,7 +655,7 @@ def ddr_commit(S, W, ISS, ni):
         if ISS[x, I_KIND] == 0:
             j = ISS[x, I_IDX]
             JB[j, J_LOADED] += 1
-            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n)
+            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n, S[AT_RO][JB[j, J_EXPERT]])
             SC[X_DDR_RR] = j + 1 if j + 1 < n else 0
         else:
             PR[ISS[x, I_IDX], Q_LOADED] += 1
@@ -679,7 +682,7 @@ def ddr_retire_jobs(S, W):
 
 
 @njit(cache=True)
-def ddr_bind_ahead(P, DIRT, SL, expert, traj, held, hops, rdest, rhops):
+def ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, held, hops, rdest, rhops):
     """``ddr.bind_ahead`` with the trajectory's route tables; returns the count bound."""
     n, K = P[P_N], P[P_K]
     legs = popcount(traj) - 1
@@ -692,8 +695,9 @@ def ddr_bind_ahead(P, DIRT, SL, expert, traj, held, hops, rdest, rhops):
                 else:
                     dest, r = rdest[c], rhops[c]
                 ring_buffer_store(
-                    SL, P, DIRT, c, i, expert, SL[c, i, S_INDEX], traj, dest, legs, r, 0, 1, held
-                )
+                    SL, P, DIRT, RO, c, i, expert, SL[c, i, S_INDEX], traj, dest, legs, r, 0, 1,
+                    held,
+                )  # fmt: skip
                 got += 1
     return got
 
@@ -703,9 +707,9 @@ def ddr_take_dispatch(S, beat, tmp):
     """``ddr.take_dispatch``."""
     P, DIRT, DIST, SL, JB, JH = S[AT_P], S[AT_DIRT], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH]
     JRD, JRR, PR, QH, QRD = S[AT_JRD], S[AT_JRR], S[AT_PR], S[AT_QH], S[AT_QRD]
-    MS, SC = S[AT_MS], S[AT_SC]
+    MS, RO, SC = S[AT_MS], S[AT_RO], S[AT_SC]
     n, K = P[P_N], P[P_K]
-    kind, expert, entry, traj = beat[1], beat[2], beat[3], beat[4]
+    kind, expert, entry, traj, order = beat[1], beat[2], beat[3], beat[4], beat[5]
     if (
         traj == 0
         or (n < 64 and traj >> n)  # bits beyond the chiplets (a shift by 64 is undefined)
@@ -716,10 +720,11 @@ def ddr_take_dispatch(S, beat, tmp):
         SC[X_BAD] = 1
         return
     if kind != DISPATCH:
+        RO[expert] = order
         for k in range(P[P_NPRE]):
             if not PR[k, Q_VALID]:
-                route_tables(traj, n, DIST, QH[k], QRD[k], tmp)
-                got = ddr_bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)
+                route_tables(traj, order, n, DIST, QH[k], QRD[k], tmp)
+                got = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 1, QH[k], QRD[k], tmp)
                 PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
                 PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, got, MS[expert]
                 break
@@ -727,8 +732,9 @@ def ddr_take_dispatch(S, beat, tmp):
     if JB[entry, J_VALID]:
         SC[X_BAD] = 1
         return
-    route_tables(traj, n, DIST, JH[entry], JRD[entry], JRR[entry])
-    loaded = ddr_bind_ahead(P, DIRT, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
+    RO[expert] = order
+    route_tables(traj, order, n, DIST, JH[entry], JRD[entry], JRR[entry])
+    loaded = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
     count = MS[expert]
     for k in range(P[P_NPRE]):
         if PR[k, Q_VALID] and PR[k, Q_EXPERT] == expert:
@@ -1001,7 +1007,7 @@ def book_completions(S, W, st):
 @njit(cache=True, _nrt=False)
 def step(S, beat, ddr_stall, st, ws):
     """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle:
-    ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj)``, ``st``
+    ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj, order)``, ``st``
     the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run.
     Returns ``(horizon, done)``: the cycles a skip may jump (0 after an active cycle, -1 when
     nothing is counting either: ``StreamingArray.stuck``) and the ``done`` mask shown."""
@@ -1176,7 +1182,7 @@ def run(S, B, BT, nbeats, in_round, plan_n):
     (``(ENDED, 0)``) or nothing can happen any more (``(STALLED, 0)``, the state as it is:
     ``fsedp.sw.streaming.watchdog``, the same cycle as the Python loop's).  The status is
     apart from the mask: on 64 chiplets a mask of every entry is -1 as an ``int64``.
-    ``BT[b] = (kind, expert, entry, traj)`` are the beats to present, one per cycle from
+    ``BT[b] = (kind, expert, entry, traj, order)`` are the beats to present, one per cycle from
     ``SC[X_BPOS]`` on;
     ``S`` is the state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
     P, CH, SC = S[AT_P], S[AT_CH], S[AT_SC]
@@ -1186,7 +1192,7 @@ def run(S, B, BT, nbeats, in_round, plan_n):
     pe_why = np.zeros(n, np.int64)
     occ = np.zeros(n, np.int64)
     ended = np.zeros(n, np.int64)
-    beat = np.zeros(5, np.int64)
+    beat = np.zeros(6, np.int64)
     st = (ddr_why, pe_why, occ, EVL, links, ddr_per, ended, busy)
     width = max(2 * n + 2, P[P_CHAN], P[P_NPRE], 4)
     ws = (
@@ -1207,7 +1213,8 @@ def run(S, B, BT, nbeats, in_round, plan_n):
         cycle = SC[X_CYCLE]
         b = SC[X_BPOS]
         if b < nbeats:
-            beat[0], beat[1], beat[2], beat[3], beat[4] = 1, BT[b, 0], BT[b, 1], BT[b, 2], BT[b, 3]
+            beat[0], beat[1], beat[2], beat[3] = 1, BT[b, 0], BT[b, 1], BT[b, 2]
+            beat[4], beat[5] = BT[b, 3], BT[b, 4]
         else:
             beat[0] = 0
         h, done = step(S, beat, False, st, ws)

@@ -44,7 +44,7 @@ __all__ = [
     "check_ahead",
 ]
 
-VARIANTS = ("A1", "A2", "A3", "A4", "A5", "A6")
+VARIANTS = ("A1", "A2", "A3", "A4", "A5", "A6", "A7")
 
 #: Micro-slices a compute-heavy expert may have loaded and not retired under A6: two keep
 #: one computing and one arriving, the least that hides a load (measured best of 1..6 on
@@ -69,7 +69,7 @@ def variant_params(setup: Setup, variant: str):
         )
     if variant == "A4":
         return dataclasses.replace(dp, rule5=True)
-    if variant == "A6":
+    if variant in ("A6", "A7"):
         return dataclasses.replace(dp, preempt=True, hot_window=HOT_WINDOW)
     if variant in ("A2", "A3", "A5"):
         return dp
@@ -78,10 +78,14 @@ def variant_params(setup: Setup, variant: str):
 
 def make_scheduler(sp, dp, variant: str) -> Scheduler:
     """The scheduler golden model of a variant (fresh, for one layer)."""
-    if variant == "A6":
+    if variant in ("A6", "A7"):
         # an expert with this many tokens computes as long as its loads take
         balance = min(2**16 - 1, max(1, round(dp.ddr_interval / dp.cycles_per_token)))
-        return Scheduler(dataclasses.replace(sp, balance=balance, entry_dispatch=True))
+        # A7: each expert's ring ascending or descending, by the links' load (RING_ORDERS)
+        orders = 2 if variant == "A7" else sp.ring_orders
+        return Scheduler(
+            dataclasses.replace(sp, balance=balance, entry_dispatch=True, ring_orders=orders)
+        )
     return Scheduler(sp, order="sorted" if variant == "A2" else "paired")
 
 

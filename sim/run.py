@@ -92,8 +92,8 @@ def run_experiment(
     for s in strategies:
         if s not in STRATEGIES:
             raise ValueError(f"unknown strategy {s!r}; choose from {', '.join(STRATEGIES)}")
-        if slices is not None and s not in ("A2", "A3", "A4", "A6"):
-            raise ValueError(f"a slice table applies to A2, A3, A4 and A6, not {s}")
+        if slices is not None and s not in ("A2", "A3", "A4", "A6", "A7"):
+            raise ValueError(f"a slice table applies to A2, A3, A4, A6 and A7, not {s}")
     slices = slices or {}
     setup = setup or make_setup(cfg)
     its = iterations(cfg, n_iter, layers, trace=trace)

@@ -56,7 +56,7 @@ _CATEGORY = {"DDR load": "ddr", "compute": "compute", "D2D send": "d2d", "D2D re
 _DIRECTION = ("north", "east", "south", "west")
 #: FSE-DP variants whose decisions can be replayed from a layer alone (a fresh scheduler per
 #: layer; A5's scheduler carries its request table from layer to layer).
-REPLAYED = ("A1", "A2", "A3", "A4", "A6")
+REPLAYED = ("A1", "A2", "A3", "A4", "A6", "A7")
 
 #: One activity span: cycles ``[start, end)`` on ``chiplet``; ``args`` what else is known.
 Span = namedtuple("Span", "chiplet kind start end expert micro_slice args")

@@ -6,9 +6,11 @@
   entry chiplets of running experts are distinct (an entry chiplet was idle, so no running
   expert covered it), hence at most ``C`` experts run at once and a completion is a ``C``-bit
   mask over slots.
-* Ring order of the trajectory: chiplets of ``T_e`` in ascending number, wrapping around.
-  ``next_hop[c]`` is the next chiplet of the ring after ``c`` for ``c`` in ``T_e`` (itself for
-  a one-chiplet trajectory) and ``0`` for chiplets outside ``T_e``.  This is the routing table
+* Ring order of the trajectory: chiplets of ``T_e`` in ascending number, wrapping around (or,
+  with ``ring_orders`` 2 and the descending embedding chosen, in descending number:
+  ``fsedp.params.ring_after``).  ``next_hop[c]`` is the next chiplet of the ring after ``c``
+  for ``c`` in ``T_e`` (itself for a one-chiplet trajectory) and ``0`` for chiplets outside
+  ``T_e``.  This is the routing table
   the routers receive; the ring is logical, XY routing maps it onto the mesh.
 * Release: when the experts in slots ``done`` complete, a chiplet becomes idle iff it was
   covered by one of them and is covered by no expert that keeps running.
@@ -17,6 +19,8 @@
   lowest-numbered chiplet of its own trajectory (the chiplet's ring buffer then fills free
   slots with its micro-slices from DDR; the scheduler does not track buffer occupancy).
 """
+
+from fsedp.params import ring_after
 
 __all__ = ["lowest_bit", "entry_chiplet", "next_hops", "release_mask"]
 
@@ -31,18 +35,10 @@ def entry_chiplet(traj: int, icv: int) -> int:
     return lowest_bit(traj & icv)
 
 
-def next_hops(traj: int, chiplets: int) -> tuple[int, ...]:
-    hops = []
-    for c in range(chiplets):
-        if not traj >> c & 1:
-            hops.append(0)
-            continue
-        for step in range(1, chiplets + 1):
-            n = (c + step) % chiplets
-            if traj >> n & 1:
-                hops.append(n)
-                break
-    return tuple(hops)
+def next_hops(traj: int, chiplets: int, order: int = 0) -> tuple[int, ...]:
+    return tuple(
+        ring_after(traj, c, chiplets, order) if traj >> c & 1 else 0 for c in range(chiplets)
+    )
 
 
 def release_mask(running: list[int], done: int) -> int:

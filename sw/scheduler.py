@@ -47,7 +47,8 @@ class Dispatch:
 
     ``kind`` is ``DISPATCH`` (start streaming ``expert`` along ``traj`` entering at
     ``entry``) or ``PRELOAD`` (Rule 4: let chiplet ``entry`` pre-load the expert's
-    micro-slices into free buffer slots).  ``next_hop`` is the ring routing table.
+    micro-slices into free buffer slots).  ``next_hop`` is the ring routing table of the
+    ring's embedding ``order`` (``fsedp.params.RING_ORDERS``; 0 unless ``ring_orders`` is 2).
     """
 
     kind: int
@@ -56,6 +57,7 @@ class Dispatch:
     traj: int
     entry: int
     next_hop: tuple[int, ...]
+    order: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -65,6 +67,7 @@ class Dispatch:
             "traj": self.traj,
             "entry": self.entry,
             "next_hop": list(self.next_hop),
+            "order": self.order,
         }
 
 
@@ -108,6 +111,8 @@ class Scheduler:
         self.tb.reset()
         self.icv.reset()
         self.running = [0] * self.p.chiplets
+        self.running_order = [0] * self.p.chiplets  # ring embedding of each running expert
+        self.next_order = 0  # the embedding a tie goes to (round-robin)
         self.plan: RoundPlan | None = None
         self.scheduled: list[bool] = []
         self.preloaded: list[bool] = []
@@ -155,6 +160,7 @@ class Scheduler:
         self.plan = plan
         self.scheduled = [False] * n
         self.preloaded = [False] * n
+        self.orders: list[int | None] = [None] * n  # ring embedding, fixed at the first beat
         self._first = 0
         if n == 0:
             self.plan = None
@@ -164,7 +170,28 @@ class Scheduler:
     def _beat(self, kind: int, position: int, entry: int) -> Dispatch:
         e = self.plan.order[position]
         traj = self.plan.trajs[e]
-        return Dispatch(kind, e, self.plan.counts[e], traj, entry, next_hops(traj, self.p.chiplets))
+        o = self.ring_order(position)
+        hops = next_hops(traj, self.p.chiplets, o)
+        return Dispatch(kind, e, self.plan.counts[e], traj, entry, hops, o)
+
+    def ring_order(self, position: int) -> int:
+        """The ring embedding of the expert at ``position``, chosen at its first beat (a
+        pre-load or its dispatch) and kept: with ``ring_orders`` 2, the direction whose running
+        experts' trajectories hold fewer chiplets (their micro-slices' link use), ties taken in
+        turn; else ascending."""
+        o = self.orders[position]
+        if o is None:
+            o = 0
+            if self.p.ring_orders > 1:
+                load = [0] * self.p.ring_orders
+                for s, t in enumerate(self.running):
+                    if t:
+                        load[self.running_order[s]] += t.bit_count()
+                k = self.p.ring_orders
+                o = min(range(k), key=lambda x: (load[x], (x - self.next_order) % k))
+                self.next_order = (o + 1) % k
+            self.orders[position] = o
+        return o
 
     def decide(self) -> list[Dispatch]:
         """Every dispatch and pre-load possible now, in order; stops when none is possible."""
@@ -190,6 +217,7 @@ class Scheduler:
             out.append(self._beat(DISPATCH, k, entry))
             self.scheduled[k] = True
             self.running[entry] = traj
+            self.running_order[entry] = self.orders[k]
             self.icv.update(alloc=self.alloc_mask(traj, entry))
             q = partner(k, n) if self.order != "sorted" else None
             if q is not None and not self.scheduled[q] and not self.preloaded[q]:

@@ -165,7 +165,9 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
             if accept[c]:
                 slots[low].busy, slots[low].resv, slots[low].held = True, False, False
         seen["full"] += any(
-            j.valid and j.loaded < j.count and free2[j.target] <= sw_ddr.need(arr, j.traj, j.target)
+            j.valid
+            and j.loaded < j.count
+            and free2[j.target] <= sw_ddr.need(arr, j.traj, j.target, j.expert)
             for j in arr.jobs
         )
         sw_ddr.commit(arr, delivered, issues, issue_out, used)

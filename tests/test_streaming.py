@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fsedp.errors import InputError
 from fsedp.experiments.datapath_report import one_expert_cycles, one_expert_ideal
-from fsedp.params import OPPOSITE, DatapathParams, SchedulerParams, max_hops
+from fsedp.params import OPPOSITE, DatapathParams, SchedulerParams, max_hops, ring_after
 from fsedp.sw.scheduler import DISPATCH, Dispatch, Scheduler
 from fsedp.sw.streaming import Header, StepIn, StreamingArray, arrive
 from fsedp.sw.streaming.ddr import AHEAD, load_ahead
@@ -173,18 +173,49 @@ A6_CASES = [
 ]
 
 
+@pytest.mark.parametrize("orders", [1, 2], ids=["A6", "A7"])
 @pytest.mark.parametrize("rows,cols,kw", A6_CASES)
 @pytest.mark.parametrize("stall", [0.0, 0.3])
-def test_a6_rules_conserve_and_finish(rows, cols, kw, stall):
+def test_a6_rules_conserve_and_finish(rows, cols, kw, stall, orders):
     """Experts with overlapping trajectories streaming at once, preempted computations and
-    held-back loads of hot experts: nothing lost, nothing computed twice, no deadlock."""
+    held-back loads of hot experts, and (A7) rings in either direction: nothing lost,
+    nothing computed twice, no deadlock."""
     sp = sched(rows, cols)
     p = DatapathParams.for_scheduler(sp, rows, cols, **kw)
     rng = random.Random(rows * 17 + cols + int(stall * 10))
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(25))]
-    drv, arr, _ = run_layers(sp, p, rounds, rng, stall=stall, **A6)
+    drv, arr, _ = run_layers(sp, p, rounds, rng, stall=stall, **A6, ring_orders=orders)
     assert drv.check.computed > 0 and max(drv.check.peak) <= p.slots
     assert not arr.bad_dispatch and not arr.orphan
+
+
+def test_ring_orders_follow_the_links_load():
+    """``ring_orders`` 2: an expert's first beat fixes its ring's direction -- the one whose
+    running experts' trajectories hold fewer chiplets, ties in turn -- and its routing table
+    runs the other way round; the array's stations follow it."""
+    sp = dataclasses.replace(sched(2, 2, experts=8), entry_dispatch=True, ring_orders=2)
+    gold = Scheduler(sp)
+    # three experts over all four chiplets with distinct entry chiplets free
+    records = [(0, c, e) for e in (0, 1, 2) for c in range(4) for _ in range(3 - e)]
+    gold.start_round(records)
+    beats = [b for b in gold.decide() if b.kind == DISPATCH]
+    assert [b.order for b in beats][:2] == [0, 1]  # a tie, then the emptier direction
+    for b in beats:
+        assert b.next_hop == tuple(ring_after(b.traj, c, 4, b.order) for c in range(4))
+    asc, desc = (next(b for b in beats if b.order == o) for o in (0, 1))
+    assert asc.next_hop == (1, 2, 3, 0) and desc.next_hop == (3, 0, 1, 2)
+    # a station of a descending ring sends its micro-slice to the next lower chiplet
+    p = DatapathParams(rows=2, cols=2)
+    h = Header(expert=0, index=0, traj=0b1111, dest=2, legs=2, r=2)
+    assert arrive(p, 2, h, order=1)["dest"] == 1 and arrive(p, 2, h)["dest"] == 3
+    # the descending ring's paths are the ascending ones walked back: the same H
+    for rows, cols in ((2, 2), (2, 3), (3, 3)):
+        q = DatapathParams(rows=rows, cols=cols, slots=max_hops(rows, cols) + 1)
+        n = q.chiplets
+        for traj in range(1, 1 << n):
+            for a in range(n):
+                if traj >> a & 1:
+                    assert q.path_hops(traj, a, 1) <= q.max_hops
 
 
 def owed_computations(sp, p, rounds, **generics) -> int:
@@ -218,10 +249,14 @@ def owed_computations(sp, p, rounds, **generics) -> int:
     channels=st.sampled_from([1, 4]),
     a6=st.booleans(),
     window=st.integers(0, 3),
+    orders=st.sampled_from([1, 2]),
 )
 def test_property_no_loss_no_deadlock(
-    seed, slots_extra, link, interval, latency, rule5, preload, stall, channels, a6, window
+    seed, slots_extra, link, interval, latency, rule5, preload, stall, channels, a6, window, orders
 ):
+    """No micro-slice lost, none computed twice, every layer finishes and leaves the array
+    empty: random generics, stalls, DDR channels, the A6 rules and (``orders`` 2, A7) rings
+    in either direction."""
     sp = sched(2, 2, experts=8)
     p = DatapathParams.for_scheduler(
         sp,
@@ -240,11 +275,12 @@ def test_property_no_loss_no_deadlock(
     )
     rng = random.Random(seed)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(4))]
-    drv, arr, per_layer = run_layers(sp, p, rounds, rng, stall=stall, **(A6 if a6 else {}))
+    generics = dict(A6 if a6 else {}, ring_orders=orders)
+    drv, arr, per_layer = run_layers(sp, p, rounds, rng, stall=stall, **generics)
     # every micro-slice of every scheduled expert was computed once on every chiplet of its
     # trajectory (the plans of a separate golden scheduler fed the same rounds), and the
     # array is empty again
-    assert drv.check.computed == owed_computations(sp, p, rounds, **(A6 if a6 else {}))
+    assert drv.check.computed == owed_computations(sp, p, rounds, **generics)
     assert arr.idle and all(arr.free(c) == p.slots for c in range(p.chiplets))
     assert len(per_layer) == len(rounds)
 

@@ -78,6 +78,9 @@ class StreamingArray:
         p = self.p
         #: micro-slices each expert streams ([D13]; ``micro_slices`` without ``slice_table``)
         self.slices = [p.micro_slices] * p.experts
+        #: each expert's ring embedding (``fsedp.params.RING_ORDERS``), written by its beats:
+        #: every station and DDR target of its micro-slices follows it
+        self.ring_order = [0] * p.experts
         self.chips = [Chiplet([Slot() for _ in range(p.slots)]) for _ in range(p.chiplets)]
         self.jobs = [Job() for _ in range(p.chiplets)]
         self.pre = [Preload() for _ in range(p.preload_entries)]

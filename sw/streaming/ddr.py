@@ -86,7 +86,7 @@ def issue(arr, inp, free2):
                     job.valid
                     and job.traj >> c & 1
                     and job.loaded + extra[j] < job.count
-                    and free2[c] > need(arr, job.traj, c)
+                    and free2[c] > need(arr, job.traj, c, job.expert)
                     and within_window(arr, job, extra[j])
                 ):
                     issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j], c))
@@ -133,7 +133,7 @@ def issue(arr, inp, free2):
                         continue
                     if not within_window(arr, job, extra[j]):
                         continue
-                    dest, r = p.remote_entry(job.traj, c)
+                    dest, r = p.remote_entry(job.traj, c, arr.ring_order[job.expert])
                     if free2[c] > r:
                         issues.append(
                             ("job", j, c, job.expert, job.traj, job.loaded + extra[j], dest)
@@ -148,7 +148,7 @@ def issue(arr, inp, free2):
                     for k, q in enumerate(arr.pre):
                         if not q.valid or q.loaded + pre_extra[k] >= q.count:
                             continue
-                        dest, _ = p.remote_entry(q.traj, c)
+                        dest, _ = p.remote_entry(q.traj, c, arr.ring_order[q.expert])
                         issues.append(
                             ("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k], dest)
                         )
@@ -177,7 +177,7 @@ def issue(arr, inp, free2):
             traj,
             dest,
             bin(traj).count("1") - 1,
-            p.path_hops(traj, dest) + p.distance(target, dest),
+            p.path_hops(traj, dest, arr.ring_order[expert]) + p.distance(target, dest),
         )
         issue_out.append((target, slot, h, kind == "pre"))
     return issues, used, issue_out
@@ -221,7 +221,7 @@ def commit(arr, delivered, issues, issue_out, used):
         if kind == "job":
             job = arr.jobs[idx]
             job.loaded += 1
-            job.target = ring_after(job.traj, t, n)
+            job.target = ring_after(job.traj, t, n, arr.ring_order[job.expert])
             arr.ddr_rr = (idx + 1) % n
         else:
             arr.pre[idx].loaded += 1
@@ -253,10 +253,10 @@ def ddr_target(arr, j: int, job: Job, free2: list[int], channel_ok) -> int | Non
     p = arr.p
     if not p.rule5:
         t = job.target
-        return t if channel_ok(t) and free2[t] > need(arr, job.traj, t) else None
+        return t if channel_ok(t) and free2[t] > need(arr, job.traj, t, job.expert) else None
     best = None
     for a in range(p.chiplets):
-        if job.traj >> a & 1 and channel_ok(a) and free2[a] > need(arr, job.traj, a):
+        if job.traj >> a & 1 and channel_ok(a) and free2[a] > need(arr, job.traj, a, job.expert):
             if best is None or free2[a] > free2[best]:
                 best = a
     return best
@@ -273,9 +273,10 @@ def within_window(arr, job: Job, extra: int) -> bool:
     return max(1, t) * p.cycles_per_token <= p.ddr_interval
 
 
-def need(arr, traj: int, a: int) -> int:
-    """Free slots a load into chiplet ``a`` must leave (forward-count admission)."""
-    return arr.p.path_hops(traj, a) if arr.admission else 0
+def need(arr, traj: int, a: int, expert: int) -> int:
+    """Free slots a load of ``expert`` into chiplet ``a`` must leave (forward-count
+    admission: the hops of its path in the expert's ring embedding)."""
+    return arr.p.path_hops(traj, a, arr.ring_order[expert]) if arr.admission else 0
 
 
 def take_dispatch(arr, b: Dispatch):
@@ -293,6 +294,7 @@ def take_dispatch(arr, b: Dispatch):
         arr.bad_dispatch = True
         return
     if b.kind == PRELOAD:
+        arr.ring_order[b.expert] = b.order
         k = next((k for k, q in enumerate(arr.pre) if not q.valid), None)
         if k is not None:
             got = bind_ahead(arr, b.expert, b.traj, held=True)
@@ -301,6 +303,7 @@ def take_dispatch(arr, b: Dispatch):
     if arr.jobs[b.entry].valid:
         arr.bad_dispatch = True
         return
+    arr.ring_order[b.expert] = b.order
     loaded, count = bind_ahead(arr, b.expert, b.traj, held=False), arr.slices[b.expert]
     k = next((k for k, q in enumerate(arr.pre) if q.valid and q.expert == b.expert), None)
     if k is not None:
@@ -337,11 +340,14 @@ def bind_ahead(arr, expert: int, traj: int, held: bool) -> int:
     does.  Held still under a pre-load beat.  Returns how many it had (the job's or
     pre-load's ``loaded``)."""
     p = arr.p
+    o = arr.ring_order[expert]
     got = 0
     for c, ch in enumerate(arr.chips):
         for k, s in enumerate(ch.slots):
             if s.busy and s.held == AHEAD and s.expert == expert:
-                dest, r = (c, p.path_hops(traj, c)) if traj >> c & 1 else p.remote_entry(traj, c)
+                dest, r = (
+                    (c, p.path_hops(traj, c, o)) if traj >> c & 1 else p.remote_entry(traj, c, o)
+                )
                 legs = bin(traj).count("1") - 1
                 h = Header(expert, s.index, traj, dest, legs, r)
                 store(arr, c, k, h, wait=0, ddr=True, held=held)

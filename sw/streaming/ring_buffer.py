@@ -62,11 +62,12 @@ class Slot:
         )
 
 
-def arrive(p: DatapathParams, c: int, h: Header) -> dict:
-    """Slot fields of micro-slice ``h`` stored at chiplet ``c`` (station or transit)."""
+def arrive(p: DatapathParams, c: int, h: Header, order: int = 0) -> dict:
+    """Slot fields of micro-slice ``h`` stored at chiplet ``c`` (station or transit); its
+    ring's embedding is ``order``."""
     if h.dest == c:  # a station: compute here, then the next ring leg
         if h.legs:
-            nxt = ring_after(h.traj, c, p.chiplets)
+            nxt = ring_after(h.traj, c, p.chiplets, order)
             return dict(
                 comp=True,
                 send=True,
@@ -97,7 +98,7 @@ def store(arr, c: int, slot: int, h: Header, wait: int, ddr: bool, held: bool):
     """Write micro-slice ``h`` into slot ``slot`` of chiplet ``c`` (a link arrival or a DDR
     delivery): what it does next follows from :func:`arrive`."""
     s = arr.chips[c].slots[slot]
-    f = arrive(arr.p, c, h)
+    f = arrive(arr.p, c, h, arr.ring_order[h.expert])
     s.busy, s.resv, s.wait, s.held, s.ddr = True, False, wait, held, ddr
     s.computing, s.tx, s.rem = False, 0, 0
     s.comp, s.send, s.final, s.dir, s.r = f["comp"], f["send"], f["final"], f["dir"], f["r"]
