@@ -282,18 +282,18 @@ DP_2X2 = DatapathParams(
 )  # fmt: skip
 #: a 3 x 3 mesh: chiplet 4 has all four neighbours, 3-cycle links
 DP_3X3 = dataclasses.replace(DP_2X2, rows=3, cols=3, slots=12, link_cycles=3)
-
-
-@pytest.mark.parametrize(
-    TIER_ARGS,
-    cases(
-        {
-            "2x2-c0": (DP_2X2, {"seed": 3, "cycles": 300}),
-            "3x3-c4": (DP_3X3, {"seed": 4, "cycles": 300, "chiplet": 4}),
-        },
-        {"2x2": (DP_2X2, {"seed": 3, "cycles": 300})},
-    ),
+#: the cases of the per-chiplet blocks (ring buffer, router): a corner chiplet of the 2x2
+#: mesh and the middle one of the 3x3 in the fast tier, the corner under cocotb
+CHIPLET_CASES = cases(
+    {
+        "2x2-c0": (DP_2X2, {"seed": 3, "cycles": 300}),
+        "3x3-c4": (DP_3X3, {"seed": 4, "cycles": 300, "chiplet": 4}),
+    },
+    {"2x2": (DP_2X2, {"seed": 3, "cycles": 300})},
 )
+
+
+@pytest.mark.parametrize(TIER_ARGS, CHIPLET_CASES)
 def test_ring_buffer(tier, p, knobs):
     """Free slots, reservation slot, offers and compute candidate == golden slot model under
     link arrivals, DDR deliveries (held and un-held), transfers, computes and resets."""
@@ -305,16 +305,7 @@ def test_ring_buffer(tier, p, knobs):
     assert res["full"] and res["rule1"] and res["held"] and res["unheld"], res
 
 
-@pytest.mark.parametrize(
-    TIER_ARGS,
-    cases(
-        {
-            "2x2-c0": (DP_2X2, {"seed": 3, "cycles": 300}),
-            "3x3-c4": (DP_3X3, {"seed": 4, "cycles": 300, "chiplet": 4}),
-        },
-        {"2x2": (DP_2X2, {"seed": 3, "cycles": 300})},
-    ),
-)
+@pytest.mark.parametrize(TIER_ARGS, CHIPLET_CASES)
 def test_router(tier, p, knobs):
     """Link outputs, offer accepts, the granted input and link accepts == golden router."""
     res = bench("router", p, tier, knobs)
