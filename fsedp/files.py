@@ -1,12 +1,15 @@
 """Files a user gives or gets: bounded YAML reading, outputs written so that nothing
-half-written is left behind, and where outputs go by default."""
+half-written is left behind (SIGTERM unwinds as an interrupt does), and where outputs go by
+default."""
 
 import contextlib
 import json
 import os
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 from pathlib import Path, PurePosixPath
 
 import yaml
@@ -18,6 +21,7 @@ __all__ = [
     "atomic_path",
     "output_dir",
     "work_folder",
+    "sigterm_raises",
     "OUTPUT_MARKER",
     "read_text",
     "check_output_folder",
@@ -412,6 +416,26 @@ def output_dir(path, force: bool = False):
         raise InputError(str(path), "<file>", f"cannot write the report: {e.strerror}") from None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sigterm_raises(exc_type: type[BaseException]):
+    """Inside the block SIGTERM (``timeout``, a job scheduler) raises ``exc_type`` where the
+    program is, so that it unwinds as an interrupt does: staged outputs (:func:`output_dir`)
+    are removed, a long run reports what it has done.  The previous handler is back on
+    leaving.  Only the main thread can take signals: elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise exc_type
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def build_dir(*parts) -> Path:

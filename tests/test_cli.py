@@ -115,7 +115,7 @@ scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew:
     [
         ["rtl", "datapath", "--mesh", "2by2"],
         ["rtl", "datapath", "--mesh", "2x2:0"],
-        ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "5x5"],
+        ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "9x9"],
         ["rtl", "datapath", "--no-ring", "--no-cells", "--mesh", "2x2", "--slots", "3"],
         ["rtl", "verilog", "--out", "build/never", "--block", "router", "--chiplets", "9"],
         ["rtl", "verilog", "--out", "build/never", "--balance", "70000"],
@@ -349,6 +349,7 @@ def test_failing_cosim_records_its_failing_round(monkeypatch, capsys):
     """A cosimulation with a mismatch runs again, same seed, up to the failing round with
     waves on, and names the waveform."""
     import fsedp.cli.rtl as rtl
+    import fsedp.experiments.rtl_runs as rtl_runs
 
     calls = []
 
@@ -358,7 +359,7 @@ def test_failing_cosim_records_its_failing_round(monkeypatch, capsys):
             return {"mismatches": 1, "first_mismatches": ["x"], "first_mismatch_round": 4}
         return {"mismatches": 1, "waves": "/tmp/dump.vcd"}
 
-    monkeypatch.setattr(rtl, "_run_tb", fake)
+    monkeypatch.setattr(rtl_runs, "run_tb", fake)
     monkeypatch.setattr(rtl, "require_simulator", lambda sim: None)
     rc = main(["rtl", "cosim", "--experts", "16", "--rounds", "50", "--seed", "7", "--json"])
     doc = json.loads(capsys.readouterr().out)
@@ -398,34 +399,68 @@ def test_failing_datapath_run_records_its_failing_layer(monkeypatch, capsys):
 
 def test_help_states_the_parsers_own_defaults_and_ranges():
     """``--help`` is generated from the declarations (``fsedp.cli.common.HelpFormatter``):
-    every option with a default shows it, and a number a help text states as a default or a
-    range is the one the parser holds; no text restates a value that can drift from it."""
+    every option of every subcommand with a default shows it, and a number a help text
+    states as a default or a range is the one the parser holds.  No hand-written text
+    restates the parser's default or the converter's range (a copy that can drift), nor
+    names in words a default the parser does not hold."""
     import argparse
     import re
 
     from fsedp.cli import _parsers, build_parser
     from fsedp.cli.common import HelpFormatter, default_text
 
-    checked = 0
+    checked, progs = 0, set()
     for parser in _parsers(build_parser()):
         prog = parser.prog
+        progs.add(prog)
+        assert parser.format_help(), prog  # every subcommand's help renders
         fmt = HelpFormatter(prog)
         for a in parser._actions:
-            if not a.option_strings or a.help in (None, argparse.SUPPRESS):
+            if a.help == argparse.SUPPRESS or isinstance(a, argparse._SubParsersAction):
                 continue
-            text = fmt._get_help_string(a) % {"default": a.default}
-            where = f"{prog} {a.option_strings[0]}: {text!r}"
-            concrete = not any(a.default is x for x in (None, False, argparse.SUPPRESS))
+            own = a.help or ""  # the hand-written text
+            text = fmt.help_text(a) % {"default": a.default}
+            where = f"{prog} {(a.option_strings or [a.dest])[0]}: {text!r}"
+            concrete = a.default != "" and not any(
+                a.default is x for x in (None, False, argparse.SUPPRESS)
+            )
             if concrete and a.nargs != 0:
                 assert "default" in text, where
+                assert "default" not in own, f"restates the parser's default: {where}"
             for said in re.findall(r"default:? (-?[0-9][0-9.e+-]*)(?=[);,]|$)", text):
                 assert concrete, where
                 if isinstance(a.default, (int, float)):
                     assert float(said) == float(a.default), where
                 else:
                     assert default_text(a.default).startswith(said), where
+            for said in re.findall(r"default:? '?([\w-]+)", own):
+                assert not (a.choices and said in a.choices), f"a default not held: {where}"
             rng = getattr(a.type, "range_text", None)
+            if rng:
+                assert rng not in own, f"restates the range: {where}"
             for lo, hi in re.findall(r"\((\S+)\.\.(\S+?)[;)]", text):
                 assert rng == f"{lo}..{hi}" or rng == f"{lo}..{hi} or none", where
             checked += 1
     assert checked > 150
+    commands = {f"fsedp {c}" for c in ("run", "sweep", "bench", "trace", "lm", "offload")}
+    commands |= {f"fsedp rtl {c}" for c in ("rounds", "cosim", "coverage", "datapath")}
+    assert commands <= progs, commands - progs
+
+
+def test_help_formatter_refuses_copies():
+    """The checks above catch a restated default or range: the formatter does not add a
+    second one, so the copy would stand alone and could drift."""
+    import argparse
+
+    from fsedp.cli.common import HelpFormatter, Parser, int_at_least
+
+    p = Parser(prog="x")
+    p.add_argument("--n", type=int_at_least("--n", 1, 8), default=4, help="n (1..8; default 4)")
+    p.add_argument("--m", type=int_at_least("--m", 1, 8), default=4)
+    p.add_argument("--k", type=int_at_least("--k", 1, 8), help="k (default: the config's)")
+    fmt = HelpFormatter("x")
+    n, m, k = (a for a in p._actions if not isinstance(a, argparse._HelpAction))
+    assert fmt.help_text(n) == "n (1..8; default 4)"  # nothing generated: the copy stays
+    assert fmt.help_text(m) == "(1..8; default 4)"  # an option without text still shows them
+    assert fmt.help_text(k) == "k (1..8; default: the config's)"
+    assert "(1..8; default 4)" in p.format_help()

@@ -1,7 +1,8 @@
 """``fsedp``: the command-line tool, one module per command group.
 
 * :mod:`.run`: ``run`` (the main job), ``sweep``, ``bench`` -- the simulator;
-* :mod:`.rtl`: ``rtl rounds|verilog|cosim|report|datapath`` -- the hardware;
+* :mod:`.rtl`: ``rtl rounds|verilog|cosim|coverage|report|formal|datapath`` -- the
+  hardware;
 * :mod:`.trace`, :mod:`.lm`: ``trace ...``, ``lm ...`` -- workloads;
 * :mod:`.offload`, :mod:`.prism`, :mod:`.serve`, :mod:`.shuffle` -- the software papers'
   policies; :mod:`.codesign` -- the chip with them.
@@ -15,15 +16,13 @@ prints one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits with status 2
 import argparse
 import contextlib
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from fsedp.cli import codesign, lm, offload, prism, results, rtl, run, serve, shuffle, trace
 from fsedp.cli.common import Parser, add_force, held_warnings, usage
 from fsedp.errors import InputError
-from fsedp.files import check_output_file, check_output_folder
+from fsedp.files import check_output_file, check_output_folder, sigterm_raises
 from fsedp.log import configure
 from fsedp.sw.streaming import SimulationStalled
 
@@ -103,21 +102,15 @@ def check_common(args):
 
 class _Terminated(Exception):
     """SIGTERM (``timeout``, a job scheduler): unwinds like Ctrl-C, so that every staged
-    output is removed and nothing half-written stays."""
-
-
-def _terminate(signum, frame):
-    raise _Terminated
+    output is removed and nothing half-written stays (:func:`fsedp.files.sigterm_raises`)."""
 
 
 def main(argv=None) -> int:
     """Run one command; its exit status (2 for bad input, 3 for a stalled simulation, 130
     when interrupted, 143 when terminated)."""
-    old = None
-    if threading.current_thread() is threading.main_thread():
-        old = signal.signal(signal.SIGTERM, _terminate)
     try:
-        with held_warnings():  # a refusal is its one line: a library's warnings are dropped
+        with sigterm_raises(_Terminated), held_warnings():
+            # a refusal is its one line: a library's warnings are dropped
             args = build_parser().parse_args(argv)
             # info lines on stderr through logging; only warnings under --json
             configure(json=getattr(args, "json", False), verbose=getattr(args, "verbose", False))
@@ -137,9 +130,6 @@ def main(argv=None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,8 @@ def cmd_codesign(args):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     c = sub.add_parser(
         "codesign",
         parents=[DATA_OR_EMBEDDED, JSON],
@@ -141,14 +143,14 @@ def add_parsers(sub):
     c.add_argument(
         "--tokens",
         default="64",
-        help="tokens per iteration, one table each (comma-separated; default 64)",
+        help="tokens per iteration, one table each, comma-separated",
     )
     c.add_argument(
         "--scale-to",
         type=model_configs("--scale-to", many=True),
         default="qwen3-30b-a3b",
-        help="model configs whose expert and hidden sizes the chip moves, one table each "
-        "(comma-separated; default qwen3-30b-a3b)",
+        help="model configs whose expert and hidden sizes the chip moves, one table each, "
+        "comma-separated",
     )
     c.add_argument(
         "--max-tokens",

@@ -4,7 +4,9 @@ option converters that name the option, the parent parsers of ``--config``, ``--
 
 import argparse
 import contextlib
+import copy
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -17,6 +19,9 @@ __all__ = [
     "Parser",
     "usage",
     "int_at_least",
+    "field_value",
+    "field_doc",
+    "field_options",
     "positive",
     "number",
     "opt_number",
@@ -61,13 +66,17 @@ class HelpFormatter(argparse.HelpFormatter):
     """Help generated from the declarations, never restated by hand: an option's range is
     its converter's (``range_text``, from :func:`int_at_least`, :func:`number` or a declared
     field's :class:`~fsedp.fields.Spec`, :func:`field_value`), its default the parser's own;
-    ``--help`` shows ``(range; default value)`` after the text.  A help text that explains
-    its default in words (``default: the link's``) keeps them; ``tests/test_cli.py`` checks
-    that no help text states a number the parser does not hold."""
+    ``--help`` shows ``(range; default value)`` after the text, also for an option (or an
+    optional positional) without one.  A help text explains in words only a default the
+    parser does not hold (``default: the link's``, for an option whose parser default is
+    ``None``); ``tests/test_cli.py`` checks that no help text restates the parser's default
+    or range, nor states a default it does not hold."""
 
-    def _get_help_string(self, action):
+    def help_text(self, action) -> str:
+        """``action``'s help as ``--help`` shows it (before argparse's ``%`` expansion): its
+        text followed by the range and default it does not state itself."""
         text = action.help or ""
-        if text == argparse.SUPPRESS or not action.option_strings:
+        if text == argparse.SUPPRESS:
             return text
         said = []
         rng = getattr(action.type, "range_text", None)
@@ -77,10 +86,23 @@ class HelpFormatter(argparse.HelpFormatter):
         if (
             "default" not in text
             and not any(default is x for x in (None, argparse.SUPPRESS, False))
+            and default != ""
             and action.nargs != 0
         ):
             said.append(f"default {default_text(default)}")
-        return f"{text} ({'; '.join(said)})" if said else text
+        if not said:
+            return text
+        worded = re.search(r"\((default\b[^()]*)\)$", text)
+        if worded:  # "(default: the config's)" at the end takes the range in front
+            return f"{text[: worded.start()]}({'; '.join([*said, worded[1]])})"
+        return f"{text} ({'; '.join(said)})" if text else f"({'; '.join(said)})"
+
+    def _format_action(self, action):
+        text = self.help_text(action)
+        if text != (action.help or ""):
+            action = copy.copy(action)
+            action.help = text
+        return super()._format_action(action)
 
 
 def default_text(v) -> str:
@@ -159,6 +181,13 @@ def field_value(cls, field: str, option: str):
     return conv
 
 
+def field_doc(cls, field: str) -> str:
+    """The meaning of the declared field ``field`` of ``cls``, its unit after a comma: the
+    help text of an option that sets it."""
+    s = specs(cls)[field]
+    return f"{s.doc}, {s.unit}" if s.unit else s.doc
+
+
 def field_options(parser, cls, names, default: str = "the config's"):
     """One option per declared field of ``cls`` in ``names`` (``--eit-lanes`` for
     ``eit_lanes``), generated from its :class:`~fsedp.fields.Spec`: the field's meaning as the
@@ -166,9 +195,7 @@ def field_options(parser, cls, names, default: str = "the config's"):
     options leave the field alone: ``None``, or ``False`` for a switch)."""
     for name, s in ((n, specs(cls)[n]) for n in names):
         option = "--" + name.replace("_", "-")
-        unit = f", {s.unit}" if s.unit else ""
-        rng = "" if s.kind is bool or s.choices else f"{s.range_text()}; "
-        help_ = f"{s.doc}{unit} ({rng}default: {default})"
+        help_ = f"{field_doc(cls, name)} (default: {default})"  # the range: HelpFormatter's
         if s.kind is bool:
             parser.add_argument(option, action="store_true", help=help_)
         elif s.choices:

@@ -81,6 +81,8 @@ def cmd_lm_trace(args):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     lm = sub.add_parser("lm", help="the project's small MoE language model: train, evaluate")
     lsub = lm.add_subparsers(dest="lm_cmd", required=True, parser_class=type(lm))
     t = lsub.add_parser(

@@ -230,6 +230,8 @@ def _rate_list(text):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     from fsedp.experiments.offload import POLICIES, PREFETCHERS
     from fsedp.sw.policies.offload import LINKS
 
@@ -254,7 +256,7 @@ def add_parsers(sub):
         "--prefetch",
         choices=PREFETCHERS,
         default="transition",
-        help="prefetcher (default transition: previous layer)",
+        help="prefetcher (transition: from the previous layer's experts)",
     )
     g.add_argument(
         "--prefetch-count",
@@ -303,7 +305,9 @@ def add_parsers(sub):
         "--link",
         choices=sorted(LINKS),
         default="pcie4",
-        help="pcie4: 25 GB/s, 10 us; ddr-chip: 102.4 GB/s, 0.1 us",
+        help="; ".join(
+            f"{k}: {v.bandwidth_gbs:g} GB/s, {v.latency_us:g} us" for k, v in LINKS.items()
+        ),
     )
     h.add_argument(
         "--bandwidth",

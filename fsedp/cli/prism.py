@@ -237,6 +237,8 @@ def cmd_prism_curve(args):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     pr = sub.add_parser(
         "prism",
         help="MoE-Prism: refactor the MoE LM into sub-experts, fine-tune their router, "

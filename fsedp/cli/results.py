@@ -34,6 +34,8 @@ def cmd_results(args):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     from fsedp.cli.run import _executor_arguments
 
     p = sub.add_parser(

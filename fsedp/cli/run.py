@@ -301,8 +301,7 @@ def _executor_arguments(p):
         "--engine",
         default="local",
         choices=["local", "ray"],
-        help="run the points in a local process pool (default) or on Ray (pip install "
-        "'fsedp[ray]')",
+        help="run the points in a local process pool or on Ray (pip install 'fsedp[ray]')",
     )
     g.add_argument(
         "--address",
@@ -318,6 +317,8 @@ def _executor_arguments(p):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     run = sub.add_parser(
         "run", parents=[CONFIG, JSON], help="main job: EP, Hydra and FSE-DP simulated side by side"
     )
@@ -335,7 +336,7 @@ def add_parsers(sub):
     run.add_argument(
         "--strategies",
         default=None,
-        help="comma-separated: EP, Hydra, A1..A6 (FSE-DP ablations; default: EP, Hydra, "
+        help="comma-separated: EP, Hydra, A1..A7 (FSE-DP ablations; default: EP, Hydra, "
         "A1, A2, A3 and A6)",
     )
     run.add_argument(

@@ -43,6 +43,8 @@ def cmd_serve(args):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     s = sub.add_parser(
         "serve",
         parents=[JSON],
@@ -111,7 +113,7 @@ def add_parsers(sub):
         choices=["proxy", "finetuned"],
         default="proxy",
         help="MoE-Prism gate whose quality QoS serves with: proxy gating or the fine-tuned "
-        "linear gate (needs a --curve of a `fsedp prism finetune` model; default proxy)",
+        "linear gate (needs a --curve of a `fsedp prism finetune` model)",
     )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=None, help="folder for serve.json and serve.md")

@@ -72,8 +72,8 @@ def add_parsers(sub):
         "trace",
         nargs="?",
         default="model",
-        help="routing trace with token ids (default 'model': the embedded trace of the "
-        "project's LM, with its embeddings for unseen tokens)",
+        help="routing trace with token ids ('model': the embedded trace of the project's LM, "
+        "with its embeddings for unseen tokens)",
     )
     s.add_argument("--format", choices=FORMATS, default="auto")
     s.add_argument(

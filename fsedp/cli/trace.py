@@ -82,13 +82,14 @@ def cmd_trace_record(args):
 
 
 def add_parsers(sub):
+    # a default in words below ("default: the model's") is none the parser holds: unset
+    # (None), the command works it out; every other default and range is HelpFormatter's
     from fsedp.trace.io import FORMATS
 
     tr = sub.add_parser("trace", help="routing traces: convert, record, statistics, synthesis")
     tsub = tr.add_subparsers(dest="trace_cmd", required=True, parser_class=type(tr))
     fmt_help = (
-        "input format (default auto: .npz fsedp or FLAME by content, .jsonl, .npy); "
-        "see fsedp/trace/io.py"
+        "input format (auto: .npz fsedp or FLAME by content, .jsonl, .npy); see fsedp/trace/io.py"
     )
     c = tsub.add_parser("convert", help="import a trace into the project's format (.npz)")
     c.add_argument("input")
