@@ -68,8 +68,8 @@ def held_tokens(chiplets: int, experts: int, pairs) -> np.ndarray:
     """Tokens per chiplet and expert, ``[chiplets, experts]``, from ``(chiplet, expert,
     tokens)`` triples."""
     held = np.zeros((chiplets, experts), np.int64)
-    for c, e, t in pairs:
-        held[c, e] += t
+    cet = np.array(list(pairs), np.int64).reshape(-1, 3)
+    np.add.at(held, (cet[:, 0], cet[:, 1]), cet[:, 2])
     return held
 
 
@@ -124,6 +124,13 @@ def link_bound(
     if not tokens_move:  # only C = the chiplets holding tokens: fewer would move some
         b[np.concatenate([out, out]) > 0] = np.inf
     saved = ahead * ddr_unit  # loads made before the layer (``bounds``' ``ahead``)
+    # every ``lam`` mixes DDR with links no costlier than one load per micro-slice and its
+    # ring over every chiplet holding tokens (``k = 1``, ``C`` those chiplets: their ``b`` is
+    # the largest that choice can give), so when that ring's link time is within the bound
+    # already, no ``lam`` exceeds it (most layers on Table I's meshes: no search)
+    s = (t > 0).sum(0)
+    if ((s - 1) * m).sum() * (setup.microslice_bytes / bw) <= max(ddr, compute):
+        return max(ddr, compute)
 
     def at(lam: float) -> float:
         return float((lam * a + (1 - lam) * b).min(axis=0).sum()) - lam * saved
