@@ -25,6 +25,8 @@ __all__ = [
     "OPPOSITE",
     "ring_after",
     "RING_ORDERS",
+    "ADMISSION_RULES",
+    "check_ring_orders",
     "mesh_position",
     "xy_direction",
     "max_hops",
@@ -68,8 +70,15 @@ def next_pow2(n: int) -> int:
 MAX_CHIPLETS = 64
 
 #: The ring embeddings a dispatch may choose (``SchedulerParams.ring_orders``): the snake
-#: order of the chiplet numbers and its reverse.
-RING_ORDERS = ("ascending", "descending")
+#: order of the chiplet numbers (row by row, :func:`mesh_position`), its reverse, and the
+#: column snake (column by column) both ways (:func:`ring_after`).  ``ring_orders`` 1 takes
+#: the first, 2 the first two, 4 all four.
+RING_ORDERS = ("ascending", "descending", "column ascending", "column descending")
+
+#: Buffer admission rules of the ring buffers (``DatapathParams.admission``,
+#: ``docs/blocks/datapath.md`` [D4], [D16]): forward-count and forward-state (Merlin and
+#: Schweitzer's controllers, applied to micro-slices).
+ADMISSION_RULES = ("forward-count", "forward-state")
 
 
 @dataclass(frozen=True)
@@ -114,10 +123,14 @@ class SchedulerParams:
         (``docs/blocks/eit.md``).
     ring_orders : int
         Ring embeddings (:data:`RING_ORDERS`) a dispatch chooses from: 1, every ring in
-        ascending snake order; 2, each expert's ring ascending or descending, whichever
-        direction carries fewer running trajectories' chiplets when its first beat is
-        decided (``docs/blocks/scheduler.md``, link-aware trajectories).  The golden models
-        and the compiled engine follow it; the RTL takes 1 (it refuses 2).
+        ascending snake order; 2, each expert's ring ascending or descending; 4, also the
+        column snake both ways -- whichever embedding carries fewer running trajectories'
+        chiplets when the expert's first beat is decided (``docs/blocks/scheduler.md``,
+        link-aware trajectories).  The golden models and the compiled engine follow it; the
+        RTL takes 1 (it refuses more).
+    mesh_cols : int
+        Columns of the mesh the chiplets are numbered on (:func:`mesh_position`), which the
+        column embeddings of ``ring_orders`` 4 need; 0: not given.
     """
 
     chiplets: int = spec(int, 4, MAX_CHIPLETS, default=4, doc="compute chiplets C")
@@ -163,13 +176,27 @@ class SchedulerParams:
         1,
         len(RING_ORDERS),
         default=1,
-        doc="ring embeddings a dispatch chooses from (2: also the reverse ring)",
+        doc="ring embeddings a dispatch chooses from (1, 2 or 4: RING_ORDERS)",
+    )
+    mesh_cols: int = spec(
+        int, 0, MAX_CHIPLETS, default=0, doc="mesh columns (0: not given; ring_orders 4 needs it)"
     )
 
     def __post_init__(self):
         _check_all(self)
         if self.eit_lanes & (self.eit_lanes - 1):
             raise InputError(PARAMS, "eit_lanes", f"must be a power of two, not {self.eit_lanes}")
+        check_ring_orders(self.ring_orders)
+        if self.mesh_cols and self.chiplets % self.mesh_cols:
+            raise InputError(
+                PARAMS,
+                "mesh_cols",
+                f"must divide chiplets = {self.chiplets}, not {self.mesh_cols}",
+            )
+        if self.ring_orders > 2 and not self.mesh_cols:
+            raise InputError(
+                PARAMS, "mesh_cols", "ring_orders 4 (column embeddings) needs the mesh columns"
+            )
         if self.theta_min > self.count_max:
             raise InputError(
                 PARAMS,
@@ -247,18 +274,42 @@ def xy_direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
     return 2 if r2 > r else 0
 
 
-def ring_after(traj: int, c: int, n: int, order: int = 0) -> int:
+def ring_after(traj: int, c: int, n: int, order: int = 0, cols: int = 0) -> int:
     """The chiplet after ``c`` in ring order among the members of ``traj`` (a bit mask over
     ``n`` chiplets): Rule 4's next DDR target and a station's next ring leg.  ``order`` is
     the ring's embedding on the mesh (:data:`RING_ORDERS`): 0 ascending snake numbers, 1
-    descending -- the same chiplets, every leg on the opposite directed links.  Written once
-    in plain Python so that the compiled engine compiles this very function
+    descending -- the same chiplets, every leg on the opposite directed links -- and 2, 3
+    the column snake of the mesh with ``cols`` columns, ascending and descending.  Written
+    once in plain Python so that the compiled engine compiles this very function
     (``fsedp.sim.fast_kernel.ring_after``); the RTL's is ``fsedp.hw.common.ring_after``."""
+    if order < 2:
+        for s in range(1, n + 1):
+            m = (c + s) % n if order == 0 else (c - s) % n
+            if traj >> m & 1:
+                return m
+        raise ValueError("empty trajectory")
+    if cols < 1:
+        raise ValueError("a column embedding needs the mesh columns")
+    # the column snake is the row snake of the transposed mesh: c's position q in it (down
+    # column 0, up column 1, ...), then the chiplet at each position after it
+    rows = n // cols
+    r, k = divmod(c, cols)
+    if r % 2:
+        k = cols - 1 - k
+    q = k * rows + (r if k % 2 == 0 else rows - 1 - r)
     for s in range(1, n + 1):
-        m = (c + s) % n if order == 0 else (c - s) % n
+        k, i = divmod((q + s) % n if order == 2 else (q - s) % n, rows)
+        r = i if k % 2 == 0 else rows - 1 - i
+        m = r * cols + (k if r % 2 == 0 else cols - 1 - k)
         if traj >> m & 1:
             return m
     raise ValueError("empty trajectory")
+
+
+def check_ring_orders(orders: int):
+    """``ring_orders`` takes the first 1, 2 or all 4 of :data:`RING_ORDERS`."""
+    if orders not in (1, 2, 4):
+        raise InputError(PARAMS, "ring_orders", f"must be 1, 2 or 4, not {orders}")
 
 
 def _max_hops(rows: int, cols: int) -> int:
@@ -303,12 +354,18 @@ def max_hops_by_trajectories(rows: int, cols: int) -> int:
 _HOPS_CACHE: dict[tuple[int, int], int] = {}
 
 
-def max_hops(rows: int, cols: int) -> int:
+def max_hops(rows: int, cols: int, orders: int = 1) -> int:
     """``H`` of a ``rows x cols`` mesh (cached): the most physical hops any micro-slice
-    travels; deadlock-free streaming needs ``H + 1`` slots per chiplet."""
+    travels in the first ``orders`` ring embeddings (:data:`RING_ORDERS`); deadlock-free
+    streaming needs ``H + 1`` slots per chiplet.  A descending ring's paths are the
+    ascending ones walked back and the column snake is the row snake of the transposed
+    mesh, so ``H`` is that of the row snake, or with 4 orders the larger of the mesh's and
+    its transpose's (equal on square meshes)."""
     key = (rows, cols)
     if key not in _HOPS_CACHE:
         _HOPS_CACHE[key] = _max_hops(rows, cols)
+    if orders > 2:
+        return max(max_hops(rows, cols), max_hops(cols, rows))
     return _HOPS_CACHE[key]
 
 
@@ -388,6 +445,18 @@ class DatapathParams:
         controller, written before a layer like the token tables: an expert streams only
         the micro-slices of the sub-experts its tokens selected (MoE-Prism on the chip,
         ``docs/codesign.md`` [D13]).  Without it every expert streams ``micro_slices``.
+    admission : str
+        Which micro-slices a ring buffer admits (:data:`ADMISSION_RULES`,
+        ``docs/blocks/datapath.md``): ``forward-count`` [D4], one with ``r`` hops to go while
+        more than ``r`` slots are free; ``forward-state`` [D16], while for every ``i <= r``
+        the slots claimed by micro-slices with at least ``i`` hops to go, it included, leave
+        ``i`` free.  Both are deadlock-free with ``K >= H + 1``; the second admits more.  The
+        golden model and the compiled engine take both; the RTL takes ``forward-count``.
+    ring_orders : int
+        Ring embeddings the stations, DDR striping and admission follow
+        (:data:`RING_ORDERS`: 1, 2 or 4, as ``SchedulerParams.ring_orders``); a beat of
+        another is malformed.  With 4 the longest path ``H`` is also the column snake's
+        (:func:`max_hops`).  The RTL takes 1.
     """
 
     rows: int = spec(int, 1, 16, default=2, doc="mesh rows")
@@ -419,9 +488,19 @@ class DatapathParams:
         int, 0, 256, default=0, doc="loaded, unretired micro-slices of a compute-heavy expert"
     )
     slice_table: bool = spec(bool, default=False, doc="per-expert micro-slice counts [D13]")
+    admission: str = spec(
+        str,
+        choices=ADMISSION_RULES,
+        default="forward-count",
+        doc="buffer admission rule of the ring buffers ([D4], [D16])",
+    )
+    ring_orders: int = spec(
+        int, 1, len(RING_ORDERS), default=1, doc="ring embeddings followed (1, 2 or 4)"
+    )
 
     def __post_init__(self):
         _check_all(self)
+        check_ring_orders(self.ring_orders)
         if not 2 <= self.rows * self.cols <= MAX_CHIPLETS:
             raise InputError(
                 PARAMS,
@@ -489,7 +568,7 @@ class DatapathParams:
     @property
     def max_hops(self) -> int:
         """``H``: the most physical hops any micro-slice travels (over all trajectories)."""
-        return max_hops(self.rows, self.cols)
+        return max_hops(self.rows, self.cols, self.ring_orders)
 
     @property
     def held_room(self) -> int:
@@ -566,7 +645,7 @@ class DatapathParams:
         n = self.chiplets
         total, c = 0, start
         for _ in range(bin(traj).count("1") - 1):
-            nxt = ring_after(traj, c, n, order)
+            nxt = ring_after(traj, c, n, order, self.cols)
             total += self.distance(c, nxt)
             c = nxt
         return total

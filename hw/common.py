@@ -28,6 +28,20 @@ def check_chiplet(owner, p, chiplet: int | None = None):
         fail(TypeError(f"p must be DatapathParams, not {p!r}"))
     if chiplet is not None and not 0 <= chiplet < p.chiplets:
         fail(ValueError(f"chiplet must be in 0..{p.chiplets - 1}, not {chiplet}"))
+    if p.ring_orders != 1:
+        fail(
+            ValueError(
+                f"ring_orders {p.ring_orders}: the datapath RTL follows the ascending ring "
+                "only (ring_orders 1); the golden model and the simulator take 2 and 4"
+            )
+        )
+    if p.admission != "forward-count":
+        fail(
+            ValueError(
+                f"admission {p.admission!r}: the datapath RTL implements forward-count "
+                "admission only; the golden model and the simulator take forward-state"
+            )
+        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

@@ -121,10 +121,12 @@ class _Arrays:
         P[k.P_CPT], P[k.P_LINK] = p.cycles_per_token, p.link_cycles
         P[k.P_DINT], P[k.P_DLAT] = p.ddr_interval, p.ddr_latency
         P[k.P_NPRE], P[k.P_RULE5], P[k.P_CHAN] = p.preload_entries, p.rule5, p.ddr_channels
-        P[k.P_PREEMPT], P[k.P_HOT], P[k.P_ADMIT] = p.preempt, p.hot_window, 1
+        P[k.P_PREEMPT], P[k.P_HOT] = p.preempt, p.hot_window
+        P[k.P_ADMIT] = k.ADMIT_STATE if p.admission == "forward-state" else k.ADMIT_COUNT
         P[k.P_AGE] = p.ddr_age_bits
         P[k.P_FDEPTH] = p.ddr_fifo_depth
         P[k.P_H], P[k.P_LOG] = p.max_hops, log_capacity > 0
+        P[k.P_COLS], P[k.P_ORDERS] = p.cols, p.ring_orders
         self.P = P
         self.NB, self.DIRT, self.DIST = _geometry(p)
         npre = max(1, p.preload_entries)
@@ -210,6 +212,7 @@ def run_layer(
         slot = int(np.flatnonzero(a.SL[c, :, k.S_BUSY] == 0)[0])
         row = a.SL[c, slot]
         row[k.S_BUSY], row[k.S_HELD], row[k.S_DDR] = 1, k.AHEAD, 1
+        row[k.S_CLAIM] = dp.max_hops + 1
         row[k.S_EXPERT], row[k.S_INDEX], row[k.S_TRAJ], row[k.S_DEST] = e, i, 0, c
     beats = deque(sched.decide())
     made, script = [], []

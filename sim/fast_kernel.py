@@ -87,16 +87,18 @@ def columns(cls, *names, first: int = 0, widths: dict | None = None) -> tuple:
 # -- parameters ---------------------------------------------------------------------------
 P_N, P_K, P_E, P_M, P_CPT, P_LINK, P_DINT, P_DLAT = 0, 1, 2, 3, 4, 5, 6, 7
 P_NPRE, P_RULE5, P_CHAN, P_PREEMPT, P_HOT, P_ADMIT, P_AGE, P_FDEPTH = 8, 9, 10, 11, 12, 13, 14, 15
-P_H, P_LOG = 16, 17
-NP = P_LOG + 1
+P_H, P_LOG, P_COLS, P_ORDERS = 16, 17, 18, 19
+NP = P_ORDERS + 1
 # -- slot fields: ring_buffer.Slot ------------------------------------------------------------
 (
     S_BUSY, S_RESV, S_WAIT, S_HELD, S_COMP, S_COMPUTING, S_SEND, S_TX, S_DDR,
-    S_FINAL, S_REM, S_DIR, S_R, S_EXPERT, S_INDEX, S_TRAJ, S_DEST, S_LEGS, NS,
+    S_FINAL, S_REM, S_DIR, S_R, S_EXPERT, S_INDEX, S_TRAJ, S_DEST, S_LEGS, S_CLAIM, NS,
 ) = columns(
     Slot, "busy", "resv", "wait", "held", "comp", "computing", "send", "tx", "ddr",
-    "final", "rem", "dir", "r", "expert", "index", "traj", "dest", "legs",
+    "final", "rem", "dir", "r", "expert", "index", "traj", "dest", "legs", "claim",
 )  # fmt: skip
+#: ``P[P_ADMIT]``: ``DatapathParams.admission`` (``fsedp.params.ADMISSION_RULES``)
+ADMIT_COUNT, ADMIT_STATE = 1, 2
 # -- chiplet fields: array.Chiplet (its slots are SL; link_busy takes four columns) ----------
 C_RR, C_CNT, C_CSLOT, C_CEXPERT, C_CINDEX, C_CFINAL, C_LB, _C_SLOTS, NC = columns(
     Chiplet,
@@ -175,23 +177,23 @@ def popcount(x):
 
 
 @njit(cache=True)
-def path_hops(traj, start, n, DIST, order):
+def path_hops(traj, start, n, cols, DIST, order):
     """``DatapathParams.path_hops``."""
     total = 0
     c = start
     for _ in range(popcount(traj) - 1):
-        nxt = ring_after(traj, c, n, order)
+        nxt = ring_after(traj, c, n, order, cols)
         total += DIST[c, nxt]
         c = nxt
     return total
 
 
 @njit(cache=True)
-def route_tables(traj, order, n, DIST, hops, rdest, rhops):
+def route_tables(traj, order, n, cols, DIST, hops, rdest, rhops):
     """``DatapathParams.path_hops`` and ``DatapathParams.remote_entry`` of ``traj`` in ring
     embedding ``order`` from every chiplet ``a``, tabled once per job or pre-load."""
     for a in range(n):
-        hops[a] = path_hops(traj, a, n, DIST, order) if (traj >> a) & 1 else 0
+        hops[a] = path_hops(traj, a, n, cols, DIST, order) if (traj >> a) & 1 else 0
     for a in range(n):
         best, bj = -1, -1
         for j in range(n):
@@ -237,6 +239,43 @@ def ring_buffer_free_slots(SL, c, K):
 
 
 @in_step
+def room_open(P, SL, W, CLM):
+    """``ring_buffer.Room``: the free slots of the registered state (``W[W_FREE]``, and
+    ``W[W_FREE2]`` which admissions take) and, under forward-state admission, each
+    chiplet's slots by the hops they claim (``CLM[c, r]``)."""
+    n, K = P[P_N], P[P_K]
+    for c in range(n):
+        W[W_FREE, c] = ring_buffer_free_slots(SL, c, K)
+        W[W_FREE2, c] = W[W_FREE, c]
+        if P[P_ADMIT] == ADMIT_STATE:
+            CLM[c, :] = 0
+            for i in range(K):
+                if SL[c, i, S_BUSY]:
+                    CLM[c, SL[c, i, S_CLAIM]] += 1
+
+
+@in_step
+def room_admits(P, W, CLM, c, r):
+    """``ring_buffer.Room.admits``."""
+    if P[P_ADMIT] == ADMIT_STATE:
+        above = 0
+        for i in range(P[P_H] + 1, -1, -1):
+            above += CLM[c, i]
+            if i <= r and above + 1 + i > P[P_K]:
+                return False
+        return True
+    return W[W_FREE2, c] > r
+
+
+@in_step
+def room_take(P, W, CLM, c, r):
+    """``ring_buffer.Room.take``."""
+    W[W_FREE2, c] -= 1
+    if P[P_ADMIT] == ADMIT_STATE:
+        CLM[c, r] += 1
+
+
+@in_step
 def ring_buffer_store(
     SL, P, DIRT, RO, c, slot, expert, index, traj, dest, legs, r, wait, ddr, held
 ):
@@ -252,12 +291,13 @@ def ring_buffer_store(
     SL[c, slot, S_TX] = 0
     SL[c, slot, S_REM] = 0
     SL[c, slot, S_R] = r
+    SL[c, slot, S_CLAIM] = P[P_H] + 1 if held else r
     SL[c, slot, S_EXPERT] = expert
     SL[c, slot, S_INDEX] = index
     SL[c, slot, S_TRAJ] = traj
     if dest == c:  # a station: compute here, then the next ring leg
         if legs:
-            nxt = ring_after(traj, c, n, RO[expert])
+            nxt = ring_after(traj, c, n, RO[expert], P[P_COLS])
             SL[c, slot, S_COMP] = 1
             SL[c, slot, S_SEND] = 1
             SL[c, slot, S_FINAL] = 0
@@ -329,15 +369,14 @@ def router_offers(S, OFF, best_r, c):
 
 
 @in_step
-def router_accept(S, W, OFF):
+def router_accept(S, W, OFF, CLM):
     """``router.accept``: per chiplet ``c`` the accepted input direction ``W[W_ACC_D, c]``
-    (-1: none), its source chiplet and slot and the slot it lands in; ``W[W_FREE]`` are the
-    free slots."""
+    (-1: none), its source chiplet and slot and the slot it lands in; the ledger
+    (``W[W_FREE2]``, ``CLM``: ``ring_buffer.Room``) takes each."""
     P, NB, SL, CH = S[AT_P], S[AT_NB], S[AT_SL], S[AT_CH]
     n = P[P_N]
     for c in range(n):
         router_offers(S, OFF, W[W_BEST_R], c)
-    free = W[W_FREE]
     acc_d, acc_src, acc_s, acc_slot = W[W_ACC_D], W[W_ACC_SRC], W[W_ACC_S], W[W_ACC_SLOT]
     for c in range(n):
         acc_d[c] = -1
@@ -350,11 +389,12 @@ def router_accept(S, W, OFF):
             if s < 0:
                 continue
             r = SL[src, s, S_R] - 1
-            if (r if P[P_ADMIT] else 0) < free[c]:
+            if room_admits(P, W, CLM, c, r):
                 slot = 0
                 while SL[c, slot, S_BUSY] != 0:
                     slot += 1
                 acc_d[c], acc_src[c], acc_s[c], acc_slot[c] = d, src, s, slot
+                room_take(P, W, CLM, c, r)
                 break
 
 
@@ -421,13 +461,15 @@ def ddr_need(P, JH, j, a):
 
 
 @in_step
-def ddr_target(S, W, j, ddr_stall):
+def ddr_target(S, W, CLM, j, ddr_stall):
     """``ddr.ddr_target`` (-1: none)."""
     P, JB, JH, FQ, GP = S[AT_P], S[AT_JB], S[AT_JH], S[AT_FQ], S[AT_GP]
     free2, used = W[W_FREE2], W[W_USED]
     if not P[P_RULE5]:
         t = JB[j, J_TARGET]
-        if channel_ok(P, GP, FQ, used, ddr_stall, t) and free2[t] > ddr_need(P, JH, j, t):
+        if channel_ok(P, GP, FQ, used, ddr_stall, t) and room_admits(
+            P, W, CLM, t, ddr_need(P, JH, j, t)
+        ):
             return t
         return -1
     best = -1
@@ -435,7 +477,7 @@ def ddr_target(S, W, j, ddr_stall):
         if (
             (JB[j, J_TRAJ] >> a) & 1
             and channel_ok(P, GP, FQ, used, ddr_stall, a)
-            and free2[a] > ddr_need(P, JH, j, a)
+            and room_admits(P, W, CLM, a, ddr_need(P, JH, j, a))
         ):
             if best < 0 or free2[a] > free2[best]:
                 best = a
@@ -462,16 +504,16 @@ def _issue_pre(ISS, ni, PR, k, target, extra, dest):
 
 
 @in_step
-def ddr_issue(S, W, ISS, ddr_stall):
+def ddr_issue(S, W, ISS, CLM, ddr_stall):
     """``ddr.issue``: this cycle's loads ``ISS[:ni]`` (``I_*``) and their headers
     (``issue_out``: ``W[W_ISS_SLOT]``, ``W[W_ISS_LEGS]``, ``W[W_ISS_R]``); ``W[W_USED]``
-    the channels used; ``W[W_FREE2]`` (free slots after the accepted transfers) is
-    decremented for every load.  Returns ``ni``."""
+    the channels used; the ledger (``W[W_FREE2]``, ``CLM``: ``ring_buffer.Room`` after the
+    accepted transfers) takes every load.  Returns ``ni``."""
     P, DIST, SL, JB, JH, JRD = S[AT_P], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH], S[AT_JRD]
     JRR, PR, QH, QRD = S[AT_JRR], S[AT_PR], S[AT_QH], S[AT_QRD]
     FQ, GP, TK, SC = S[AT_FQ], S[AT_GP], S[AT_TK], S[AT_SC]
     n, K, chans, npre, H = P[P_N], P[P_K], P[P_CHAN], P[P_NPRE], P[P_H]
-    free2, used, extra, pre_extra = W[W_FREE2], W[W_USED], W[W_EXTRA], W[W_PRE_EXTRA]
+    used, extra, pre_extra = W[W_USED], W[W_EXTRA], W[W_PRE_EXTRA]
     used[:chans] = 0
     extra[:n] = 0
     pre_extra[: max(1, npre)] = 0
@@ -491,13 +533,13 @@ def ddr_issue(S, W, ISS, ddr_stall):
                     JB[j, J_VALID]
                     and (JB[j, J_TRAJ] >> c) & 1
                     and JB[j, J_LOADED] + extra[j] < JB[j, J_COUNT]
-                    and free2[c] > ddr_need(P, JH, j, c)
+                    and room_admits(P, W, CLM, c, ddr_need(P, JH, j, c))
                     and ddr_within_window(P, JB, TK, j, extra[j])
                 ):
                     ni = _issue_job(ISS, ni, JB, j, c, extra[j], c)
                     extra[j] += 1
                     used[c] = 1
-                    free2[c] -= 1
+                    room_take(P, W, CLM, c, ddr_need(P, JH, j, c))
                     found = True
                     break
             if not found:
@@ -514,15 +556,17 @@ def ddr_issue(S, W, ISS, ddr_stall):
                 or not ddr_within_window(P, JB, TK, j, 0)
             ):
                 continue
-            target = ddr_target(S, W, j, ddr_stall)
+            target = ddr_target(S, W, CLM, j, ddr_stall)
             if target >= 0:
                 ni = _issue_job(ISS, ni, JB, j, target, 0, target)
                 used[target if chans > 1 else 0] = 1
-                free2[target] -= 1
+                room_take(P, W, CLM, target, ddr_need(P, JH, j, target))
     if chans > 1:
         # pre-loads go to any idle buffer, of their trajectory first
         for c in range(n):
-            if not channel_ok(P, GP, FQ, used, ddr_stall, c) or free2[c] <= H + 1:
+            if not channel_ok(P, GP, FQ, used, ddr_stall, c) or not room_admits(
+                P, W, CLM, c, H + 1
+            ):
                 continue
             for k in range(npre):
                 if (
@@ -533,7 +577,7 @@ def ddr_issue(S, W, ISS, ddr_stall):
                     ni = _issue_pre(ISS, ni, PR, k, c, pre_extra[k], c)
                     pre_extra[k] += 1
                     used[c] = 1
-                    free2[c] -= 1
+                    room_take(P, W, CLM, c, H + 1)
                     break
         if not P[P_RULE5] and P[P_ADMIT]:
             for x in range(nidle):
@@ -549,14 +593,14 @@ def ddr_issue(S, W, ISS, ddr_stall):
                         continue
                     if not ddr_within_window(P, JB, TK, j, extra[j]):
                         continue
-                    if free2[c] > JRR[j, c]:  # a remote load [D10]
+                    if room_admits(P, W, CLM, c, JRR[j, c]):  # a remote load [D10]
                         ni = _issue_job(ISS, ni, JB, j, c, extra[j], JRD[j, c])
                         extra[j] += 1
                         used[c] = 1
-                        free2[c] -= 1
+                        room_take(P, W, CLM, c, JRR[j, c])
                         found = True
                         break
-                if found or free2[c] <= H + 1:
+                if found or not room_admits(P, W, CLM, c, H + 1):
                     continue
                 for k in range(npre):
                     if not PR[k, Q_VALID] or PR[k, Q_LOADED] + pre_extra[k] >= PR[k, Q_COUNT]:
@@ -564,7 +608,7 @@ def ddr_issue(S, W, ISS, ddr_stall):
                     ni = _issue_pre(ISS, ni, PR, k, c, pre_extra[k], QRD[k, c])
                     pre_extra[k] += 1
                     used[c] = 1
-                    free2[c] -= 1
+                    room_take(P, W, CLM, c, H + 1)
                     break
     else:
         for k in range(npre):
@@ -573,11 +617,11 @@ def ddr_issue(S, W, ISS, ddr_stall):
                 PR[k, Q_VALID]
                 and PR[k, Q_LOADED] < PR[k, Q_COUNT]
                 and channel_ok(P, GP, FQ, used, ddr_stall, q)
-                and free2[q] > H + 1
+                and room_admits(P, W, CLM, q, H + 1)
             ):
                 ni = _issue_pre(ISS, ni, PR, k, q, 0, q)
                 used[0] = 1
-                free2[q] -= 1
+                room_take(P, W, CLM, q, H + 1)
     # issue_out: the reserved slot (the highest free one), legs and hops of each load
     iss_slot, iss_legs, iss_r = W[W_ISS_SLOT], W[W_ISS_LEGS], W[W_ISS_R]
     for x in range(ni):
@@ -642,6 +686,7 @@ def ddr_commit(S, W, ISS, ni):
         slot = W[W_ISS_SLOT, x]
         SL[t, slot, S_BUSY] = 1
         SL[t, slot, S_RESV] = 1
+        SL[t, slot, S_CLAIM] = P[P_H] + 1 if ISS[x, I_KIND] == 1 else W[W_ISS_R, x]
         q = FQ[ch, 0] + FQ[ch, 1]
         if q >= fdepth:
             q -= fdepth
@@ -655,7 +700,7 @@ def ddr_commit(S, W, ISS, ni):
         if ISS[x, I_KIND] == 0:
             j = ISS[x, I_IDX]
             JB[j, J_LOADED] += 1
-            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n, S[AT_RO][JB[j, J_EXPERT]])
+            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n, S[AT_RO][JB[j, J_EXPERT]], P[P_COLS])
             SC[X_DDR_RR] = j + 1 if j + 1 < n else 0
         else:
             PR[ISS[x, I_IDX], Q_LOADED] += 1
@@ -716,6 +761,7 @@ def ddr_take_dispatch(S, beat, tmp):
         or not 0 <= entry < n
         or not (traj >> entry) & 1
         or not (0 <= expert < P[P_E])
+        or not (0 <= order < P[P_ORDERS])
     ):
         SC[X_BAD] = 1
         return
@@ -723,7 +769,7 @@ def ddr_take_dispatch(S, beat, tmp):
         RO[expert] = order
         for k in range(P[P_NPRE]):
             if not PR[k, Q_VALID]:
-                route_tables(traj, order, n, DIST, QH[k], QRD[k], tmp)
+                route_tables(traj, order, n, P[P_COLS], DIST, QH[k], QRD[k], tmp)
                 got = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 1, QH[k], QRD[k], tmp)
                 PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
                 PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, got, MS[expert]
@@ -733,7 +779,7 @@ def ddr_take_dispatch(S, beat, tmp):
         SC[X_BAD] = 1
         return
     RO[expert] = order
-    route_tables(traj, order, n, DIST, JH[entry], JRD[entry], JRR[entry])
+    route_tables(traj, order, n, P[P_COLS], DIST, JH[entry], JRD[entry], JRR[entry])
     loaded = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
     count = MS[expert]
     for k in range(P[P_NPRE]):
@@ -744,6 +790,7 @@ def ddr_take_dispatch(S, beat, tmp):
                 for i in range(K):
                     if SL[c, i, S_BUSY] and SL[c, i, S_HELD] and SL[c, i, S_EXPERT] == expert:
                         SL[c, i, S_HELD] = 0
+                        SL[c, i, S_CLAIM] = SL[c, i, S_R]
             break
     JB[entry, J_VALID], JB[entry, J_EXPERT], JB[entry, J_TRAJ] = 1, expert, traj
     JB[entry, J_LOADED], JB[entry, J_RETIRED], JB[entry, J_TARGET] = loaded, 0, entry
@@ -1013,16 +1060,13 @@ def step(S, beat, ddr_stall, st, ws):
     nothing is counting either: ``StreamingArray.stuck``) and the ``done`` mask shown."""
     P, SL, SC = S[AT_P], S[AT_SL], S[AT_SC]
     n, chans = P[P_N], P[P_CHAN]
-    W, OFF, ISS, REL, HX = ws
-    for c in range(n):
-        W[W_FREE, c] = ring_buffer_free_slots(SL, c, P[P_K])
+    W, OFF, ISS, REL, HX, CLM = ws
+    room_open(P, SL, W, CLM)
 
     # decisions: 1-2 router offers and accepts, 3 DDR issue, 4 DDR delivery, 5 compute,
     # 6 retirement
-    router_accept(S, W, OFF)
-    for c in range(n):
-        W[W_FREE2, c] = W[W_FREE, c] - (W[W_ACC_D, c] >= 0)
-    ni = ddr_issue(S, W, ISS, ddr_stall)
+    router_accept(S, W, OFF, CLM)
+    ni = ddr_issue(S, W, ISS, CLM, ddr_stall)
     ddr_deliveries(S, W, beat, ddr_stall)
     compute_decide(S, W)
     compute_retired(S, W)
@@ -1201,6 +1245,7 @@ def run(S, B, BT, nbeats, in_round, plan_n):
         np.zeros((2 * n + 2, NI), np.int64),
         np.zeros((n, P[P_K]), np.int64),
         np.zeros((n, NF), np.int64),
+        np.zeros((n, P[P_H] + 2), np.int64),
     )
     # a skip that was due when the last call returned for the scheduler
     if SC[X_FF] > 1 and SC[X_BPOS] >= nbeats:

@@ -26,6 +26,7 @@ from collections import deque
 
 import numpy as np
 
+from fsedp.params import max_hops
 from fsedp.sim.baselines import bounds, held_tokens, link_bound
 from fsedp.sim.fast import python_events, run_layer, streaming_engine
 from fsedp.sim.result import LayerResult
@@ -69,11 +70,28 @@ def variant_params(setup: Setup, variant: str):
         )
     if variant == "A4":
         return dataclasses.replace(dp, rule5=True)
-    if variant in ("A6", "A7"):
+    if variant == "A6":
         return dataclasses.replace(dp, preempt=True, hot_window=HOT_WINDOW)
+    if variant == "A7":
+        # and link-aware ring embeddings, forward-state admission [D16]
+        return dataclasses.replace(
+            dp,
+            preempt=True,
+            hot_window=HOT_WINDOW,
+            admission="forward-state",
+            ring_orders=a7_ring_orders(dp.rows, dp.cols),
+        )
     if variant in ("A2", "A3", "A5"):
         return dp
     raise ValueError(f"unknown FSE-DP variant {variant!r}; choose from {VARIANTS}")
+
+
+def a7_ring_orders(rows: int, cols: int) -> int:
+    """A7's ring embeddings on a ``rows x cols`` mesh: the row and column snakes both ways
+    (4), unless the column snake's longest path is longer than the row snake's (some
+    non-square meshes: 2x3, 2x4, 4x6), which would cost every chiplet slots; then the row
+    snake both ways (2)."""
+    return 4 if max_hops(cols, rows) <= max_hops(rows, cols) else 2
 
 
 def make_scheduler(sp, dp, variant: str) -> Scheduler:
@@ -81,10 +99,16 @@ def make_scheduler(sp, dp, variant: str) -> Scheduler:
     if variant in ("A6", "A7"):
         # an expert with this many tokens computes as long as its loads take
         balance = min(2**16 - 1, max(1, round(dp.ddr_interval / dp.cycles_per_token)))
-        # A7: each expert's ring ascending or descending, by the links' load (RING_ORDERS)
-        orders = 2 if variant == "A7" else sp.ring_orders
+        # A7: each expert's ring embedding chosen by the links' load (RING_ORDERS), those the
+        # datapath follows
         return Scheduler(
-            dataclasses.replace(sp, balance=balance, entry_dispatch=True, ring_orders=orders)
+            dataclasses.replace(
+                sp,
+                balance=balance,
+                entry_dispatch=True,
+                ring_orders=dp.ring_orders,
+                mesh_cols=dp.cols,
+            )
         )
     return Scheduler(sp, order="sorted" if variant == "A2" else "paired")
 

@@ -7,10 +7,10 @@
   expert covered it), hence at most ``C`` experts run at once and a completion is a ``C``-bit
   mask over slots.
 * Ring order of the trajectory: chiplets of ``T_e`` in ascending number, wrapping around (or,
-  with ``ring_orders`` 2 and the descending embedding chosen, in descending number:
-  ``fsedp.params.ring_after``).  ``next_hop[c]`` is the next chiplet of the ring after ``c``
-  for ``c`` in ``T_e`` (itself for a one-chiplet trajectory) and ``0`` for chiplets outside
-  ``T_e``.  This is the routing table
+  with ``ring_orders`` 2 or 4 and another embedding chosen, in descending number or along
+  the mesh's column snake: ``fsedp.params.ring_after``).  ``next_hop[c]`` is the next
+  chiplet of the ring after ``c`` for ``c`` in ``T_e`` (itself for a one-chiplet trajectory)
+  and ``0`` for chiplets outside ``T_e``.  This is the routing table
   the routers receive; the ring is logical, XY routing maps it onto the mesh.
 * Release: when the experts in slots ``done`` complete, a chiplet becomes idle iff it was
   covered by one of them and is covered by no expert that keeps running.
@@ -35,9 +35,9 @@ def entry_chiplet(traj: int, icv: int) -> int:
     return lowest_bit(traj & icv)
 
 
-def next_hops(traj: int, chiplets: int, order: int = 0) -> tuple[int, ...]:
+def next_hops(traj: int, chiplets: int, order: int = 0, cols: int = 0) -> tuple[int, ...]:
     return tuple(
-        ring_after(traj, c, chiplets, order) if traj >> c & 1 else 0 for c in range(chiplets)
+        ring_after(traj, c, chiplets, order, cols) if traj >> c & 1 else 0 for c in range(chiplets)
     )
 
 

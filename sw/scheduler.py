@@ -171,14 +171,14 @@ class Scheduler:
         e = self.plan.order[position]
         traj = self.plan.trajs[e]
         o = self.ring_order(position)
-        hops = next_hops(traj, self.p.chiplets, o)
+        hops = next_hops(traj, self.p.chiplets, o, self.p.mesh_cols)
         return Dispatch(kind, e, self.plan.counts[e], traj, entry, hops, o)
 
     def ring_order(self, position: int) -> int:
         """The ring embedding of the expert at ``position``, chosen at its first beat (a
-        pre-load or its dispatch) and kept: with ``ring_orders`` 2, the direction whose running
-        experts' trajectories hold fewer chiplets (their micro-slices' link use), ties taken in
-        turn; else ascending."""
+        pre-load or its dispatch) and kept: with ``ring_orders`` 2 or 4, the embedding whose
+        running experts' trajectories hold fewer chiplets (their micro-slices' link use), ties
+        taken in turn; else ascending."""
         o = self.orders[position]
         if o is None:
             o = 0

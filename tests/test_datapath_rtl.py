@@ -412,3 +412,21 @@ def test_ddr_latency_is_measured(channels, latency, interval):
     assert delays[False] == [dut.latency] * p.micro_slices
     assert len(delays[True]) == p.micro_slices and min(delays[True]) >= dut.latency
     assert max(delays[True]) > dut.latency  # the stalls did delay some load
+
+
+def test_rtl_refuses_what_it_does_not_implement():
+    """The golden model's and the simulator's forward-state admission ([D16]) and ring
+    embeddings other than the ascending one (A7) are refused by the RTL generators, eagerly,
+    naming the value, so that no RTL run streams by rules it does not implement."""
+    from fsedp.hw.ddr_ctrl import DDRController
+    from fsedp.hw.router import Router
+    from fsedp.hw.scheduler import Scheduler
+
+    p = DatapathParams(rows=2, cols=2, admission="forward-state")
+    for make in (lambda: ChipletArray(p), lambda: Router(p, 0), lambda: DDRController(p)):
+        with pytest.raises(ValueError, match="admission 'forward-state': the datapath RTL"):
+            make()
+    with pytest.raises(ValueError, match="ring_orders 4: the datapath RTL"):
+        ChipletArray(DatapathParams(rows=2, cols=2, ring_orders=4))
+    with pytest.raises(ValueError, match="ring_orders 2: the scheduler RTL"):
+        Scheduler(SchedulerParams(ring_orders=2))

@@ -10,10 +10,19 @@ from hypothesis import strategies as st
 
 from fsedp.errors import InputError
 from fsedp.experiments.datapath_report import one_expert_cycles, one_expert_ideal
-from fsedp.params import OPPOSITE, DatapathParams, SchedulerParams, max_hops, ring_after
+from fsedp.params import (
+    ADMISSION_RULES,
+    OPPOSITE,
+    DatapathParams,
+    SchedulerParams,
+    max_hops,
+    ring_after,
+)
+from fsedp.sim.fsedp import a7_ring_orders
 from fsedp.sw.scheduler import DISPATCH, Dispatch, Scheduler
 from fsedp.sw.streaming import Header, StepIn, StreamingArray, arrive
 from fsedp.sw.streaming.ddr import AHEAD, load_ahead
+from fsedp.sw.streaming.ring_buffer import Room
 from fsedp.tb.datapath_scoreboard import Conservation, LayerDriver, Violation
 from fsedp.tb.scoreboard import random_round
 
@@ -173,18 +182,24 @@ A6_CASES = [
 ]
 
 
-@pytest.mark.parametrize("orders", [1, 2], ids=["A6", "A7"])
+@pytest.mark.parametrize("orders", [1, 2, 4], ids=["A6", "A7-rows", "A7"])
 @pytest.mark.parametrize("rows,cols,kw", A6_CASES)
 @pytest.mark.parametrize("stall", [0.0, 0.3])
 def test_a6_rules_conserve_and_finish(rows, cols, kw, stall, orders):
     """Experts with overlapping trajectories streaming at once, preempted computations and
-    held-back loads of hot experts, and (A7) rings in either direction: nothing lost,
-    nothing computed twice, no deadlock."""
+    held-back loads of hot experts, and (A7) rings along the row or column snake in either
+    direction under forward-state admission: nothing lost, nothing computed twice, no
+    deadlock."""
     sp = sched(rows, cols)
-    p = DatapathParams.for_scheduler(sp, rows, cols, **kw)
+    rule = "forward-state" if orders > 1 else "forward-count"
+    if orders == 4:
+        orders = a7_ring_orders(rows, cols)  # 2 on 2x4: its column snake is longer
+    p = DatapathParams.for_scheduler(sp, rows, cols, admission=rule, ring_orders=orders, **kw)
     rng = random.Random(rows * 17 + cols + int(stall * 10))
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(25))]
-    drv, arr, _ = run_layers(sp, p, rounds, rng, stall=stall, **A6, ring_orders=orders)
+    drv, arr, _ = run_layers(
+        sp, p, rounds, rng, stall=stall, **A6, ring_orders=orders, mesh_cols=cols
+    )
     assert drv.check.computed > 0 and max(drv.check.peak) <= p.slots
     assert not arr.bad_dispatch and not arr.orphan
 
@@ -218,6 +233,53 @@ def test_ring_orders_follow_the_links_load():
                     assert q.path_hops(traj, a, 1) <= q.max_hops
 
 
+def test_column_embeddings():
+    """``ring_orders`` 4: the column snake of the mesh both ways, pinned on 4x4 (chiplets in
+    row-snake numbers: down column 0 is 0, 7, 8, 15, up column 1 is 14, 9, 6, 1, ...) and
+    2x3; ``H`` with column embeddings is the larger of the mesh's and its transpose's (on
+    2x3 7, not 5, so A7 keeps the row snake there); every path within it; four experts over
+    all chiplets take the four embeddings in turn; the datapath refuses a beat of an
+    embedding it does not follow."""
+    col = [0, 7, 8, 15, 14, 9, 6, 1, 2, 5, 10, 13, 12, 11, 4, 3]
+    for q, c in enumerate(col):
+        assert ring_after(0xFFFF, c, 16, 2, 4) == col[(q + 1) % 16]
+        assert ring_after(0xFFFF, c, 16, 3, 4) == col[(q - 1) % 16]
+    assert ring_after(0b100000000000001, 0, 16, 2, 4) == 14  # skips 7, 8, 15
+    assert [ring_after(0b111111, c, 6, 2, 3) for c in range(6)] == [5, 2, 3, 0, 1, 4]
+    with pytest.raises(ValueError, match="needs the mesh columns"):
+        ring_after(0b11, 0, 4, 2)
+    assert (max_hops(2, 3), max_hops(2, 3, 2), max_hops(2, 3, 4), max_hops(4, 4, 4)) == (
+        5,
+        5,
+        7,
+        17,
+    )
+    assert (a7_ring_orders(2, 3), a7_ring_orders(3, 2), a7_ring_orders(4, 4)) == (2, 4, 4)
+    for rows, cols in ((2, 3), (3, 3)):
+        q = DatapathParams(rows=rows, cols=cols, slots=16, ring_orders=4)
+        for traj in range(1, 1 << q.chiplets):
+            for a in range(q.chiplets):
+                if traj >> a & 1:
+                    assert max(q.path_hops(traj, a, o) for o in range(4)) <= q.max_hops
+    with pytest.raises(InputError, match="ring_orders: must be 1, 2 or 4, not 3"):
+        DatapathParams(ring_orders=3)
+    with pytest.raises(InputError, match="mesh_cols: ring_orders 4"):
+        SchedulerParams(ring_orders=4)
+    sp = dataclasses.replace(
+        sched(2, 2, experts=8), entry_dispatch=True, ring_orders=4, mesh_cols=2
+    )
+    gold = Scheduler(sp)
+    records = [(0, c, e) for e in range(4) for c in range(4) for _ in range(4 - e)]
+    gold.start_round(records)
+    beats = [b for b in gold.decide() if b.kind == DISPATCH]
+    assert [b.order for b in beats] == [0, 1, 2, 3]
+    for b in beats:
+        assert b.next_hop == tuple(ring_after(b.traj, c, 4, b.order, 2) for c in range(4))
+    arr = StreamingArray(DatapathParams(rows=2, cols=2, ring_orders=2))
+    arr.step(StepIn(dispatch=beats[2]))
+    assert arr.bad_dispatch
+
+
 def owed_computations(sp, p, rounds, **generics) -> int:
     """Micro-slice computations a run of ``rounds`` owes: M per chiplet of the trajectory of
     every expert a separate golden scheduler plans (token buffering included)."""
@@ -249,14 +311,27 @@ def owed_computations(sp, p, rounds, **generics) -> int:
     channels=st.sampled_from([1, 4]),
     a6=st.booleans(),
     window=st.integers(0, 3),
-    orders=st.sampled_from([1, 2]),
+    orders=st.sampled_from([1, 2, 4]),
+    rule=st.sampled_from(ADMISSION_RULES),
 )
 def test_property_no_loss_no_deadlock(
-    seed, slots_extra, link, interval, latency, rule5, preload, stall, channels, a6, window, orders
+    seed,
+    slots_extra,
+    link,
+    interval,
+    latency,
+    rule5,
+    preload,
+    stall,
+    channels,
+    a6,
+    window,
+    orders,
+    rule,
 ):
     """No micro-slice lost, none computed twice, every layer finishes and leaves the array
-    empty: random generics, stalls, DDR channels, the A6 rules and (``orders`` 2, A7) rings
-    in either direction."""
+    empty: random generics, stalls, DDR channels, the A6 rules, (``orders`` 2, A7) rings
+    in either direction and either admission rule."""
     sp = sched(2, 2, experts=8)
     p = DatapathParams.for_scheduler(
         sp,
@@ -272,10 +347,12 @@ def test_property_no_loss_no_deadlock(
         ddr_channels=channels,
         preempt=a6,
         hot_window=window if a6 else 0,
+        admission=rule,
+        ring_orders=orders,
     )
     rng = random.Random(seed)
     rounds = [(r.records, r.req_inits) for r in (random_round(sp, rng) for _ in range(4))]
-    generics = dict(A6 if a6 else {}, ring_orders=orders)
+    generics = dict(A6 if a6 else {}, ring_orders=orders, mesh_cols=2)
     drv, arr, per_layer = run_layers(sp, p, rounds, rng, stall=stall, **generics)
     # every micro-slice of every scheduled expert was computed once on every chiplet of its
     # trajectory (the plans of a separate golden scheduler fed the same rounds), and the
@@ -310,7 +387,8 @@ def worst_records(spec):
     ]
 
 
-def test_naive_admission_deadlocks_and_forward_count_does_not():
+@pytest.mark.parametrize("rule", ADMISSION_RULES)
+def test_naive_admission_deadlocks_and_the_admission_rules_do_not(rule):
     sp = sched(2, 2, experts=8, theta_min=0)
     p = DatapathParams.for_scheduler(
         sp,
@@ -323,12 +401,51 @@ def test_naive_admission_deadlocks_and_forward_count_does_not():
         ddr_latency=1,
         preload_entries=0,
         rule5=True,
+        admission=rule,
     )
     rounds = [(worst_records(WORST), [])]
     with pytest.raises(TimeoutError):
         run_layers(sp, p, rounds, random.Random(1), admission=False, bound=6000)
     drv, _, per_layer = run_layers(sp, p, rounds, random.Random(1))
     assert drv.check.computed == 16 * sum(bin(t).count("1") for t, _ in WORST)
+
+
+def _room(rule, claims, slots=8, hops=3):
+    """A :class:`Room` of one chiplet whose busy slots claim ``claims`` (hops to go, or
+    ``hops + 1`` for a held one) on a 1 x 4 line (``H`` = 5: hops is how far ``r`` goes)."""
+    p = DatapathParams(rows=1, cols=4, slots=slots, admission=rule)
+    arr = StreamingArray(p)
+    for k, r in enumerate(claims):
+        s = arr.chips[0].slots[k]
+        s.busy, s.r, s.claim = True, r, r
+    return Room(arr)
+
+
+def test_forward_state_admits_what_forward_count_refuses_and_no_more():
+    """Pinned at the edges, ``K`` = 8, ``H`` = 5: forward-count admits ``r`` only while more
+    than ``r`` slots are free; forward-state while, for every ``i <= r``, the slots claiming
+    at least ``i`` hops, the new one included, leave ``i`` free."""
+    assert DatapathParams(rows=1, cols=4, slots=8).max_hops == 5
+    # four near the end of their paths (r = 0, 1): forward-count leaves 4 free, so r <= 3
+    near = [0, 0, 1, 1]
+    assert [_room("forward-count", near).admits(0, r) for r in range(7)] == [True] * 4 + [False] * 3
+    # forward-state: N(>= i) = 4, 2, 0 ... for i = 0, 1, 2: every r up to H + 1 = 6 fits
+    # (i = 0: 4 + 1 + 0 <= 8; i = 1: 2 + 1 + 1 <= 8; i >= 2: 0 + 1 + i <= 8 for i <= 7)
+    assert [_room("forward-state", near).admits(0, r) for r in range(7)] == [True] * 7
+    # four far from the end (r = 5): both rules agree -- N(>= i) = 4 up to i = 5, so
+    # i = 3 is the last that fits (4 + 1 + 3 = 8)
+    far = [5, 5, 5, 5]
+    for rule in ADMISSION_RULES:
+        assert [_room(rule, far).admits(0, r) for r in range(7)] == [True] * 4 + [False] * 3
+    # a held slot claims H + 1 = 6: with six of them N(>= i) = 6 for every i <= 6, so only
+    # r = 0 and 1 (6 + 1 + 1 = 8) enter, and a seventh held one (i = 6: 6 + 1 + 6) does not
+    held = [6] * 6
+    assert [_room("forward-state", held).admits(0, r) for r in range(7)] == [True] * 2 + [False] * 5
+    # take() counts what it admitted
+    room = _room("forward-state", [])
+    for _ in range(3):
+        room.take(0, 5)
+    assert room.free[0] == 5 and room.admits(0, 4) and not room.admits(0, 5)
 
 
 def test_conservation_checker_catches_loss_and_duplicates():

@@ -9,7 +9,7 @@ from fsedp.params import OPPOSITE, DatapathParams
 from fsedp.sw.scheduler import Dispatch
 from fsedp.sw.streaming import compute, ddr, probe, ring_buffer, router
 from fsedp.sw.streaming.ddr import Job, Preload
-from fsedp.sw.streaming.ring_buffer import Slot, free_slots
+from fsedp.sw.streaming.ring_buffer import Room, Slot, free_slots
 
 __all__ = ["StepIn", "StepOut", "Chiplet", "StreamingArray"]
 
@@ -127,13 +127,13 @@ class StreamingArray:
         p = self.p
         n = p.chiplets
         stall = inp.stall or (0,) * n
-        free = [self.free(c) for c in range(n)]
+        room = Room(self)
+        free = list(room.free)
 
         # decisions: 1-2 router offers and accepts, 3 DDR issue, 4 DDR delivery,
         # 5 compute, 6 retirement
-        accepts = router.accept(self, stall, free)
-        free2 = [free[c] - (accepts[c] is not None) for c in range(n)]
-        issues, used, issue_out = ddr.issue(self, inp, free2)
+        accepts = router.accept(self, stall, room)
+        issues, used, issue_out = ddr.issue(self, inp, room)
         delivered = ddr.deliveries(self, inp)
         events, starts = compute.decide(self)
         retired = compute.retired(self, events)
@@ -148,7 +148,7 @@ class StreamingArray:
             ddr_deliveries=[d for _, d in delivered],
         )
         if self.probes:
-            out.ddr_idle = probe.ddr_idle(self, inp, used, issues, free2)
+            out.ddr_idle = probe.ddr_idle(self, inp, used, issues, room.free)
             out.pe_idle = probe.pe_idle(self, starts)
         # Rule 3 on the registered state: evaluated once, used for activity and release
         release = [[sl.releasable for sl in ch.slots] for ch in self.chips]

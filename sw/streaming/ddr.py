@@ -51,13 +51,15 @@ class Preload:
     count: int = 0  # micro-slices it streams (the slice table's entry, [D13])
 
 
-def issue(arr, inp, free2):
-    """This cycle's DDR loads: ``(issues, used, issue_out)``; ``free2`` (free slots after
-    the accepted transfers) is decremented for every load."""
+def issue(arr, inp, room):
+    """This cycle's DDR loads: ``(issues, used, issue_out)``; ``room`` (the ring buffers'
+    admission ledger after the accepted transfers, :class:`~.ring_buffer.Room`) takes every
+    load."""
     p = arr.p
     n = p.chiplets
     # 3. DDR issue: running experts round-robin, then pre-loads; one load per channel
     issues = []  # (kind, index, target, expert, traj, micro-slice)
+    top = p.max_hops + 1  # what a held pre-load claims
     used = [False] * arr.channels
 
     def channel_ok(target):
@@ -86,13 +88,13 @@ def issue(arr, inp, free2):
                     job.valid
                     and job.traj >> c & 1
                     and job.loaded + extra[j] < job.count
-                    and free2[c] > need(arr, job.traj, c, job.expert)
+                    and room.admits(c, need(arr, job.traj, c, job.expert))
                     and within_window(arr, job, extra[j])
                 ):
                     issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j], c))
                     extra[j] += 1
                     used[c] = True
-                    free2[c] -= 1
+                    room.take(c, need(arr, job.traj, c, job.expert))
                     break
             else:
                 idle_channel.append(c)
@@ -102,25 +104,25 @@ def issue(arr, inp, free2):
             job = arr.jobs[j]
             if not job.valid or job.loaded >= job.count or not within_window(arr, job, 0):
                 continue
-            target = ddr_target(arr, j, job, free2, channel_ok)
+            target = ddr_target(arr, j, job, room, channel_ok)
             if target is not None:
                 issues.append(("job", j, target, job.expert, job.traj, job.loaded, target))
                 used[target if arr.channels > 1 else 0] = True
-                free2[target] -= 1
+                room.take(target, need(arr, job.traj, target, job.expert))
     if arr.channels > 1:
         # with a channel per chiplet, a pre-load goes to any idle buffer (Algorithm 1:
         # "pre-load e to any idle buffer"), chiplet-driven like Rule 4: of its trajectory
         # first, else a remote one that reaches the trajectory within H hops
         pre_extra = [0] * len(arr.pre)
         for c in range(n):
-            if not channel_ok(c) or free2[c] <= p.max_hops + 1:
+            if not channel_ok(c) or not room.admits(c, top):
                 continue
             for k, q in enumerate(arr.pre):
                 if q.valid and q.traj >> c & 1 and q.loaded + pre_extra[k] < q.count:
                     issues.append(("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k], c))
                     pre_extra[k] += 1
                     used[c] = True
-                    free2[c] -= 1
+                    room.take(c, top)
                     break
         if not p.rule5 and arr.admission:
             for c in idle_channel:
@@ -134,16 +136,16 @@ def issue(arr, inp, free2):
                     if not within_window(arr, job, extra[j]):
                         continue
                     dest, r = p.remote_entry(job.traj, c, arr.ring_order[job.expert])
-                    if free2[c] > r:
+                    if room.admits(c, r):
                         issues.append(
                             ("job", j, c, job.expert, job.traj, job.loaded + extra[j], dest)
                         )
                         extra[j] += 1
                         used[c] = True
-                        free2[c] -= 1
+                        room.take(c, r)
                         break
                 else:
-                    if free2[c] <= p.max_hops + 1:
+                    if not room.admits(c, top):
                         continue
                     for k, q in enumerate(arr.pre):
                         if not q.valid or q.loaded + pre_extra[k] >= q.count:
@@ -154,7 +156,7 @@ def issue(arr, inp, free2):
                         )
                         pre_extra[k] += 1
                         used[c] = True
-                        free2[c] -= 1
+                        room.take(c, top)
                         break
     else:
         for k, q in enumerate(arr.pre):
@@ -162,11 +164,11 @@ def issue(arr, inp, free2):
                 q.valid
                 and q.loaded < q.count
                 and channel_ok(q.chiplet)
-                and free2[q.chiplet] > p.max_hops + 1
+                and room.admits(q.chiplet, top)
             ):
                 issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded, q.chiplet))
                 used[0] = True
-                free2[q.chiplet] -= 1
+                room.take(q.chiplet, top)
     issue_out = []
     for kind, _, target, expert, traj, index, dest in issues:
         slots = arr.chips[target].slots
@@ -217,11 +219,12 @@ def commit(arr, delivered, issues, issue_out, used):
         ch = t if arr.channels > 1 else 0
         sl = arr.chips[t].slots[slot]
         sl.busy, sl.resv = True, True
+        sl.claim = p.max_hops + 1 if held else h.r
         arr.fifos[ch].append((t, slot, h, held, arr.now))
         if kind == "job":
             job = arr.jobs[idx]
             job.loaded += 1
-            job.target = ring_after(job.traj, t, n, arr.ring_order[job.expert])
+            job.target = ring_after(job.traj, t, n, arr.ring_order[job.expert], p.cols)
             arr.ddr_rr = (idx + 1) % n
         else:
             arr.pre[idx].loaded += 1
@@ -248,16 +251,21 @@ def retire_jobs(arr, retired) -> int:
     return done_new
 
 
-def ddr_target(arr, j: int, job: Job, free2: list[int], channel_ok) -> int | None:
+def ddr_target(arr, j: int, job: Job, room, channel_ok) -> int | None:
     """Chiplet of a running expert's next load (Rule 4 striping, or Rule 5's emptiest)."""
     p = arr.p
     if not p.rule5:
         t = job.target
-        return t if channel_ok(t) and free2[t] > need(arr, job.traj, t, job.expert) else None
+        return t if channel_ok(t) and room.admits(t, need(arr, job.traj, t, job.expert)) else None
     best = None
+    free = room.free
     for a in range(p.chiplets):
-        if job.traj >> a & 1 and channel_ok(a) and free2[a] > need(arr, job.traj, a, job.expert):
-            if best is None or free2[a] > free2[best]:
+        if (
+            job.traj >> a & 1
+            and channel_ok(a)
+            and room.admits(a, need(arr, job.traj, a, job.expert))
+        ):
+            if best is None or free[a] > free[best]:
                 best = a
     return best
 
@@ -290,6 +298,7 @@ def take_dispatch(arr, b: Dispatch):
         or not 0 <= b.entry < n
         or not b.traj >> b.entry & 1
         or not 0 <= b.expert < p.experts
+        or not 0 <= b.order < p.ring_orders
     ):
         arr.bad_dispatch = True
         return
@@ -315,6 +324,7 @@ def take_dispatch(arr, b: Dispatch):
             for s in arr.chips[c].slots:
                 if s.busy and s.held and s.expert == b.expert:
                     s.held = False
+                    s.claim = s.r
     arr.jobs[b.entry] = Job(True, b.expert, b.traj, loaded, 0, b.entry, count)
 
 
@@ -331,6 +341,7 @@ def load_ahead(arr, loads):
             raise ValueError(f"no free slot on chiplet {c} for a carried micro-slice")
         s = slots[k]
         s.busy, s.held, s.ddr, s.expert, s.index, s.traj, s.dest = True, AHEAD, True, e, i, 0, c
+        s.claim = arr.p.max_hops + 1
 
 
 def bind_ahead(arr, expert: int, traj: int, held: bool) -> int:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from fsedp.params import DatapathParams, ring_after
 
-__all__ = ["Header", "Slot", "arrive", "store", "tick", "free_slots"]
+__all__ = ["Header", "Slot", "Room", "arrive", "store", "tick", "free_slots"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,10 @@ class Slot:
     traj: int = 0
     dest: int = 0
     legs: int = 0
+    #: the hops this slot counts for under forward-state admission ([D16]): its micro-slice's
+    #: ``r``, or ``H + 1`` while it is held (pre-load, loaded ahead); set when the slot is
+    #: reserved or written
+    claim: int = 0
 
     @property
     def present(self) -> bool:
@@ -67,7 +71,7 @@ def arrive(p: DatapathParams, c: int, h: Header, order: int = 0) -> dict:
     ring's embedding is ``order``."""
     if h.dest == c:  # a station: compute here, then the next ring leg
         if h.legs:
-            nxt = ring_after(h.traj, c, p.chiplets, order)
+            nxt = ring_after(h.traj, c, p.chiplets, order, p.cols)
             return dict(
                 comp=True,
                 send=True,
@@ -94,6 +98,55 @@ def free_slots(slots) -> int:
     return sum(not s.busy for s in slots)
 
 
+class Room:
+    """This cycle's admission ledger of every ring buffer: what a micro-slice that will still
+    have ``r`` hops to go may take, and what each admission leaves (the router's accepts
+    first, then the DDR loads, as the hardware decides them).
+
+    * ``forward-count`` [D4]: admitted only while more than ``r`` slots are free.
+    * ``forward-state`` [D16]: admitted only while, for every ``i <= r``, the slots claimed
+      by micro-slices with at least ``i`` hops to go, this one included, leave ``i`` free:
+      ``N(>= i) + 1 + i <= K``.  Micro-slices close to the end of their path do not count
+      against one that starts a long one.
+    * the naive rule (``admission=False``, only to show the deadlock): any free slot.
+
+    A held micro-slice (pre-load, loaded ahead) claims ``H + 1`` under every rule.
+    ``free[c]`` are the free slots left (Rule 5's emptiest chiplet, the idle probes)."""
+
+    def __init__(self, arr):
+        p = arr.p
+        self.slots = p.slots
+        self.top = p.max_hops + 1
+        self.free = [free_slots(ch.slots) for ch in arr.chips]
+        self.rule = p.admission if arr.admission else "naive"
+        if self.rule == "forward-state":
+            self.claims = [[0] * (self.top + 1) for _ in arr.chips]
+            for c, ch in enumerate(arr.chips):
+                for s in ch.slots:
+                    if s.busy:
+                        self.claims[c][s.claim] += 1
+
+    def admits(self, c: int, r: int) -> bool:
+        """Whether chiplet ``c`` admits a micro-slice with ``r`` hops to go (``H + 1``: a
+        held one)."""
+        if self.rule == "forward-state":
+            above = 0
+            for i in range(self.top, -1, -1):
+                above += self.claims[c][i]
+                if i <= r and above + 1 + i > self.slots:
+                    return False
+            return True
+        if self.rule == "naive" and r <= self.top - 1:
+            return self.free[c] > 0
+        return self.free[c] > r
+
+    def take(self, c: int, r: int):
+        """Account one admission of a micro-slice claiming ``r`` into chiplet ``c``."""
+        self.free[c] -= 1
+        if self.rule == "forward-state":
+            self.claims[c][r] += 1
+
+
 def store(arr, c: int, slot: int, h: Header, wait: int, ddr: bool, held: bool):
     """Write micro-slice ``h`` into slot ``slot`` of chiplet ``c`` (a link arrival or a DDR
     delivery): what it does next follows from :func:`arrive`."""
@@ -102,6 +155,7 @@ def store(arr, c: int, slot: int, h: Header, wait: int, ddr: bool, held: bool):
     s.busy, s.resv, s.wait, s.held, s.ddr = True, False, wait, held, ddr
     s.computing, s.tx, s.rem = False, 0, 0
     s.comp, s.send, s.final, s.dir, s.r = f["comp"], f["send"], f["final"], f["dir"], f["r"]
+    s.claim = arr.p.max_hops + 1 if held else f["r"]
     s.expert, s.index, s.traj, s.dest, s.legs = h.expert, h.index, h.traj, f["dest"], f["legs"]
 
 

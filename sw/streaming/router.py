@@ -1,8 +1,8 @@
 """Router of one chiplet (golden model of ``fsedp.hw.router``): Rules 1-2 forwarding.
 Each output link offers the ready micro-slice with the fewest hops left (:func:`offers`);
 each chiplet accepts at most one offer per cycle, round-robin over its inputs, under
-forward-count admission (:func:`accept`); an accepted transfer occupies the link for
-``link_cycles`` (:func:`commit`)."""
+forward-count or forward-state admission (:func:`accept`); an accepted transfer occupies
+the link for ``link_cycles`` (:func:`commit`)."""
 
 from fsedp.params import OPPOSITE
 from fsedp.sw.streaming.ring_buffer import Header, store
@@ -28,9 +28,9 @@ def offers(arr, c: int, stall: int) -> list:
     ]
 
 
-def accept(arr, stall, free) -> list:
+def accept(arr, stall, room) -> list:
     """Per chiplet, the accepted transfer ``(input dir, src chiplet, src slot, Header, slot)``
-    or ``None``."""
+    or ``None``; ``room`` (:class:`~.ring_buffer.Room`, the registered state) takes each."""
     p = arr.p
     n = p.chiplets
     offers_ = [offers(arr, c, stall[c]) for c in range(n)]
@@ -49,10 +49,12 @@ def accept(arr, stall, free) -> list:
                 continue
             sl = arr.chips[src].slots[s]
             h = Header(sl.expert, sl.index, sl.traj, sl.dest, sl.legs, sl.r - 1)
-            if (h.r if arr.admission else 0) < free[c]:
+            if room.admits(c, h.r):
                 slot = min(i for i, x in enumerate(ch.slots) if not x.busy)
                 accepts[c] = (d, src, s, h, slot)
                 break
+        if accepts[c] is not None:
+            room.take(c, accepts[c][3].r)
     return accepts
 
 
