@@ -76,6 +76,23 @@ EMBEDDED_TRACE = Path(__file__).resolve().parent / "lm" / "assets" / "routing-wi
 #: Bytes per expert weight assumed when micro-slice sizes are derived (the paper does not
 #: give the precision of its test chip; 8-bit weights).
 WEIGHT_BYTES = 1
+#: Bytes per activation value (16-bit): a token's hidden vector on a chiplet is
+#: ``d_model * ACT_BYTES`` (the all-to-all's payload, and with ``hardware.token_storage`` the
+#: buffer its inputs and outputs take).
+ACT_BYTES = 2
+
+
+def token_kib(h, m, tokens_per_iteration: int) -> int:
+    """KiB of one chiplet's buffer its tokens take with ``hardware.token_storage`` (else 0):
+    the data-parallel share ``ceil(T / chiplets)`` of an iteration's tokens, each an input
+    vector and an output vector of ``d_model`` activations kept for the whole MoE layer
+    (every expert a token selects reads the same input and adds into the same output)."""
+    if not h.token_storage:
+        return 0
+    share = -(-tokens_per_iteration // h.chiplets)
+    return -(-(2 * share * m.d_model * ACT_BYTES) // 1024)
+
+
 #: DDR access latency assumed for the datapath's DDR controller (not given in the paper).
 DDR_LATENCY_NS = 100.0
 
@@ -200,6 +217,12 @@ class HardwareConfig:
     ddr_channels: int = spec(int, 1, 256, doc="off-package DDR channels of the package")
     ddr_bandwidth_gbps_per_channel: float = spec(
         float, 0.1, 10_000.0, unit="GB/s", doc="bandwidth of one DDR channel"
+    )
+    token_storage: bool = spec(
+        bool,
+        default=False,
+        doc="count each chiplet's tokens (inputs and outputs, its share of an iteration) "
+        "against onchip_buffer_kib, beside the weight slots",
     )
     microslices_per_expert: int | None = spec(
         int,
@@ -359,6 +382,18 @@ class RunConfig:
                 )
             raise e.at(self.source, self._PARAM_FIELDS.get(e.field, e.field), reason) from None
 
+    @property
+    def token_kib(self) -> int:
+        """KiB of each chiplet's buffer its tokens take (:func:`token_kib`; 0 without
+        ``hardware.token_storage``)."""
+        return token_kib(self.hardware, self.model, self.scenario.tokens_per_iteration)
+
+    @property
+    def weight_kib(self) -> int:
+        """KiB of each chiplet's buffer left for micro-slices: ``onchip_buffer_kib`` less
+        :attr:`token_kib`."""
+        return self.hardware.onchip_buffer_kib - self.token_kib
+
     def microslice_bytes(self) -> int:
         """Bytes of one micro-slice: the expert over ``hardware.microslices_per_expert``."""
         return math.ceil(self.model.expert_bytes / self.hardware.microslices_per_expert)
@@ -372,7 +407,16 @@ class RunConfig:
         from the buffer (:func:`run_from_dict`), so the buffer named is the smallest with the
         count derived for it."""
         h, m = self.hardware, self.model
-        size, buf, count = m.expert_bytes, h.onchip_buffer_kib, h.microslices_per_expert
+        size, buf, count = m.expert_bytes, self.weight_kib, h.microslices_per_expert
+        tok = self.token_kib
+        if buf < 1:
+            raise InputError(
+                self.source,
+                "hardware.onchip_buffer_kib",
+                f"{h.onchip_buffer_kib} KiB is taken by the tokens alone "
+                f"(hardware.token_storage: {tok} KiB for "
+                f"{self.scenario.tokens_per_iteration} tokens per iteration)",
+            )
         slots = buffer_slots(size, buf, count, slot_cap(h.rows, h.cols))
         need = max_hops(h.rows, h.cols) + 1
         if slots >= need:
@@ -386,24 +430,24 @@ class RunConfig:
                 ", the most" if count == top_count else ""
             )
             kib = smallest_buffer_kib(size, rows, cols)
-            hint = f"hardware.onchip_buffer_kib >= {kib} would fit" if kib else none_fits
+            hint = f"hardware.onchip_buffer_kib >= {kib + tok} would fit" if kib else none_fits
         else:
             cut = f"microslices_per_expert {count}"
             kib = smallest_buffer_kib(size, rows, cols, count)
             more = smallest_microslices(size, buf, rows, cols)
             if kib and more:
                 hint = (
-                    f"hardware.onchip_buffer_kib >= {kib} or "
+                    f"hardware.onchip_buffer_kib >= {kib + tok} or "
                     f"hardware.microslices_per_expert >= {more} would fit"
                 )
             elif kib:
                 # no count fits this buffer: a smaller one may do with the count derived
                 least = smallest_buffer_kib(size, rows, cols)
                 hint = (
-                    f"hardware.onchip_buffer_kib >= {kib} would fit (no microslices_per_expert "
-                    f"up to {top_count} does"
+                    f"hardware.onchip_buffer_kib >= {kib + tok} would fit (no "
+                    f"microslices_per_expert up to {top_count} does"
                     + (
-                        f"; >= {least} with microslices_per_expert left out)"
+                        f"; >= {least + tok} with microslices_per_expert left out)"
                         if least and least < kib
                         else ")"
                     )
@@ -416,7 +460,7 @@ class RunConfig:
             else:  # neither alone: a larger buffer with the count derived for it
                 kib = smallest_buffer_kib(size, rows, cols)
                 hint = (
-                    f"hardware.onchip_buffer_kib >= {kib} with microslices_per_expert left "
+                    f"hardware.onchip_buffer_kib >= {kib + tok} with microslices_per_expert left "
                     "out would fit (neither alone does)"
                     if kib
                     else none_fits
@@ -424,7 +468,8 @@ class RunConfig:
         raise InputError(
             self.source,
             "hardware.onchip_buffer_kib",
-            f"{buf} KiB holds {slots} micro-slices of {self.microslice_bytes() / 1024:.0f} KiB "
+            (f"{buf} KiB left by {tok} KiB of tokens" if tok else f"{buf} KiB")
+            + f" holds {slots} micro-slices of {self.microslice_bytes() / 1024:.0f} KiB "
             f"({cut}), but a {h.rows}x{h.cols} mesh needs at least {need} per chiplet for "
             f"deadlock-free streaming; {hint}",
         )
@@ -450,7 +495,7 @@ class RunConfig:
         gen = {
             "slots": buffer_slots(
                 m.expert_bytes,
-                h.onchip_buffer_kib,
+                self.weight_kib,
                 h.microslices_per_expert,
                 slot_cap(h.rows, h.cols),
             ),
@@ -645,13 +690,15 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
                 else "a mapping of fields"
             )
             raise InputError(source, key, f"must be {what}, not {describe(v)}")
-    h, m = built["hardware"], built["model"]
+    h, m, scen = built["hardware"], built["model"], built["scenario"]
     derived = h.microslices_per_expert is None
     if derived:
         built["hardware"] = dataclasses.replace(
             h,
             microslices_per_expert=derived_microslices(
-                m.expert_bytes, h.onchip_buffer_kib, slots=mesh_slots(h.rows, h.cols)
+                m.expert_bytes,
+                max(1, h.onchip_buffer_kib - token_kib(h, m, scen.tokens_per_iteration)),
+                slots=mesh_slots(h.rows, h.cols),
             ),
         )
     s, tokens = built["scheduler"], built["scenario"].tokens_per_iteration

@@ -222,5 +222,6 @@ def table(cls) -> str:
             if f.default is dataclasses.MISSING
             else ("derived" if f.default is None else f"`{f.default}`")
         )
-        rows.append(f"| `{f.name}` | {kind} | {rng} | {default} | {s.doc} |")
+        cells = [f"`{f.name}`", kind, rng, default, s.doc]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows)

@@ -4,15 +4,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from fsedp.config import WEIGHT_BYTES, RunConfig
+from fsedp.config import ACT_BYTES, WEIGHT_BYTES, RunConfig
 from fsedp.errors import InputError
 from fsedp.params import DatapathParams, SchedulerParams
 
 __all__ = ["Setup", "make_setup", "ACT_BYTES"]
-
-#: Bytes of one activation element (bf16 activations; weights are 8-bit, see
-#: ``fsedp.config.WEIGHT_BYTES``).
-ACT_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -135,7 +131,7 @@ def make_setup(cfg: RunConfig, **overrides) -> Setup:
         dp=dp,
         microslice_bytes=ms,
         expert_bytes=ms * hw.microslices_per_expert,
-        buffer_bytes=hw.onchip_buffer_kib * 1024,
+        buffer_bytes=cfg.weight_kib * 1024,
         act_bytes=m.d_model * ACT_BYTES,
         link_bytes_per_cycle=hw.d2d_bandwidth_gbps * 1e9 / (hw.clock_mhz * 1e6),
         link_latency_cycles=math.ceil(hw.d2d_latency_ns * hw.clock_mhz / 1000),

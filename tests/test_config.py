@@ -1,6 +1,7 @@
 """Tests of fsedp.config: every shipped config loads, every malformed one fails on one line."""
 
 import builtins
+import copy
 import io
 import json
 import math
@@ -429,12 +430,67 @@ def hardware_dict(name, **fields):
     return dict(read_yaml(CONFIG_DIR / f"hardware/{name}.yaml"), **fields)
 
 
+#: hardware configs with a larger buffer for large experts: the 4 MiB sibling otherwise
+LARGE_BUFFER = {"mesh3x3-16mib": ("mesh3x3", 137), "mesh4x4-16mib": ("mesh4x4", 200)}
+
+
 def test_every_shipped_hardware_derives_the_microslices():
-    assert config.named_configs("hardware") == list(HARDWARE)
+    assert config.named_configs("hardware") == sorted([*HARDWARE, *LARGE_BUFFER])
     assert config.named_configs("models") == sorted(DERIVED)
     for name in HARDWARE:
         hw = load_hardware(CONFIG_DIR / f"hardware/{name}.yaml")
         assert hw.microslices_per_expert is None and hw.onchip_buffer_kib == 4096
+    for name, (base, mixtral) in LARGE_BUFFER.items():
+        hw = hardware_dict(name)
+        assert hw == dict(hardware_dict(base), name=name, onchip_buffer_kib=16384)
+        run = run_from_dict(run_dict(hardware=name, model="mixtral-8x7b"))
+        assert run.hardware.microslices_per_expert == mixtral
+
+
+def test_token_storage_takes_its_share_of_the_buffer():
+    """``hardware.token_storage``: each chiplet's share of an iteration's tokens, an input and
+    an output vector of ``d_model`` 16-bit values each, comes off the buffer before the
+    micro-slices are cut; pinned on Qwen3-30B-A3B (d_model 2048) on the 2x2 chip and on the
+    Mixtral threshold of the 4x4 mesh."""
+    base = config_to_dict(default_run())
+    del base["scheduler"]["count_width"]
+
+    def run(tokens, **hw):
+        d = copy.deepcopy(base)
+        d["hardware"].update(hw)
+        d["hardware"].pop("microslices_per_expert", None)
+        d["scenario"]["tokens_per_iteration"] = tokens
+        return d
+
+    plain = run_from_dict(run(1024))
+    assert (plain.token_kib, plain.weight_kib, plain.hardware.microslices_per_expert) == (
+        0,
+        4096,
+        8,
+    )
+    # 256 tokens per chiplet x 2 vectors x 2048 x 2 bytes = 2048 KiB: half the buffer, so
+    # the micro-slices are cut in half to keep 7 slots
+    held = run_from_dict(run(1024, token_storage=True))
+    assert (held.token_kib, held.weight_kib, held.hardware.microslices_per_expert) == (
+        2048,
+        2048,
+        16,
+    )
+    assert held.datapath_params().slots == plain.datapath_params().slots == 7
+    assert run_from_dict(run(64, token_storage=True)).token_kib == 128  # 16 tokens each
+    e = error_of(run(1024, token_storage=True, onchip_buffer_kib=2048), "t.yaml")
+    assert str(e) == (
+        "t.yaml: hardware.onchip_buffer_kib: 2048 KiB is taken by the tokens alone "
+        "(hardware.token_storage: 2048 KiB for 1024 tokens per iteration)"
+    )
+    # Mixtral (d_model 4096) on 4x4 at 64 tokens: 4 per chiplet take 64 KiB, so the
+    # threshold of 12096 KiB becomes 12160
+    mixtral = hardware_dict("mesh4x4", token_storage=True)
+    d = run_dict(hardware=dict(mixtral, onchip_buffer_kib=12159), model="mixtral-8x7b")
+    assert error_of(d).reason.endswith("; hardware.onchip_buffer_kib >= 12160 would fit")
+    assert "12095 KiB left by 64 KiB of tokens holds" in error_of(d).reason
+    d = run_dict(hardware=dict(mixtral, onchip_buffer_kib=12160), model="mixtral-8x7b")
+    assert run_from_dict(d).datapath_params().slots == 18
 
 
 @pytest.mark.parametrize("model", sorted(DERIVED))
