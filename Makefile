@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/fsedp run
 
+# one worker per core (at most 4; each test file on one worker, so a file's fixtures and
+# build folders are never shared between processes)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses 4 --dist loadfile
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -33,6 +33,7 @@ from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch
 from fsedp.sw.streaming import StepIn, StreamingArray
 from fsedp.sw.streaming import compute as sw_compute
 from fsedp.sw.streaming import ddr as sw_ddr
+from fsedp.sw.streaming.ring_buffer import Room
 from fsedp.tb.bench import Bench, StreamDriver, StreamMonitor, cocotb_entry
 
 
@@ -110,9 +111,9 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
             or arr.done_pending != 0
         )
         b.check(await b.get("busy"), int(busy), "busy")
-        free2 = [free[c] - accept[c] for c in range(n)]
+        room = Room.counting(arr, [free[c] - accept[c] for c in range(n)])
         inp = StepIn(dispatch=beat, done_ready=done.ready_now, ddr_stall=stall)
-        issues, used, issue_out = sw_ddr.issue(arr, inp, free2)
+        issues, used, issue_out = sw_ddr.issue(arr, inp, room)
         delivered = sw_ddr.deliveries(arr, inp)
         targets = [t for t, *_ in issue_out]
         for c in range(n):
@@ -167,7 +168,7 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
         seen["full"] += any(
             j.valid
             and j.loaded < j.count
-            and free2[j.target] <= sw_ddr.need(arr, j.traj, j.target, j.expert)
+            and room.free[j.target] <= sw_ddr.need(arr, j.traj, j.target, j.expert)
             for j in arr.jobs
         )
         sw_ddr.commit(arr, delivered, issues, issue_out, used)

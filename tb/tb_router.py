@@ -30,6 +30,7 @@ from fsedp.params import OPPOSITE, DatapathParams
 from fsedp.sw.streaming import Header, Slot, StreamingArray
 from fsedp.sw.streaming import ring_buffer as sw_rb
 from fsedp.sw.streaming import router as sw_router
+from fsedp.sw.streaming.ring_buffer import Room
 from fsedp.tb.bench import Bench, cocotb_entry
 
 
@@ -108,7 +109,7 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
         out = sw_router.offers(arr, c, stall)
         frees = [K] * p.chiplets
         frees[c] = free
-        acc = sw_router.accept(arr, stalls, frees)[c]
+        acc = sw_router.accept(arr, stalls, Room.counting(arr, frees))[c]
 
         sent = []
         for d in range(4):

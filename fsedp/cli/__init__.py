@@ -1,7 +1,7 @@
 """``fsedp``: the command-line tool, one module per command group.
 
 * :mod:`.run`: ``run`` (the main job), ``sweep``, ``bench`` -- the simulator;
-* :mod:`.rtl`: ``rtl rounds|verilog|cosim|coverage|report|formal|datapath`` -- the
+* :mod:`.rtl`: ``rtl rounds|verilog|cosim|coverage|report|formal|synth|fpga|datapath`` -- the
   hardware;
 * :mod:`.trace`, :mod:`.lm`: ``trace ...``, ``lm ...`` -- workloads;
 * :mod:`.offload`, :mod:`.prism`, :mod:`.serve`, :mod:`.shuffle` -- the software papers'

@@ -1,7 +1,8 @@
 """``fsedp rtl ...``: Verilog, cosimulation of RTL against the golden models, latency and
-area reports.  Parsing and dispatch only: the options are checked here (a bad one is one
-line, exit 2, before any work) and the runs and their text are
-:mod:`fsedp.experiments.rtl_runs`'s."""
+area reports, synthesis to a standard-cell library.  Parsing and dispatch only: the options
+are checked here (a bad one is one line, exit 2, before any work) and the runs and their
+text are :mod:`fsedp.experiments.rtl_runs`'s (the synthesis flow's,
+:mod:`fsedp.experiments.synth`'s)."""
 
 import dataclasses
 import sys
@@ -306,9 +307,92 @@ def cmd_formal(args):
     return _done(args, *run)
 
 
+def cmd_synth(args):
+    """``fsedp rtl synth``: the blocks synthesised to a standard-cell library and timed
+    (:mod:`fsedp.experiments.synth`)."""
+    from fsedp.experiments import synth
+    from fsedp.hw.generate import DATAPATH_BLOCKS
+
+    tops = list(dict.fromkeys(args.top or synth.DEFAULT_TOPS))
+    for t in tops:
+        if t not in synth.TOPS:
+            raise usage("--top", f"unknown top {t[:40]!r}; choose from {', '.join(synth.TOPS)}")
+    p = _params(args)
+    dp_tops = [t for t in tops if t in DATAPATH_BLOCKS]
+    if dp_tops and args.chiplets is not None:
+        if args.top:
+            raise usage(
+                "--chiplets",
+                f"does not apply to {dp_tops[0]}; its mesh is "
+                "hardware.rows x hardware.cols of the run config",
+            )
+        tops, dp_tops = [t for t in tops if t not in dp_tops], []  # reshapes the scheduler only
+    dp = None
+    if dp_tops:
+        dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+    if not args.liberty.strip() or "\0" in args.liberty:
+        raise usage("--liberty", f"must name a Liberty file, not {args.liberty[:40]!r}")
+    try:
+        lib = synth.read_liberty(args.liberty)
+    except InputError as e:
+        raise usage("--liberty", f"{args.liberty[:200]}: {e.reason}") from None
+    missing = synth.missing_tools()  # the options' own rules first: not what is installed
+    if missing:
+        raise usage("rtl synth", f"needs {' and '.join(missing)} on PATH")
+    command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl synth"
+    out = args.out or build_dir("synth")
+    run = synth.run(tops, p, dp, lib, args.clock_mhz, out, args.force, command, quiet=args.json)
+    return _done(args, *run)
+
+
+def cmd_fpga(args):
+    """``fsedp rtl fpga``: the blocks placed and routed on a Lattice ECP5
+    (:mod:`fsedp.experiments.fpga`)."""
+    import json
+
+    from fsedp.experiments import fpga
+    from fsedp.files import output_dir
+    from fsedp.hw.generate import DATAPATH_BLOCKS
+    from fsedp.log import logger
+
+    tops = fpga.check_request(args.top or fpga.DEFAULT_TOPS, args.device, args.freq_mhz)
+    p = _params(args)
+    dp = None
+    if any(t in DATAPATH_BLOCKS for t in tops):
+        dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+    fpga.check_tools()  # the options' own rules first: not what is installed
+    run = dict(
+        device=args.device,
+        freq_mhz=args.freq_mhz,
+        params=p,
+        dp_params=dp,
+        progress=None if args.json else logger("fpga").info,
+    )
+    doc = {
+        "device": fpga.DEVICES[args.device],
+        "package": fpga.PACKAGE,
+        "speed_grade": fpga.SPEED_GRADE,
+        "freq_mhz": args.freq_mhz,
+    }
+    with output_dir(args.out or build_dir("fpga"), args.force) as staged:
+        rows = fpga.run_fpga(tops, workdir=staged, **run)
+        doc["tops"] = rows
+        (staged / "fpga.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (staged / "fpga.md").write_text(fpga.fpga_table(rows) + "\n")
+    return _done(args, doc, fpga.fpga_table(rows), all(not r.get("error") for r in rows))
+
+
 def add_parsers(sub):
     # a default in words below ("default: the model's") is none the parser holds: unset
     # (None), the command works it out; every other default and range is HelpFormatter's
+    from fsedp.experiments.fpga import DEFAULT_DEVICE as FPGA_DEVICE
+    from fsedp.experiments.fpga import DEFAULT_TOPS as FPGA_DEFAULT_TOPS
+    from fsedp.experiments.fpga import DEVICES as FPGA_DEVICES
+    from fsedp.experiments.fpga import FREQ_MHZ as FPGA_FREQ_MHZ
+    from fsedp.experiments.fpga import FREQ_RANGE_MHZ as FPGA_FREQ_RANGE_MHZ
+    from fsedp.experiments.fpga import TOPS as FPGA_TOPS
+    from fsedp.experiments.synth import CLOCK_MHZ, CLOCK_RANGE_MHZ, DEFAULT_TOPS
+    from fsedp.experiments.synth import TOPS as SYNTH_TOPS
     from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS
 
     rtl = sub.add_parser("rtl", help="hardware: Verilog, cosimulation, latency and area report")
@@ -465,6 +549,66 @@ def add_parsers(sub):
     f.add_argument("--solver", default="z3", choices=["z3", "yices", "boolector"])
     f.add_argument("--out", help="work folder (Verilog, SMT-LIB, counterexample VCDs)")
     f.set_defaults(func=cmd_formal, out_kind="folder")
+
+    sy = rsub.add_parser(
+        "synth",
+        parents=[CONFIG, JSON],
+        help="synthesis to a standard-cell library (Yosys, ABC) and static timing (OpenSTA): "
+        "area, critical path, slack, FO4, vectorless power",
+    )
+    sizes(sy)
+    sy.add_argument(
+        "--liberty", required=True, metavar="FILE", help="the standard-cell library (Liberty)"
+    )
+    sy.add_argument(
+        "--clock-mhz",
+        type=number("--clock-mhz", *CLOCK_RANGE_MHZ),
+        default=CLOCK_MHZ,
+        help="clock frequency the paths are timed at, MHz",
+    )
+    sy.add_argument(
+        "--top",
+        action="extend",
+        nargs="+",
+        metavar="NAME",
+        help=f"blocks to synthesise, of {', '.join(SYNTH_TOPS)} (repeatable; default: "
+        f"{', '.join(DEFAULT_TOPS)})",
+    )
+    sy.add_argument("--out", help="output folder (default: build/synth)")
+    sy.set_defaults(func=cmd_synth, out_kind="folder")
+
+    fp = rsub.add_parser(
+        "fpga",
+        parents=[CONFIG, JSON],
+        help="Lattice ECP5 (Yosys synth_ecp5, nextpnr-ecp5): LUT4, flip-flop, carry, block "
+        "and distributed RAM use, Fmax (the 'fpga' extra)",
+    )
+    sizes(fp)
+    fp.add_argument(
+        "--device",
+        default=FPGA_DEVICE,
+        choices=list(FPGA_DEVICES),
+        help="ECP5 part LFE5U-25F/45F/85F, package CABGA381, speed grade 6",
+    )
+    fp.add_argument(
+        "--top",
+        action="extend",
+        nargs="+",
+        metavar="NAME",
+        help=f"blocks to place and route, of {', '.join(FPGA_TOPS)} (repeatable; default: "
+        f"{', '.join(FPGA_DEFAULT_TOPS)})",
+    )
+    fp.add_argument(
+        "--freq-mhz",
+        type=number("--freq-mhz", *FPGA_FREQ_RANGE_MHZ),
+        default=FPGA_FREQ_MHZ,
+        help="target frequency of nextpnr's timing-driven placement and routing, MHz",
+    )
+    fp.add_argument(
+        "--out",
+        help="report folder: fpga.md, fpga.json, each top's work folder (default: build/fpga)",
+    )
+    fp.set_defaults(func=cmd_fpga, out_kind="folder")
 
     d = rsub.add_parser(
         "datapath",

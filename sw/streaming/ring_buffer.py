@@ -126,6 +126,18 @@ class Room:
                     if s.busy:
                         self.claims[c][s.claim] += 1
 
+    @classmethod
+    def counting(cls, arr, free) -> "Room":
+        """A forward-count ledger over given free-slot counts, one per chiplet: what the
+        RTL's router and DDR controller see (a block's bench drives them as inputs)."""
+        if arr.p.admission != "forward-count":
+            raise ValueError(f"a ledger of free counts is forward-count, not {arr.p.admission}")
+        room = cls.__new__(cls)
+        room.slots, room.top = arr.p.slots, arr.p.max_hops + 1
+        room.free = list(free)
+        room.rule = "forward-count" if arr.admission else "naive"
+        return room
+
     def admits(self, c: int, r: int) -> bool:
         """Whether chiplet ``c`` admits a micro-slice with ``r`` hops to go (``H + 1``: a
         held one)."""
