@@ -256,9 +256,9 @@ MUTANTS = [
     ),
     M(
         "ring-skip",
-        "sw/matcher.py",
-        "            n = (c + step) % chiplets",
-        "            n = (c + step + 1) % chiplets",
+        "fsedp/params.py",
+        "m = (c + s) % n if order == 0 else (c - s) % n",
+        "m = (c + s + 1) % n if order == 0 else (c - s) % n",
         "golden next_hop skips a chiplet of the trajectory",
         GOLDEN,
         RTL,
@@ -291,10 +291,44 @@ MUTANTS = [
     M(
         "ahead-off-trajectory",
         "sw/streaming/ddr.py",
-        "(c, p.path_hops(traj, c)) if traj >> c & 1 else p.remote_entry(traj, c)",
-        "(c, p.path_hops(traj, c))",
+        "(c, p.path_hops(traj, c, o)) if traj >> c & 1 else p.remote_entry(traj, c, o)",
+        "(c, p.path_hops(traj, c, o))",
         "golden model: a micro-slice loaded ahead off its expert's trajectory binds as if "
         "it were on it (computed where the expert has no tokens)",
+        STREAM,
+    ),
+    # -- forward-state admission [D16] and the column embeddings (issue 32) ----------------
+    M(
+        "state-admission-no-self",
+        "sw/streaming/ring_buffer.py",
+        "if i <= r and above + 1 + i > self.slots:",
+        "if i <= r and above + i > self.slots:",
+        "forward-state admission forgets the arriving micro-slice: one slot too many admitted",
+        STREAM,
+    ),
+    M(
+        "state-admission-compiled",
+        "sim/fast_kernel.py",
+        "if i <= r and above + 1 + i > P[P_K]:",
+        "if i < r and above + 1 + i > P[P_K]:",
+        "compiled forward-state admission skips the check at i = r",
+        FAST,
+    ),
+    M(
+        "unhold-keeps-claim",
+        "sw/streaming/ddr.py",
+        """                    s.held = False
+                    s.claim = s.r""",
+        """                    s.held = False""",
+        "an un-held pre-load keeps claiming H + 1 under forward-state admission",
+        STREAM,
+    ),
+    M(
+        "column-snake-up",
+        "fsedp/params.py",
+        "r = i if k % 2 == 0 else rows - 1 - i",
+        "r = i",
+        "the column snake runs every column downwards (legs back to the top)",
         STREAM,
     ),
     # -- derived values a rounding or an index could slip (issue 31's held-out check) --------
@@ -326,8 +360,8 @@ MUTANTS = [
     M(
         "ahead-released-at-preload-compiled",
         "sim/fast_kernel.py",
-        "got = ddr_bind_ahead(P, DIRT, SL, expert, traj, 1, QH[k], QRD[k], tmp)",
-        "got = ddr_bind_ahead(P, DIRT, SL, expert, traj, 0, QH[k], QRD[k], tmp)",
+        "got = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 1, QH[k], QRD[k], tmp)",
+        "got = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 0, QH[k], QRD[k], tmp)",
         "compiled engine: micro-slices loaded ahead released at a PRELOAD beat instead of "
         "held (ran forever before the progress watchdog; now stops as SimulationStalled)",
         FAST,

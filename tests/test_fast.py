@@ -378,3 +378,45 @@ def test_compiled_equals_python_on_64_chiplets():
     for mask in (0, 1, 1 << 62, 1 << 63, (1 << 64) - 1):
         assert as_mask(as_int64(mask)) == mask
         assert -(2**63) <= as_int64(mask) < 2**63
+
+
+def test_compiled_admission_ledger_equals_the_golden_one():
+    """``room_open`` / ``room_admits`` / ``room_take`` against ``ring_buffer.Room`` on random
+    buffers of a 4x4 mesh (``H`` = 17, 19 slots): every ``r`` from 0 to ``H + 1`` (a held
+    one), before and after a few admissions, under both rules."""
+    import numpy as np
+
+    from fsedp.params import DatapathParams
+    from fsedp.sim import fast_kernel as k
+    from fsedp.sw.streaming import StreamingArray
+    from fsedp.sw.streaming.ring_buffer import Room
+
+    rng = random.Random(3)
+    for rule in ("forward-count", "forward-state"):
+        p = DatapathParams(rows=4, cols=4, slots=19, admission=rule)
+        top = p.max_hops + 1
+        for _ in range(200):
+            arr = StreamingArray(p)
+            SL = np.zeros((p.chiplets, p.slots, k.NS), np.int64)
+            for c, ch in enumerate(arr.chips):
+                for i in rng.sample(range(p.slots), rng.randrange(p.slots + 1)):
+                    claim = rng.choice([rng.randrange(top), top])
+                    s = ch.slots[i]
+                    s.busy, s.r, s.claim = True, min(claim, top - 1), claim
+                    SL[c, i, k.S_BUSY], SL[c, i, k.S_CLAIM] = 1, claim
+            P = np.zeros(k.NP, np.int64)
+            P[k.P_N], P[k.P_K], P[k.P_H] = p.chiplets, p.slots, p.max_hops
+            P[k.P_ADMIT] = k.ADMIT_STATE if rule == "forward-state" else k.ADMIT_COUNT
+            W = np.zeros((k.NW, 2 * p.chiplets + 2), np.int64)
+            CLM = np.zeros((p.chiplets, top + 1), np.int64)
+            room = Room(arr)
+            k.room_open(P, SL, W, CLM)
+            for _ in range(3):
+                c = rng.randrange(p.chiplets)
+                want = [room.admits(c, r) for r in range(top + 1)]
+                got = [bool(k.room_admits(P, W, CLM, c, r)) for r in range(top + 1)]
+                assert got == want, (rule, c, room.free[c])
+                r = rng.randrange(top + 1)
+                if want[r]:
+                    room.take(c, r)
+                    k.room_take(P, W, CLM, c, r)

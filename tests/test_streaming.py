@@ -19,10 +19,10 @@ from fsedp.params import (
     ring_after,
 )
 from fsedp.sim.fsedp import a7_ring_orders
-from fsedp.sw.scheduler import DISPATCH, Dispatch, Scheduler
+from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch, Scheduler
 from fsedp.sw.streaming import Header, StepIn, StreamingArray, arrive
-from fsedp.sw.streaming.ddr import AHEAD, load_ahead
-from fsedp.sw.streaming.ring_buffer import Room
+from fsedp.sw.streaming.ddr import AHEAD, load_ahead, take_dispatch
+from fsedp.sw.streaming.ring_buffer import Room, store
 from fsedp.tb.datapath_scoreboard import Conservation, LayerDriver, Violation
 from fsedp.tb.scoreboard import random_round
 
@@ -955,3 +955,20 @@ def test_probes_do_not_change_the_run():
                 assert (out.ddr_idle is not None) == probes
             runs.append((log, arr.cycle))
         assert runs[0] == runs[1] and len(runs[0][0]) > 50
+
+
+def test_an_unheld_micro_slice_claims_its_hops():
+    """Forward-state admission [D16]: a pre-loaded micro-slice claims ``H + 1`` while held;
+    the dispatch that un-holds it lowers its claim to the hops it has to go, so that it no
+    longer counts against arrivals with fewer."""
+    p = DatapathParams(rows=2, cols=2, slots=8, admission="forward-state")
+    arr = StreamingArray(p)
+    top = p.max_hops + 1
+    take_dispatch(arr, Dispatch(PRELOAD, 3, 5, 0b0111, 0, (1, 2, 0, 0)))
+    assert arr.pre[0].valid
+    s = arr.chips[0].slots[2]
+    h = Header(expert=3, index=0, traj=0b0111, dest=0, legs=2, r=2)
+    store(arr, 0, 2, h, wait=0, ddr=True, held=True)
+    assert (s.held, s.claim) == (True, top)
+    take_dispatch(arr, Dispatch(DISPATCH, 3, 5, 0b0111, 0, (1, 2, 0, 0)))
+    assert (s.held, s.claim, s.r) == (False, 2, 2)

@@ -382,6 +382,17 @@ def cmd_fpga(args):
     return _done(args, doc, fpga.fpga_table(rows), all(not r.get("error") for r in rows))
 
 
+def top_option(parser, verb: str, tops, default):
+    """``--top NAME ...`` of a flow over blocks (``rtl synth``, ``rtl fpga``)."""
+    parser.add_argument(
+        "--top",
+        action="extend",
+        nargs="+",
+        metavar="NAME",
+        help=f"blocks to {verb}, of {', '.join(tops)} (repeatable; default: {', '.join(default)})",
+    )
+
+
 def add_parsers(sub):
     # a default in words below ("default: the model's") is none the parser holds: unset
     # (None), the command works it out; every other default and range is HelpFormatter's
@@ -566,14 +577,7 @@ def add_parsers(sub):
         default=CLOCK_MHZ,
         help="clock frequency the paths are timed at, MHz",
     )
-    sy.add_argument(
-        "--top",
-        action="extend",
-        nargs="+",
-        metavar="NAME",
-        help=f"blocks to synthesise, of {', '.join(SYNTH_TOPS)} (repeatable; default: "
-        f"{', '.join(DEFAULT_TOPS)})",
-    )
+    top_option(sy, "synthesise", SYNTH_TOPS, DEFAULT_TOPS)
     sy.add_argument("--out", help="output folder (default: build/synth)")
     sy.set_defaults(func=cmd_synth, out_kind="folder")
 
@@ -590,14 +594,7 @@ def add_parsers(sub):
         choices=list(FPGA_DEVICES),
         help="ECP5 part LFE5U-25F/45F/85F, package CABGA381, speed grade 6",
     )
-    fp.add_argument(
-        "--top",
-        action="extend",
-        nargs="+",
-        metavar="NAME",
-        help=f"blocks to place and route, of {', '.join(FPGA_TOPS)} (repeatable; default: "
-        f"{', '.join(FPGA_DEFAULT_TOPS)})",
-    )
+    top_option(fp, "place and route", FPGA_TOPS, FPGA_DEFAULT_TOPS)
     fp.add_argument(
         "--freq-mhz",
         type=number("--freq-mhz", *FPGA_FREQ_RANGE_MHZ),
