@@ -93,6 +93,12 @@ def token_kib(h, m, tokens_per_iteration: int) -> int:
     return -(-(2 * share * m.d_model * ACT_BYTES) // 1024)
 
 
+def weight_kib(h, m, tokens_per_iteration: int) -> int:
+    """KiB of one chiplet's buffer left for micro-slices: ``onchip_buffer_kib`` less
+    :func:`token_kib` (0 or less: the tokens fill it)."""
+    return h.onchip_buffer_kib - token_kib(h, m, tokens_per_iteration)
+
+
 #: DDR access latency assumed for the datapath's DDR controller (not given in the paper).
 DDR_LATENCY_NS = 100.0
 
@@ -392,7 +398,7 @@ class RunConfig:
     def weight_kib(self) -> int:
         """KiB of each chiplet's buffer left for micro-slices: ``onchip_buffer_kib`` less
         :attr:`token_kib`."""
-        return self.hardware.onchip_buffer_kib - self.token_kib
+        return weight_kib(self.hardware, self.model, self.scenario.tokens_per_iteration)
 
     def microslice_bytes(self) -> int:
         """Bytes of one micro-slice: the expert over ``hardware.microslices_per_expert``."""
@@ -697,7 +703,7 @@ def run_from_dict(data: Any, source: str = "<memory>") -> RunConfig:
             h,
             microslices_per_expert=derived_microslices(
                 m.expert_bytes,
-                max(1, h.onchip_buffer_kib - token_kib(h, m, scen.tokens_per_iteration)),
+                max(1, weight_kib(h, m, scen.tokens_per_iteration)),
                 slots=mesh_slots(h.rows, h.cols),
             ),
         )

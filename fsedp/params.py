@@ -571,11 +571,17 @@ class DatapathParams:
         return max_hops(self.rows, self.cols, self.ring_orders)
 
     @property
+    def held_claim(self) -> int:
+        """The hops a held micro-slice (a pre-load, one loaded ahead) counts for under
+        admission: ``H + 1``, more than any path ([D4], [D16])."""
+        return self.max_hops + 1
+
+    @property
     def held_room(self) -> int:
         """Slots of a chiplet that held micro-slices (pre-loads, [D3], and ones loaded
         ahead of their layer, [D14]) may take: ``K - H - 1``, so that the ``H + 1`` free
         slots forward-count admission needs stay free."""
-        return max(0, self.slots - self.max_hops - 1)
+        return max(0, self.slots - self.held_claim)
 
     @property
     def ddr_age_bits(self) -> int:

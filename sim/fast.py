@@ -212,7 +212,7 @@ def run_layer(
         slot = int(np.flatnonzero(a.SL[c, :, k.S_BUSY] == 0)[0])
         row = a.SL[c, slot]
         row[k.S_BUSY], row[k.S_HELD], row[k.S_DDR] = 1, k.AHEAD, 1
-        row[k.S_CLAIM] = dp.max_hops + 1
+        row[k.S_CLAIM] = dp.held_claim
         row[k.S_EXPERT], row[k.S_INDEX], row[k.S_TRAJ], row[k.S_DEST] = e, i, 0, c
     beats = deque(sched.decide())
     made, script = [], []

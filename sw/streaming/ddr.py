@@ -59,7 +59,7 @@ def issue(arr, inp, room):
     n = p.chiplets
     # 3. DDR issue: running experts round-robin, then pre-loads; one load per channel
     issues = []  # (kind, index, target, expert, traj, micro-slice)
-    top = p.max_hops + 1  # what a held pre-load claims
+    top = p.held_claim
     used = [False] * arr.channels
 
     def channel_ok(target):
@@ -88,13 +88,13 @@ def issue(arr, inp, room):
                     job.valid
                     and job.traj >> c & 1
                     and job.loaded + extra[j] < job.count
-                    and room.admits(c, need(arr, job.traj, c, job.expert))
+                    and room.admits(c, r := need(arr, job.traj, c, job.expert))
                     and within_window(arr, job, extra[j])
                 ):
                     issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j], c))
                     extra[j] += 1
                     used[c] = True
-                    room.take(c, need(arr, job.traj, c, job.expert))
+                    room.take(c, r)
                     break
             else:
                 idle_channel.append(c)
@@ -219,7 +219,7 @@ def commit(arr, delivered, issues, issue_out, used):
         ch = t if arr.channels > 1 else 0
         sl = arr.chips[t].slots[slot]
         sl.busy, sl.resv = True, True
-        sl.claim = p.max_hops + 1 if held else h.r
+        sl.claim = p.held_claim if held else h.r
         arr.fifos[ch].append((t, slot, h, held, arr.now))
         if kind == "job":
             job = arr.jobs[idx]
@@ -341,7 +341,7 @@ def load_ahead(arr, loads):
             raise ValueError(f"no free slot on chiplet {c} for a carried micro-slice")
         s = slots[k]
         s.busy, s.held, s.ddr, s.expert, s.index, s.traj, s.dest = True, AHEAD, True, e, i, 0, c
-        s.claim = arr.p.max_hops + 1
+        s.claim = arr.p.held_claim
 
 
 def bind_ahead(arr, expert: int, traj: int, held: bool) -> int:

@@ -116,7 +116,7 @@ class Room:
     def __init__(self, arr):
         p = arr.p
         self.slots = p.slots
-        self.top = p.max_hops + 1
+        self.top = p.held_claim
         self.free = [free_slots(ch.slots) for ch in arr.chips]
         self.rule = p.admission if arr.admission else "naive"
         if self.rule == "forward-state":
@@ -133,7 +133,7 @@ class Room:
         if arr.p.admission != "forward-count":
             raise ValueError(f"a ledger of free counts is forward-count, not {arr.p.admission}")
         room = cls.__new__(cls)
-        room.slots, room.top = arr.p.slots, arr.p.max_hops + 1
+        room.slots, room.top = arr.p.slots, arr.p.held_claim
         room.free = list(free)
         room.rule = "forward-count" if arr.admission else "naive"
         return room
@@ -167,7 +167,7 @@ def store(arr, c: int, slot: int, h: Header, wait: int, ddr: bool, held: bool):
     s.busy, s.resv, s.wait, s.held, s.ddr = True, False, wait, held, ddr
     s.computing, s.tx, s.rem = False, 0, 0
     s.comp, s.send, s.final, s.dir, s.r = f["comp"], f["send"], f["final"], f["dir"], f["r"]
-    s.claim = arr.p.max_hops + 1 if held else f["r"]
+    s.claim = arr.p.held_claim if held else f["r"]
     s.expert, s.index, s.traj, s.dest, s.legs = h.expert, h.index, h.traj, f["dest"], f["legs"]
 
 
