@@ -1,4 +1,4 @@
-"""Performance simulator of MoE layers on a chiplet array: FSE-DP (ablations A1-A7) on the
+"""Performance simulator of MoE layers on a chiplet array: FSE-DP (ablations A1-A8) on the
 scheduler and streaming golden models, EP and Hydra baselines, hardware lower bounds.
 
 * :mod:`.setup`: hardware and model timing from a run config (one source: ``RunConfig``);

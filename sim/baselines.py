@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from fsedp.sim.regions import all_to_all_cycles
 from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
 
@@ -258,25 +259,9 @@ def _idle(
 
 def _all_to_all(setup: Setup, records, home: list[int]) -> tuple[int, int]:
     """Cycles to send every (token, expert) activation to the expert's home chiplet (and,
-    the same again, back), limited by the busiest chiplet's links; and the bytes sent."""
-    n = setup.chiplets
-    out_bytes = [0] * n
-    in_bytes = [0] * n
-    total = hops = 0
-    act = setup.act_bytes
-    dist = [[setup.dp.distance(a, b) for b in range(n)] for a in range(n)]
-    for _, c, e in records:
-        h = home[e]
-        if h != c:
-            out_bytes[c] += act
-            in_bytes[h] += act
-            total += act
-            if dist[c][h] > hops:
-                hops = dist[c][h]
-    degree = [sum(setup.dp.neighbour(c, d) is not None for d in range(4)) for c in range(n)]
-    busiest = max(max(out_bytes[c], in_bytes[c]) / degree[c] for c in range(n))
-    cycles = math.ceil(busiest / setup.link_bytes_per_cycle) + hops * setup.link_latency_cycles
-    return cycles, total
+    the same again, back), limited by the busiest chiplet's links; and the bytes sent
+    (:func:`fsedp.sim.regions.all_to_all_cycles`)."""
+    return all_to_all_cycles(setup, [(c, home[e]) for _, c, e in records])
 
 
 def ep_layer(

@@ -16,6 +16,10 @@ Ablations (Section VI-C):
   compute-heavy expert keeps at most :data:`HOT_WINDOW` micro-slices loaded ahead ([D12]).
   Every rule is an RTL generic (scheduler: ``balance``, ``entry_dispatch``; datapath:
   ``preempt``, ``hot_window``);
+* ``A7`` A6 with link-aware ring embeddings (scheduler decision 29) and forward-state
+  admission ([D16]);
+* ``A8`` A7 with every expert's tokens gathered into one region of the mesh, chosen per layer
+  by a cost model (:mod:`fsedp.sim.regions`): shorter rings, more tokens moved;
 * ``A5`` A3 with token buffering (Algorithm 2, 20 % slack): a deferred request pauses at the
   layer and its tokens of that layer and the following ones move to the next iteration
   (``sim/run.py``); what is still deferred after the last iteration runs at the end.
@@ -29,6 +33,8 @@ import numpy as np
 from fsedp.params import max_hops
 from fsedp.sim.baselines import bounds, held_tokens, link_bound
 from fsedp.sim.fast import python_events, run_layer, streaming_engine
+from fsedp.sim.regions import all_to_all_cycles
+from fsedp.sim.regions import plan as plan_regions
 from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
 from fsedp.sw.scheduler import DISPATCH, Scheduler, layer_tokens
@@ -45,7 +51,7 @@ __all__ = [
     "check_ahead",
 ]
 
-VARIANTS = ("A1", "A2", "A3", "A4", "A5", "A6", "A7")
+VARIANTS = ("A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8")
 
 #: Micro-slices a compute-heavy expert may have loaded and not retired under A6: two keep
 #: one computing and one arriving, the least that hides a load (measured best of 1..6 on
@@ -72,7 +78,7 @@ def variant_params(setup: Setup, variant: str):
         return dataclasses.replace(dp, rule5=True)
     if variant == "A6":
         return dataclasses.replace(dp, preempt=True, hot_window=HOT_WINDOW)
-    if variant == "A7":
+    if variant in ("A7", "A8"):
         # and link-aware ring embeddings, forward-state admission [D16]
         return dataclasses.replace(
             dp,
@@ -96,7 +102,7 @@ def a7_ring_orders(rows: int, cols: int) -> int:
 
 def make_scheduler(sp, dp, variant: str) -> Scheduler:
     """The scheduler golden model of a variant (fresh, for one layer)."""
-    if variant in ("A6", "A7"):
+    if variant in ("A6", "A7", "A8"):
         # an expert with this many tokens computes as long as its loads take
         balance = min(2**16 - 1, max(1, round(dp.ddr_interval / dp.cycles_per_token)))
         # A7: each expert's ring embedding chosen by the links' load (RING_ORDERS), those the
@@ -133,6 +139,7 @@ def fsedp_layer(
     log: bool = False,
     slices: dict | None = None,
     ahead: list | None = None,
+    regions: tuple[int, int] | None = None,
 ) -> LayerResult:
     """One layer; ``sched`` is a scheduler that persists across layers (A5: its request
     table carries the QoS timers), a fresh one otherwise.  ``result.defer`` is the mask of
@@ -148,7 +155,10 @@ def fsedp_layer(
     their expert's first beat binds them to its trajectory (``ddr.bind_ahead``).  A layer in
     which nothing can happen any more (a scheduler decision the datapath cannot serve) raises
     :class:`fsedp.sw.streaming.SimulationStalled` with its state, on either engine
-    (``fsedp.sw.streaming.watchdog``)."""
+    (``fsedp.sw.streaming.watchdog``).  ``regions`` (A8): the region shape ``(rows, cols)``
+    to gather tokens into, instead of the cost model's choice (:func:`fsedp.sim.regions.plan`);
+    the result's ``gather`` says what was chosen and moved, and its ``beats``, ``script``,
+    ``timeline`` and event log are those of the streaming, which starts after the gather."""
     sp = sched.p if sched is not None else setup.sp
     dp = variant_params(setup, "A3" if variant == "A5" else variant)
     if slices is not None:
@@ -164,6 +174,16 @@ def fsedp_layer(
         table[list(slices)] = list(slices.values())
     else:
         table = None
+    given = records
+    gathered = None
+    if variant == "A8":
+        if ahead:
+            raise ValueError("A8 moves tokens before the layer: no pre-loads ahead of it")
+        per = table if table is not None else np.full(dp.experts, dp.micro_slices, np.int64)
+        gathered = plan_regions(setup, records, per, regions)
+        records = gathered.records
+    elif regions is not None:
+        raise ValueError(f"regions apply to A8, not {variant}")
     if sched is None:
         sched = make_scheduler(sp, dp, variant)
     plan = sched.start_round(records)
@@ -200,6 +220,10 @@ def fsedp_layer(
         per_chiplet_tokens[c] += t
     ddr_cycles, compute_cycles = bounds(setup, counts, table, ahead=len(ahead))
     held = held_tokens(n, sp.experts, ((c, e, t) for (c, e), t in tokens.items()))
+    if gathered is not None:  # the bounds of the tokens where the gate left them
+        held = held_tokens(
+            n, sp.experts, ((c, e, t) for (c, e), t in layer_tokens(sp, given, plan.defer).items())
+        )
     result = LayerResult(
         strategy=f"FSE-DP {variant}",
         cycles=loop["cycles"],
@@ -226,7 +250,33 @@ def fsedp_layer(
         idle=loop["idle"],
         log=loop.get("events", []) if log else [],
     )
+    if gathered is not None:
+        add_gather(result, gathered, setup)
     return result
+
+
+def add_gather(result: LayerResult, gathered, setup: Setup) -> None:
+    """A8: the all-to-all before the streaming and the one after it in ``result``'s time
+    (``cycles``, every unit idle for ``all-to-all``), the activations moved in its D2D bytes
+    (there and back), and ``gather`` = shape, experts' regions, tokens moved, cycles each way.
+    Tokens move, so the bound with tokens left in place does not apply: ``stream_bound`` is
+    the bound of any strategy, ``link_bound``."""
+    a2a, moved_bytes = all_to_all_cycles(setup, gathered.moves)
+    n = len(result.busy)
+    result.cycles += 2 * a2a
+    for unit in ("ddr", "compute"):
+        idle = result.idle.setdefault(unit, {})
+        if a2a:
+            idle["all-to-all"] = idle.get("all-to-all", 0) + 2 * a2a * n
+    result.d2d_bytes += 2 * moved_bytes
+    result.stream_bound = result.link_bound
+    result.gather = {
+        "shape": list(gathered.shape),
+        "home": [int(g) for g in gathered.home],
+        "moved": len(gathered.moves),
+        "a2a_cycles": a2a,
+        "scores": {f"{r}x{c}": v for (r, c), v in gathered.scores.items()},
+    }
 
 
 def check_ahead(dp, tokens: dict, table, ahead: list) -> list:

@@ -45,6 +45,8 @@ class LayerResult:
     idle: dict = field(default_factory=dict)
     #: every micro-slice event when asked for (``fsedp_layer(log=True)``)
     log: list = field(default_factory=list)
+    #: A8: the layer's gathering into regions (:func:`fsedp.sim.fsedp.add_gather`)
+    gather: dict = field(default_factory=dict)
 
     @property
     def utilization(self) -> float:

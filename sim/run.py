@@ -78,7 +78,7 @@ def run_experiment(
     "attention": [cycles per layer outside the routed experts: attention and shared experts],
     "wall_s": {strategy: s}}``.  ``on_layer(strategy,
     layer, result)`` is called after each simulated layer (the RTL check hooks in here).
-    The layers of EP, Hydra (whose placements are computed here first), A1-A4 and A6 are
+    The layers of EP, Hydra (whose placements are computed here first), A1-A4 and A6-A8 are
     independent and run on ``workers`` processes, one task per layer (default: up to 2 CPUs;
     1 runs everything in this process); A5 (carried tokens) runs in order here.  Results do
     not depend on ``workers``.  ``trace``: a routing trace to use instead of the scenario's
@@ -92,8 +92,8 @@ def run_experiment(
     for s in strategies:
         if s not in STRATEGIES:
             raise ValueError(f"unknown strategy {s!r}; choose from {', '.join(STRATEGIES)}")
-        if slices is not None and s not in ("A2", "A3", "A4", "A6", "A7"):
-            raise ValueError(f"a slice table applies to A2, A3, A4, A6 and A7, not {s}")
+        if slices is not None and s not in ("A2", "A3", "A4", "A6", "A7", "A8"):
+            raise ValueError(f"a slice table applies to A2, A3, A4, A6, A7 and A8, not {s}")
     slices = slices or {}
     setup = setup or make_setup(cfg)
     its = iterations(cfg, n_iter, layers, trace=trace)
@@ -323,6 +323,11 @@ def summarize(run: dict) -> dict:
             "flush_layers": len(rs) - n_layers,
             "wall_s": run["wall_s"].get(s),
         }
+        shapes = [f"{r.gather['shape'][0]}x{r.gather['shape'][1]}" for r in rs if r.gather]
+        if shapes:  # A8: the region shapes its layers gathered tokens into, most used first
+            out[s]["regions"] = {
+                k: shapes.count(k) for k in sorted(set(shapes), key=shapes.count, reverse=True)
+            }
         if s == "A5" and run.get("qos"):
             out[s]["qos"] = run["qos"]
             out[s]["deferrals"] = run["qos"]["deferrals"]

@@ -415,9 +415,19 @@ def format_breakdown(rows, strategies) -> str:
         "|---|---:|---:|---|---|---|---|---|" + "---|" * len(fsedp),
     ]
 
-    def causes(lost):
-        big = sorted(((k, v) for k, v in lost.items() if v >= 0.001), key=lambda kv: -kv[1])
-        return ", ".join(f"{k} {v * 100:.1f}" for k, v in big) or "-"
+    def causes(summary):
+        big = sorted(
+            ((k, v) for k, v in summary["lost"].items() if v >= 0.001), key=lambda kv: -kv[1]
+        )
+        text = ", ".join(f"{k} {v * 100:.1f}" for k, v in big) or "-"
+        if summary.get("regions"):  # A8: the regions its layers gathered tokens into
+            text = (
+                "regions "
+                + " ".join(f"{k} x{v}" for k, v in summary["regions"].items())
+                + ": "
+                + text
+            )
+        return text
 
     for r in rows:
         b = r[strategies[0]]["breakdown"]
@@ -432,7 +442,7 @@ def format_breakdown(rows, strategies) -> str:
             + " | "
             + " / ".join(f"{(r[x]['busiest_link_share'] or 0) * 100:.0f}" for x in fsedp)
             + " | "
-            + " | ".join(causes(r[x]["lost"]) for x in fsedp)
+            + " | ".join(causes(r[x]) for x in fsedp)
             + " |"
         )
     return "\n".join(out)

@@ -38,7 +38,7 @@ def test_setup_of_the_default_run():
 def test_no_strategy_beats_the_bound(tokens):
     cfg = tiny(tokens)
     run = run_experiment(
-        cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5", "A6", "A7"), n_iter=2, progress=False
+        cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"), n_iter=2, progress=False
     )
     for s, rs in run["results"].items():
         for r in rs:
@@ -63,7 +63,7 @@ def test_fsedp_loads_each_active_expert_once():
     s = make_setup(cfg)
     layer = iterations(cfg, 1)[0][0]
     counts = layer.expert_counts(s.sp.experts)
-    for v in ("A1", "A2", "A3", "A4", "A6"):
+    for v in ("A1", "A2", "A3", "A4", "A6", "A8"):
         r = fsedp_layer(s, layer.records, v)
         assert r.ddr_bytes == np.count_nonzero(counts) * s.expert_bytes
         assert sum(r.busy) == sum(

@@ -336,7 +336,7 @@ def add_parsers(sub):
     run.add_argument(
         "--strategies",
         default=None,
-        help="comma-separated: EP, Hydra, A1..A7 (FSE-DP ablations; default: EP, Hydra, "
+        help="comma-separated: EP, Hydra, A1..A8 (FSE-DP ablations; default: EP, Hydra, "
         "A1, A2, A3 and A6)",
     )
     run.add_argument(

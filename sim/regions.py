@@ -1,0 +1,300 @@
+"""Token gathering into regions of the mesh (strategy ``A8``; issue 32, item 2).
+
+On a large mesh an expert whose tokens sit on every chiplet streams over a ring through all
+of them: every micro-slice crosses ``|C| - 1`` links or more, and every chiplet of the mesh
+is entered by every micro-slice of every active expert.  ``A8`` moves tokens, not weights:
+the mesh is tiled into equal rectangular *regions*; each active expert is given one region,
+its tokens travel there (an all-to-all of their activations, and the results back, priced
+as EP's), spread evenly over the region's chiplets, and the expert streams under A7's rules
+on a ring inside the region, loaded by the region's own DDR channels.  Each expert is still
+loaded from DDR exactly once; what changes is the links its micro-slices cross (``|R| - 1``
+instead of ``|C| - 1``) and which DDR channels and compute units carry it.
+
+The tiling and the experts' regions are chosen per layer by a cost model (:func:`plan`),
+before the layer streams, from the counts the gate writes -- the same counts the EIT holds.
+For every tiling of the mesh into regions of at least two chiplets (the whole mesh, where
+nothing moves, among them), experts are placed on regions by a balancing heuristic
+(:func:`assign`) and the tiling is scored by the largest of each region's three loads: its
+DDR time (its experts' micro-slices over its channels), its compute time (their MACs over
+its chiplets) and its busiest link (every micro-slice enters every chiplet of the region it
+was not loaded on through one of that chiplet's links inside the region), plus the
+all-to-all twice.  The lowest score wins; a tiling within 1 % of it with a less loaded
+busiest link is taken instead (the model does not see how links and loads interfere, and
+links that are busy most of the time stall the rings: ``docs/simulator.md``).
+
+Decisions where the papers are silent (``docs/simulator.md#a8-tokens-gathered-into-regions``):
+regions are equal rectangles tiling the mesh (so every region is a small mesh whose snake
+rings have one-hop legs where the region has an even side); the all-to-all happens before
+the layer streams and the results return after it, each as long as EP's all-to-all of the
+same tokens (a bound on the busiest chiplet's links; overlapping the gather with the first
+DDR loads is left out, so the figure is pessimistic by at most that phase); inside its
+region an expert's tokens are spread as evenly as whole tokens allow, tokens already in the
+region staying where they are when their chiplet has room, the others going to the nearest
+chiplet with room.
+"""
+
+import math
+
+import numpy as np
+
+from fsedp.params import mesh_position
+
+__all__ = ["tilings", "regions_of", "assign", "gather", "all_to_all_cycles", "plan", "Plan"]
+
+
+def tilings(rows: int, cols: int) -> list[tuple[int, int]]:
+    """Region shapes ``(rh, rw)`` that tile a ``rows x cols`` mesh with regions of at least
+    two chiplets, largest first; ``(rows, cols)`` (one region: nothing moves) is first."""
+    out = [
+        (rh, rw)
+        for rh in range(1, rows + 1)
+        for rw in range(1, cols + 1)
+        if rows % rh == 0 and cols % rw == 0 and rh * rw >= 2
+    ]
+    return sorted(out, key=lambda s: (-s[0] * s[1], s))
+
+
+def regions_of(rows: int, cols: int, shape: tuple[int, int]) -> list[list[int]]:
+    """The chiplets of each region of the tiling ``shape``, regions in row-major order of
+    their corners, chiplets ascending (the mesh's snake numbering)."""
+    rh, rw = shape
+    if rows % rh or cols % rw:
+        raise ValueError(f"regions of {rh}x{rw} do not tile a {rows}x{cols} mesh")
+    out: dict = {}
+    for c in range(rows * cols):
+        r, k = mesh_position(c, cols)
+        out.setdefault((r // rh, k // rw), []).append(c)
+    return [out[key] for key in sorted(out)]
+
+
+def _min_in_degree(region: list[int], cols: int) -> int:
+    """The fewest links inside the region that enter one of its chiplets."""
+    pos = {mesh_position(c, cols) for c in region}
+    return min(
+        sum((r + dr, k + dk) in pos for dr, dk in ((-1, 0), (1, 0), (0, -1), (0, 1)))
+        for r, k in pos
+    )
+
+
+def assign(held: np.ndarray, per: np.ndarray, dp, regions: list[list[int]]) -> np.ndarray:
+    """The region of every active expert (``-1`` for the others): ``held[c, e]`` tokens on
+    chiplet ``c`` routed to expert ``e``, ``per[e]`` its micro-slices.
+
+    Largest expert first (by the larger of its load and compute time), each goes to the
+    region whose larger of DDR and compute time grows least, ties to the region holding most
+    of its tokens already (fewer moves); then, while it lowers the largest region's time,
+    one expert moves out of the busiest region or two experts of it and another trade
+    places (at most ``4 E`` improvements)."""
+    g = len(regions)
+    size = np.array([len(r) for r in regions], np.float64)
+    tokens = held.sum(0)
+    active = np.flatnonzero(tokens > 0)
+    load = per * dp.ddr_interval  # one channel's time for the expert
+    work = tokens * per * dp.cycles_per_token  # one chiplet's time for all its tokens
+    inside = np.array([held[r].sum(0) for r in regions])  # [g, experts]
+    home = np.full(held.shape[1], -1, np.int64)
+    ddr = np.zeros(g)
+    comp = np.zeros(g)
+    for e in sorted(active, key=lambda e: (-max(load[e], work[e]), e)):
+        cost = np.maximum(ddr + load[e] / size, comp + work[e] / size)
+        best = min(range(g), key=lambda r: (round(cost[r]), -inside[r, e], r))
+        home[e] = best
+        ddr[best] += load[e] / size[best]
+        comp[best] += work[e] / size[best]
+    for _ in range(4 * len(active)):
+        t = np.maximum(ddr, comp)
+        hi = int(np.argmax(t))
+        best = None  # (new max of the two regions, expert out, expert in or -1)
+        for a in active[home[active] == hi]:
+            for lo in range(g):
+                if lo == hi:
+                    continue
+                for b in [-1, *active[home[active] == lo]]:
+                    dl = load[a] - (load[b] if b >= 0 else 0)
+                    dw = work[a] - (work[b] if b >= 0 else 0)
+                    new = max(
+                        ddr[hi] - dl / size[hi],
+                        comp[hi] - dw / size[hi],
+                        ddr[lo] + dl / size[lo],
+                        comp[lo] + dw / size[lo],
+                    )
+                    if new < t[hi] - 0.5 and (best is None or new < best[0]):
+                        best = (new, a, b, lo)
+        if best is None:
+            break
+        _, a, b, lo = best
+        dl = load[a] - (load[b] if b >= 0 else 0)
+        dw = work[a] - (work[b] if b >= 0 else 0)
+        ddr[hi] -= dl / size[hi]
+        comp[hi] -= dw / size[hi]
+        ddr[lo] += dl / size[lo]
+        comp[lo] += dw / size[lo]
+        home[a] = lo
+        if b >= 0:
+            home[b] = hi
+    return home
+
+
+def gather(records, home: np.ndarray, regions: list[list[int]], cols: int, per, dp):
+    """The records with every token on a chiplet of its expert's region, and the moves
+    ``[(from, to)]`` it takes.  Experts in the order of their first record; each one's tokens
+    spread over its region as evenly as whole tokens allow, the larger shares to the
+    chiplets holding most of its tokens already, then to the least loaded so far (the DDR
+    and compute time of the experts placed before it; then the lowest-numbered); a token
+    already in the region stays where its chiplet has room, the others go to the nearest
+    chiplet with room (then the lowest-numbered).  Records keep their order."""
+    by_expert: dict = {}
+    for i, rec in enumerate(records):
+        by_expert.setdefault(rec[2], []).append(i)
+    pos = [mesh_position(c, cols) for c in range(max(max(r) for r in regions) + 1)]
+    load = [0.0] * len(pos)
+    out = list(records)
+    moves = []
+    for e, idx in by_expert.items():
+        region = regions[home[e]]
+        q, rest = divmod(len(idx), len(region))
+        have = {c: 0 for c in region}
+        for i in idx:
+            if records[i][1] in have:
+                have[records[i][1]] += 1
+        order = sorted(region, key=lambda c: (-min(have[c], q + 1), load[c], c))
+        room = {c: q + (k < rest) for k, c in enumerate(order)}
+        on = [c for c in order if room[c]]
+        for c in on:  # its share of the expert's loads (Rule 4 spreads them) and MACs
+            load[c] += per[e] * (dp.ddr_interval / len(on) + room[c] * dp.cycles_per_token)
+        away = []
+        for i in idx:
+            c = records[i][1]
+            if room.get(c, 0) > 0:
+                room[c] -= 1
+            else:
+                away.append(i)
+        for i in away:
+            r, c, _ = records[i]
+            a = pos[c]
+            d = min(
+                (d for d in region if room[d] > 0),
+                key=lambda d: (abs(a[0] - pos[d][0]) + abs(a[1] - pos[d][1]), d),
+            )
+            room[d] -= 1
+            out[i] = (r, d, e)
+            moves.append((c, d))
+    return out, moves
+
+
+def all_to_all_cycles(setup, moves) -> tuple[int, int]:
+    """Cycles to send one activation per ``(from, to)`` move, and the bytes sent: the
+    busiest chiplet's bytes out or in over its links at the link bandwidth, plus the
+    longest move's hops at the link latency (EP's all-to-all, :mod:`fsedp.sim.baselines`)."""
+    n, dp = setup.chiplets, setup.dp
+    out_bytes = [0] * n
+    in_bytes = [0] * n
+    hops = total = 0
+    for c, d in moves:
+        if c == d:
+            continue
+        out_bytes[c] += setup.act_bytes
+        in_bytes[d] += setup.act_bytes
+        total += setup.act_bytes
+        hops = max(hops, dp.distance(c, d))
+    if not total:
+        return 0, 0
+    degree = [sum(dp.neighbour(c, k) is not None for k in range(4)) for c in range(n)]
+    busiest = max(max(out_bytes[c], in_bytes[c]) / degree[c] for c in range(n))
+    return math.ceil(busiest / setup.link_bytes_per_cycle) + hops * setup.link_latency_cycles, total
+
+
+class Plan:
+    """A layer's gathering: the region shape, the experts' regions, the gathered records,
+    the moves, the all-to-all cycles (each way) and the cost model's score of every tiling
+    (``scores[shape] = (cycles, busiest link cycles)``)."""
+
+    def __init__(self, shape, regions, home, records, moves, a2a, scores):
+        self.shape = shape
+        self.regions = regions
+        self.home = home
+        self.records = records
+        self.moves = moves
+        self.a2a = a2a
+        self.scores = scores
+
+
+def _score(setup, held, per, shape):
+    dp = setup.dp
+    regions = regions_of(dp.rows, dp.cols, shape)
+    home = assign(held, per, dp, regions)
+    t = 0.0
+    busiest_link = 0.0
+    for g, region in enumerate(regions):
+        mine = home == g
+        if not mine.any():
+            continue
+        size = len(region)
+        slices = float(per[mine].sum())
+        ddr = slices * dp.ddr_interval / size
+        comp = float((held.sum(0)[mine] * per[mine]).sum()) * dp.cycles_per_token / size
+        link = 0.0
+        if size > 1:
+            link = slices * (1 - 1 / size) / _min_in_degree(region, dp.cols) * dp.link_cycles
+        busiest_link = max(busiest_link, link)
+        t = max(t, ddr, comp, link)
+    return regions, home, t, busiest_link
+
+
+#: The smallest region A8 gathers into: a ring of two chiplets leaves each with half of an
+#: expert's tokens, so experts turn compute-heavy and wait on the hot window (measured on
+#: the 8x8 mesh: Qwen3-30B-A3B at 256 tokens, 1x2 regions 1.24x the bound, 2x2 1.02x).
+MIN_REGION = 4
+#: A layer whose compute bound is at least this share of its DDR bound is *balanced*: every
+#: unit must be busy all the time, and the drain of regions finishing apart costs more than
+#: the rings' link stalls (4x4 mesh, 1024 tokens: regions 1.12-1.26x, one ring 1.07-1.23x).
+BALANCED = 0.75
+
+
+def plan(setup, records, per: np.ndarray, shape: tuple[int, int] | None = None) -> Plan:
+    """The gathering of one layer: the given region ``shape``, or (``None``) the tiling the
+    cost model chooses (module docstring): of the whole mesh and the tilings into regions
+    of at least :data:`MIN_REGION` chiplets, the lowest score -- within 1 %, the least loaded
+    busiest link -- but the whole mesh in a balanced layer (:data:`BALANCED`) whose busiest
+    link is loaded no longer than its DDR and compute take."""
+    dp = setup.dp
+    n = dp.chiplets
+    experts = len(per)
+    held = np.zeros((n, experts), np.int64)
+    for _, c, e in records:
+        held[c, e] += 1
+    whole = (dp.rows, dp.cols)
+    if shape is not None:
+        shapes = [shape]
+    else:
+        shapes = [s for s in tilings(dp.rows, dp.cols) if s == whole or s[0] * s[1] >= MIN_REGION]
+    scores = {}
+    best = None
+    for s in shapes:
+        regions, home, t, link = _score(setup, held, per, s)
+        if s == whole:
+            moved, moves, a2a = list(records), [], 0
+        else:
+            moved, moves = gather(records, home, regions, dp.cols, per, dp)
+            a2a = all_to_all_cycles(setup, moves)[0]
+        total = t + 2 * a2a
+        scores[s] = (round(total), round(link))
+        cand = (total, link, s, regions, home, moved, moves, a2a)
+        if best is None or _better(cand, best):
+            best = cand
+        if s == whole and shape is None:
+            used = per[held.sum(0) > 0]
+            ddr = float(used.sum()) * dp.ddr_interval / n
+            comp = float((held.sum(0) * per).sum()) * dp.cycles_per_token / n
+            if comp >= BALANCED * ddr and link <= max(ddr, comp):
+                break  # balanced, and one ring's links keep up
+    total, link, s, regions, home, moved, moves, a2a = best
+    return Plan(s, regions, home, moved, moves, a2a, scores)
+
+
+def _better(a, b) -> bool:
+    """``a`` before ``b``: lower score, unless within 1 % of each other, then the less
+    loaded busiest link (then the lower score)."""
+    if abs(a[0] - b[0]) <= 0.01 * max(a[0], b[0]):
+        return (a[1], a[0]) < (b[1], b[0])
+    return a[0] < b[0]
