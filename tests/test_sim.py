@@ -38,7 +38,10 @@ def test_setup_of_the_default_run():
 def test_no_strategy_beats_the_bound(tokens):
     cfg = tiny(tokens)
     run = run_experiment(
-        cfg, ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"), n_iter=2, progress=False
+        cfg,
+        ("EP", "Hydra", "A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8"),
+        n_iter=2,
+        progress=False,
     )
     for s, rs in run["results"].items():
         for r in rs:
