@@ -68,6 +68,15 @@ class ComputeModel(wiring.Component):
                 "compute": In(ComputeSignature(p)),
                 "event": Out(event_layout(p)),
                 "busy": Out(1),
+                **(
+                    {
+                        "admit": Out(p.held_claim + 1),
+                        "admit_spare": Out(p.held_claim + 1),
+                        "accept_r": Out(p.hop_bits),
+                    }
+                    if p.admission == "forward-state"
+                    else {}
+                ),
             }
         )
 
@@ -149,6 +158,9 @@ class Chiplet(wiring.Component):
     tokens : In(stream.Signature(tokens_layout)), always ready
     free, accept : Out
         Free slots and whether a link arrival is accepted this cycle (for DDR admission).
+    admit, admit_spare, accept_r : Out; only with forward-state admission
+        The ring buffer's admission vectors and the accepted arrival's ``r`` (its claim):
+        what the DDR controller's loads of this cycle may still take ([D16]).
     resv : In(ReservationSignature)
         The DDR controller reserves a slot for a load it issues (answered in the cycle).
     ddr : In(DeliverySignature), always ready
@@ -189,6 +201,15 @@ class Chiplet(wiring.Component):
                 "event": Out(event_layout(p)),
                 "occupancy": Out(p.free_bits),
                 "busy": Out(1),
+                **(
+                    {
+                        "admit": Out(p.held_claim + 1),
+                        "admit_spare": Out(p.held_claim + 1),
+                        "accept_r": Out(p.hop_bits),
+                    }
+                    if p.admission == "forward-state"
+                    else {}
+                ),
             }
         )
 
@@ -219,4 +240,11 @@ class Chiplet(wiring.Component):
             self.occupancy.eq(buf.occupancy),
             self.busy.eq(cu.busy),
         ]
+        if p.admission == "forward-state":
+            m.d.comb += [
+                router.admit.eq(buf.admit),
+                self.admit.eq(buf.admit),
+                self.admit_spare.eq(buf.admit_spare),
+                self.accept_r.eq(buf.rx.payload.r),
+            ]
         return m

@@ -113,6 +113,15 @@ class ChipletArray(wiring.Component):
                 ch.tokens.payload.eq(self.tokens.payload),
                 ddr.free[c].eq(ch.free),
                 ddr.accept[c].eq(ch.accept),
+                *(
+                    [
+                        ddr.admit[c].eq(ch.admit),
+                        ddr.admit_spare[c].eq(ch.admit_spare),
+                        ddr.accept_r[c].eq(ch.accept_r),
+                    ]
+                    if p.admission == "forward-state"
+                    else []
+                ),
                 self.events[c].eq(ch.event),
                 self.occupancy[c].eq(ch.occupancy),
             ]

@@ -35,13 +35,6 @@ def check_chiplet(owner, p, chiplet: int | None = None):
                 "only (ring_orders 1); the golden model and the simulator take 2 and 4"
             )
         )
-    if p.admission != "forward-count":
-        fail(
-            ValueError(
-                f"admission {p.admission!r}: the datapath RTL implements forward-count "
-                "admission only; the golden model and the simulator take forward-state"
-            )
-        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

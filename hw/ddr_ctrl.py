@@ -100,6 +100,12 @@ class DDRController(wiring.Component):
         ignored and sets the sticky ``bad_dispatch``.
     free, accept : In x chiplets
         Each ring buffer's free slots and whether it accepts a link arrival this cycle.
+    admit, admit_spare, accept_r : In x chiplets; only with forward-state admission
+        Each ring buffer's admission vectors and the ``r`` of the arrival it accepts this
+        cycle ([D16]): a load that claims ``r`` may go into chiplet ``a`` iff
+        ``admit[a][r]`` and, when ``a`` accepts an arrival claiming ``q``,
+        ``admit_spare[a][min(r, q)]`` (the router's accept is taken first, as in the golden
+        model's ledger).  ``resv.claim`` carries the load's claim to the reserved slot.
     resv : Out(ReservationSignature) x chiplets
         Slot reservation of the load issued into each chiplet this cycle.
     deliver : Out(DeliverySignature) x ddr_channels, always ready
@@ -154,6 +160,15 @@ class DDRController(wiring.Component):
                 "dispatch": In(stream.Signature(dispatch_layout(p), always_ready=True)),
                 "free": In(p.free_bits).array(n),
                 "accept": In(1).array(n),
+                **(
+                    {
+                        "admit": In(p.held_claim + 1).array(n),
+                        "admit_spare": In(p.held_claim + 1).array(n),
+                        "accept_r": In(p.hop_bits).array(n),
+                    }
+                    if p.admission == "forward-state"
+                    else {}
+                ),
                 "resv": Out(ReservationSignature(p)).array(n),
                 "deliver": Out(DeliverySignature(p)).array(nc),
                 "unhold": Out(UnholdSignature(p)),
@@ -174,6 +189,24 @@ class DDRController(wiring.Component):
         (``deliver.valid`` in cycle ``latency``) without DDR stalls: the queue entry's age
         reaches ``ddr_latency`` (at least 1, when the queue is first readable)."""
         return self.p.ddr_latency
+
+    def _room(self, free2, a, need):
+        """Whether chiplet ``a`` (an index or a signal) admits a load that claims ``need``
+        this cycle, after the link arrival it accepts: forward-count, more than ``need``
+        slots free (``free2``: free minus the accepted arrival); forward-state [D16], the
+        ring buffer's ledger with that arrival taken first."""
+        p = self.p
+        if p.admission != "forward-state":
+            return (free2[a] if isinstance(a, int) else Array(free2)[a]) > need
+
+        def at(x):
+            return x[a] if isinstance(a, int) else Array(x)[a]
+
+        acc_r = at(self.accept_r)
+        lower = Mux(need < acc_r, need, acc_r)
+        return at(self.admit).bit_select(need, 1) & (
+            ~at(self.accept) | at(self.admit_spare).bit_select(lower, 1)
+        )
 
     def _hot(self, m, t) -> list | None:
         """[D12] Per job: whether it is compute-heavy on its trajectory (``None`` without
@@ -214,11 +247,11 @@ class DDRController(wiring.Component):
             room = t.jvalid[j] & (t.jloaded[j] < t.jcount[j]) & window_ok[j]
             if not p.rule5:
                 m.d.comb += [
-                    ok.eq(room & (Array(free2)[t.jnext[j]] > t.jneed[j][t.jnext[j]])),
+                    ok.eq(room & self._room(free2, t.jnext[j], t.jneed[j][t.jnext[j]])),
                     tgt.eq(t.jnext[j]),
                 ]
             else:
-                cand = [t.jtraj[j][a] & (free2[a] > t.jneed[j][a]) for a in range(n)]
+                cand = [t.jtraj[j][a] & self._room(free2, a, t.jneed[j][a]) for a in range(n)]
                 best_v, best_a = self._emptiest(m, cand, free2, f"job{j}_r5")
                 m.d.comb += [ok.eq(room & best_v), tgt.eq(best_a)]
             job_ok.append(ok)
@@ -232,7 +265,7 @@ class DDRController(wiring.Component):
             m.d.comb += pre_ok[k].eq(
                 t.pvalid[k]
                 & (t.pload[k] < t.pcount[k])
-                & (Array(free2)[t.pchip[k]] > p.max_hops + 1)
+                & self._room(free2, t.pchip[k], p.held_claim)
             )
         pre_vec = Cat(*pre_ok) if P else Const(0, 1)
         ppick = Signal(max(1, bits_for(P)))
@@ -346,7 +379,7 @@ class DDRController(wiring.Component):
                     t.jvalid[j]
                     & covers(j)
                     & (t.jloaded[j] + extra[j] < t.jcount[j])
-                    & (free2[c] > hops[j])
+                    & self._room(free2, c, hops[j])
                     & self._window(m, t, hot, j, extra[j], f"{tag}{c}_window{j}")
                 )
                 elig.append(e)
@@ -370,7 +403,7 @@ class DDRController(wiring.Component):
             ]
             anyp, pick = first_set(elig)
             iss, sel = Signal(name=f"{tag}{c}_issue"), Signal(bits_for(P), name=f"{tag}{c}_pre")
-            m.d.comb += [iss.eq(enable & (free2[c] > p.max_hops + 1) & anyp), sel.eq(pick)]
+            m.d.comb += [iss.eq(enable & self._room(free2, c, p.held_claim) & anyp), sel.eq(pick)]
             index = Array(t.pload[k] + pext[k] for k in range(P))[sel]
             dest = c if dests is None else Array(dests)[sel]
             cands[c].append((iss, pre_fields(sel, index, dest, Array(hops)[sel])))
@@ -400,7 +433,10 @@ class DDRController(wiring.Component):
                 m.d.comb += sel.eq(Mux(s >= n, s - n, s))
                 need = [Array(t.jneed[j][a] for j in range(n))[sel] for a in range(n)]
                 traj = t.jtraj[sel]
-                cand = [traj[a] & can_issue[a] & ~used[a] & (free2[a] > need[a]) for a in range(n)]
+                cand = [
+                    traj[a] & can_issue[a] & ~used[a] & self._room(free2, a, need[a])
+                    for a in range(n)
+                ]
                 anyc, tgt = self._emptiest(m, cand, free2, f"r5_{k}_")
                 iss = Signal(name=f"r5_{k}_issue")
                 m.d.comb += iss.eq(
@@ -574,6 +610,11 @@ class DDRController(wiring.Component):
             targets = list(range(n))
             for a in range(n):
                 m.d.comb += self.resv[a].valid.eq(wens[a])
+        if p.admission == "forward-state":
+            # [D16] the reserved slot claims the load's hops, H + 1 while it is held
+            for a in range(n):
+                w = ws[0] if nc == 1 else ws[a]
+                m.d.comb += self.resv[a].claim.eq(Mux(w.d.held, p.held_claim, w.d.packet.r))
         for ch, q in enumerate(queues):
             w = ws[ch]
             m.d.comb += [

@@ -42,8 +42,13 @@ def LinkSignature(p: DatapathParams) -> wiring.Signature:
 def ReservationSignature(p: DatapathParams) -> wiring.Signature:
     """A slot reservation, from the DDR controller's side: ``valid`` reserves a ring-buffer
     slot for the load issued this cycle; the buffer answers with ``slot`` in the same cycle
-    (combinational, from registered state: its highest free slot)."""
-    return wiring.Signature({"valid": Out(1), "slot": In(p.slot_bits)})
+    (combinational, from registered state: its highest free slot).  Under forward-state
+    admission ([D16]) ``claim`` is the hops the reserved slot counts for: the load's ``r``,
+    or ``H + 1`` for a held one."""
+    members = {"valid": Out(1), "slot": In(p.slot_bits)}
+    if p.admission == "forward-state":
+        members["claim"] = Out(p.hop_bits)
+    return wiring.Signature(members)
 
 
 def DeliverySignature(p: DatapathParams) -> stream.Signature:
@@ -178,6 +183,15 @@ class RingBuffer(wiring.Component):
         The pre-loaded micro-slices of ``unhold.payload.expert`` held here may now stream.
     occupancy : Out
         Allocated slots (``K - free``).
+    admit, admit_spare : Out(H + 2); only with ``admission = "forward-state"``
+        [D16], from registered state: bit ``r`` of ``admit`` says a micro-slice with ``r``
+        hops to go may enter (for every ``i <= r``, ``N(>= i) + 1 + i <= K``, ``N(>= i)``
+        the slots whose claim is at least ``i``), of ``admit_spare`` that it may enter with
+        one slot more taken (``N(>= i) + 2 + i <= K``).  After admitting one that claims
+        ``a``, one with ``r`` hops may still enter iff ``admit[r]`` and
+        ``admit_spare[min(r, a)]`` (the router's accept, then the DDR controller's load).
+        A slot's claim is written at its reservation (``resv.claim``) and its store (the
+        micro-slice's ``r``, ``H + 1`` while held) and lowered to ``r`` when un-held.
 
     Latency: a slot is released one cycle after its last use (Rule 3).  Throughput: one
     link arrival and one DDR delivery per cycle, one transfer start per direction per cycle.
@@ -187,6 +201,7 @@ class RingBuffer(wiring.Component):
         check_chiplet(self, p, chiplet)
         self.p, self.chiplet = p, chiplet
         link = LinkSignature(p)
+        state = p.admission == "forward-state"
         super().__init__(
             {
                 "rx": In(stream.Signature(packet_layout(p))),
@@ -197,6 +212,11 @@ class RingBuffer(wiring.Component):
                 "compute": Out(ComputeSignature(p)),
                 "unhold": In(UnholdSignature(p)),
                 "occupancy": Out(p.free_bits),
+                **(
+                    {"admit": Out(p.held_claim + 1), "admit_spare": Out(p.held_claim + 1)}
+                    if state
+                    else {}
+                ),
             }
         )
 
@@ -242,6 +262,25 @@ class RingBuffer(wiring.Component):
             high_expr = Mux(free_vec[i], i, high_expr)
         high = Signal(p.slot_bits)
         m.d.comb += [high.eq(high_expr), self.resv.slot.eq(high), self.rx.ready.eq(free_vec.any())]
+
+        # -- forward-state admission [D16]: the claims' prefix conditions -------------------
+        state = p.admission == "forward-state"
+        if state:
+            claim = slot_signal("claim", p.hop_bits)
+            top = p.held_claim
+            ok0 = Const(1)
+            ok1 = Const(1)
+            for i in range(top + 1):
+                at_least = Signal(p.free_bits, name=f"claims_ge{i}")
+                m.d.comb += at_least.eq(sum(busy[s] & (claim[s] >= i) for s in range(K)))
+                n0, n1 = Signal(name=f"admit{i}"), Signal(name=f"admit_spare{i}")
+                m.d.comb += [
+                    n0.eq(ok0 & (at_least + 1 + i <= K)),
+                    n1.eq(ok1 & (at_least + 2 + i <= K)),
+                    self.admit[i].eq(n0),
+                    self.admit_spare[i].eq(n1),
+                ]
+                ok0, ok1 = n0, n1
 
         # -- offers: fewest hops left, ties to the lower slot ----------------------------
         tx_slot = []
@@ -357,6 +396,8 @@ class RingBuffer(wiring.Component):
                 hops[i].eq(f["r"]),
                 expert[i].eq(h.expert),
             ]
+            if state:
+                m.d.sync += claim[i].eq(Mux(held_value, top, f["r"]))
 
         cu = self.compute
         look = cu.look_cycles if p.preempt else (None, None)
@@ -374,6 +415,8 @@ class RingBuffer(wiring.Component):
                 m.d.sync += tx[i].eq(tx[i] - 1)
             with m.If(self.unhold.valid & held[i] & (expert[i] == self.unhold.payload.expert)):
                 m.d.sync += held[i].eq(0)
+                if state:
+                    m.d.sync += claim[i].eq(hops[i])
             for d in range(4):
                 with m.If(self.offer[d].valid & self.offer[d].ready & (tx_slot[d] == i)):
                     m.d.sync += [send[i].eq(0), tx[i].eq(L - 1)]
@@ -383,6 +426,8 @@ class RingBuffer(wiring.Component):
                 store(i, ddr_in.packet, f_ddr, 0, 1, ddr_in.held, look[1])
             with m.If(self.resv.valid & (high == i)):
                 m.d.sync += [busy[i].eq(1), resv[i].eq(1)]
+                if state:
+                    m.d.sync += claim[i].eq(self.resv.claim)
             with m.If(cu.done.valid & (cu.done.payload == i)):
                 m.d.sync += computing[i].eq(0)
             if p.preempt:

@@ -17,7 +17,8 @@ __all__ = ["Router"]
 
 
 class Router(wiring.Component):
-    """Output links with their busy time, input arbitration with forward-count admission.
+    """Output links with their busy time, input arbitration with forward-count (or, with
+    ``admission = "forward-state"``, forward-state [D16]) admission.
 
     XY routing needs no table here: the ring buffer stores each micro-slice with the
     direction of its next leg (computed on arrival from ``dest``), and offers per direction.
@@ -41,9 +42,12 @@ class Router(wiring.Component):
         Per output link: no transfer may start this cycle (test hook, models a busy PHY).
     free : In
         Free slots of the ring buffer.
+    admit : In(H + 2); only with forward-state admission
+        The ring buffer's ``admit``: bit ``r`` set when a micro-slice with ``r`` hops to go
+        may enter.
     rx : Out(stream.Signature(packet_layout))
         The granted input: round-robin over the inputs whose micro-slice is admissible
-        (``payload.r < free``), at most one per cycle.
+        (``payload.r < free``; forward-state: ``admit[payload.r]``), at most one per cycle.
 
     Latency: an accepted micro-slice is in the ring buffer at the next clock edge and usable
     ``link_cycles`` cycles after acceptance.
@@ -61,6 +65,7 @@ class Router(wiring.Component):
                 "stall": In(4),
                 "free": In(p.free_bits),
                 "rx": Out(stream.Signature(packet_layout(p))),
+                **({"admit": In(p.held_claim + 1)} if p.admission == "forward-state" else {}),
             }
         )
 
@@ -89,7 +94,11 @@ class Router(wiring.Component):
         admissible = [Signal(name=f"admissible_{d}") for d in range(4)]
         for d in range(4):
             i = self.link_in[d]
-            m.d.comb += admissible[d].eq(i.valid & (i.payload.r < self.free) if exists[d] else 0)
+            if p.admission == "forward-state":
+                ok = self.admit.bit_select(i.payload.r, 1)
+            else:
+                ok = i.payload.r < self.free
+            m.d.comb += admissible[d].eq(i.valid & ok if exists[d] else 0)
         anyv, g = rr_pick(admissible, rr, 2)
         grant = Signal(2)
         m.d.comb += [grant.eq(g), self.rx.valid.eq(anyv)]

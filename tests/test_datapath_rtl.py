@@ -163,6 +163,19 @@ SP4 = SchedulerParams(
         dict(slice_table=True, micro_slices=5, rule5=True, preload_entries=2, link_cycles=1),
         dict(slice_table=True, ddr_channels=4, micro_slices=8, ddr_interval=3, ddr_latency=5),
         dict(slice_table=True, ddr_channels=4, micro_slices=4, hot_window=1, cycles_per_token=3),
+        # [D16] forward-state admission: one channel, Rule 5 with pre-loads, a channel per
+        # chiplet (remote loads), with A6's rules, slots at the minimum
+        dict(admission="forward-state", link_cycles=1, ddr_interval=1, ddr_latency=1, slots=4),
+        dict(admission="forward-state", rule5=True, preload_entries=2, slots=7, ddr_latency=9),
+        dict(admission="forward-state", ddr_channels=4, slots=5, micro_slices=8, link_cycles=1),
+        dict(
+            admission="forward-state",
+            ddr_channels=4,
+            preempt=True,
+            hot_window=2,
+            cycles_per_token=2,
+            ddr_interval=3,
+        ),
     ],
     ids=[
         "default",
@@ -180,6 +193,10 @@ SP4 = SchedulerParams(
         "slices-rule5",
         "ch4-slices",
         "ch4-slices-hot",
+        "state-fast-min-slots",
+        "state-rule5-preload",
+        "state-ch4",
+        "state-ch4-a6",
     ],
 )
 def test_array_2x2_matches_golden(kw):
@@ -415,18 +432,16 @@ def test_ddr_latency_is_measured(channels, latency, interval):
 
 
 def test_rtl_refuses_what_it_does_not_implement():
-    """The golden model's and the simulator's forward-state admission ([D16]) and ring
-    embeddings other than the ascending one (A7) are refused by the RTL generators, eagerly,
-    naming the value, so that no RTL run streams by rules it does not implement."""
+    """Ring embeddings other than the ascending one (A7's ``ring_orders``) are refused by the
+    RTL generators, eagerly, naming the value, so that no RTL run streams by rules it does
+    not implement (forward-state admission, [D16], is implemented: the lockstep above)."""
     from fsedp.hw.ddr_ctrl import DDRController
     from fsedp.hw.router import Router
     from fsedp.hw.scheduler import Scheduler
 
-    p = DatapathParams(rows=2, cols=2, admission="forward-state")
+    p = DatapathParams(rows=2, cols=2, ring_orders=4)
     for make in (lambda: ChipletArray(p), lambda: Router(p, 0), lambda: DDRController(p)):
-        with pytest.raises(ValueError, match="admission 'forward-state': the datapath RTL"):
+        with pytest.raises(ValueError, match="ring_orders 4: the datapath RTL"):
             make()
-    with pytest.raises(ValueError, match="ring_orders 4: the datapath RTL"):
-        ChipletArray(DatapathParams(rows=2, cols=2, ring_orders=4))
     with pytest.raises(ValueError, match="ring_orders 2: the scheduler RTL"):
         Scheduler(SchedulerParams(ring_orders=2))

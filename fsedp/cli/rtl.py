@@ -26,7 +26,7 @@ from fsedp.cli.common import (
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.experiments import rtl_runs
 from fsedp.files import build_dir
-from fsedp.params import DatapathParams, SchedulerParams
+from fsedp.params import ADMISSION_RULES, DatapathParams, SchedulerParams
 from fsedp.sw.sorter import SORTERS
 
 #: the scheduler generics the hardware commands take as options over the config's
@@ -187,25 +187,26 @@ def cmd_report(args):
     return 0
 
 
-def _mesh(text: str, layers: int) -> tuple[int, int, int]:
-    """``ROWSxCOLS[:LAYERS]``."""
+def _mesh(text: str, layers: int, option: str = "--mesh") -> tuple[int, int, int]:
+    """``ROWSxCOLS[:LAYERS]`` of ``option``."""
     try:
         shape, _, n = text.lower().partition(":")
         r, c = (int(x) for x in shape.split("x"))
         n = int(n) if n else layers
     except ValueError:
         raise usage(
-            "--mesh", f"expected ROWSxCOLS[:LAYERS] such as 2x2 or 4x4:100, not {text[:40]!r}"
+            option, f"expected ROWSxCOLS[:LAYERS] such as 2x2 or 4x4:100, not {text[:40]!r}"
         ) from None
     if not (1 <= r <= 16 and 1 <= c <= 16):
-        raise usage("--mesh", f"{text[:40]}: rows and cols must be in 1..16")
+        raise usage(option, f"{text[:40]}: rows and cols must be in 1..16")
     if not 1 <= n <= 10**6:
-        raise usage("--mesh", f"the number of layers must be in 1..1000000, not {n}")
+        raise usage(option, f"the number of layers must be in 1..1000000, not {n}")
     return r, c, n
 
 
 def cmd_datapath(args):
     from fsedp.experiments.datapath_report import (
+        admission_cells_table,
         cells_table,
         format_markdown,
         ring_table,
@@ -213,6 +214,10 @@ def cmd_datapath(args):
     )
 
     meshes = [(_mesh(m, args.layers), m) for m in args.mesh or []]
+    admission_meshes = [_mesh(m, 1, "--admission-cells")[:2] for m in args.admission_cells or []]
+    for (r, c), m in zip(admission_meshes, args.admission_cells or []):
+        if r * c < 2:
+            raise usage("--admission-cells", f"{m}: a mesh of at least 2 chiplets")
     doc, runs = {}, []
     if args.ring:
         doc["ring"] = ring_table()
@@ -223,6 +228,7 @@ def cmd_datapath(args):
         preempt=args.preempt or None,
         slice_table=args.slice_table or None,
         cycles_per_token=args.cycles_per_token,
+        admission=args.admission,
     )
     # [D10] a DDR channel per chiplet (remote loads) on every mesh and in the cells
     channels = (lambda r, c: r * c) if args.ddr_per_chiplet else (lambda r, c: None)
@@ -269,16 +275,21 @@ def cmd_datapath(args):
             + "".join(
                 f" --{k.replace('_', '-')} {v}"
                 for k, v in rules.items()
-                if v is not None and k not in ("preempt", "slice_table")
+                if v is not None and k not in ("preempt", "slice_table", "admission")
             )
             + (" --preempt" if args.preempt else "")
             + (" --slice-table" if args.slice_table else "")
             + (" --rule5" if args.rule5 else "")
-            + (" --ddr-per-chiplet" if args.ddr_per_chiplet else ""),
+            + (" --ddr-per-chiplet" if args.ddr_per_chiplet else "")
+            + (f" --admission {args.admission}" if args.admission != "forward-count" else ""),
         )
         runs.append(res)
+    if admission_meshes:
+        doc["admission_cells"] = admission_cells_table(admission_meshes)
     doc["runs"] = runs
-    text = format_markdown(doc.get("ring"), doc.get("cells"), cells_params, runs)
+    text = format_markdown(
+        doc.get("ring"), doc.get("cells"), cells_params, runs, doc.get("admission_cells")
+    )
     if args.out:
         write_output(args.out, rtl_runs.datapath_page(text))
     return _done(args, doc, text, rtl_runs.datapath_ok(runs))
@@ -655,6 +666,18 @@ def add_parsers(sub):
         "--slice-table",
         action="store_true",
         help="a micro-slice count per expert in the DDR controller ([D13], sub-expert streaming)",
+    )
+    d.add_argument(
+        "--admission",
+        choices=ADMISSION_RULES,
+        default="forward-count",
+        help=field_doc(DatapathParams, "admission"),
+    )
+    d.add_argument(
+        "--admission-cells",
+        action="append",
+        metavar="ROWSxCOLS",
+        help="measure one chiplet's cells under each admission rule on this mesh (repeatable)",
     )
     d.add_argument("--build-opt", default="-O0", choices=opts)
     d.add_argument(

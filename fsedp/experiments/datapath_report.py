@@ -137,6 +137,30 @@ def cells_table(p: DatapathParams) -> list[dict]:
     return [{"block": b, **yosys_cells(b, p)} for b in DATAPATH_BLOCKS]
 
 
+#: The blocks of one chiplet whose cells depend on the admission rule ([D16]); the DDR
+#: controller's admission checks are per chiplet too, but its size is the package's.
+CHIPLET_BLOCKS = ("ring_buffer", "router")
+
+
+def admission_cells_table(meshes) -> list[dict]:
+    """Per mesh ``(rows, cols)``: the cells of one chiplet's ring buffer and router under
+    forward-count and forward-state admission, with ``H + 2`` slots and a DDR channel per
+    chiplet (the simulator's chips)."""
+    from fsedp.experiments.rtl_report import yosys_cells
+    from fsedp.params import ADMISSION_RULES
+
+    rows = []
+    for r, c in meshes:
+        row = {"mesh": f"{r}x{c}"}
+        for rule in ADMISSION_RULES:
+            _, p = run_params(r, c, ddr_channels=r * c, admission=rule)
+            row["slots"] = p.slots
+            for b in CHIPLET_BLOCKS:
+                row[rule, b] = yosys_cells(b, p).get("cells")
+        rows.append(row)
+    return rows
+
+
 def run_params(
     rows: int, cols: int, experts: int = 16, **kw
 ) -> tuple[SchedulerParams, DatapathParams]:
@@ -199,7 +223,7 @@ def long_run(
     )
 
 
-def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
+def format_markdown(ring=None, cells=None, cells_params=None, runs=(), admission=None) -> str:
     out = []
     if ring:
         out += [
@@ -239,6 +263,30 @@ def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
             shown = n if n is not None else f"not measured: {c.get('note')}"
             out.append(f"| {c['block']} | {shown} | {c.get('sram_macros', '')} |")
         out.append("")
+    if admission:
+        out += [
+            "## Admission rules: cells per chiplet",
+            "",
+            "Yosys cells (Debian Yosys, ABC) of one chiplet's ring buffer and router under "
+            "forward-count admission ([D4]) and forward-state admission ([D16]: a claim per "
+            "slot and, for every `i <= H + 1`, the count of claims of at least `i`), with "
+            "`H + 2` slots and a DDR channel per chiplet; the slot storage stays a `$mem` "
+            "macro.",
+            "",
+            "| mesh | slots | ring buffer, forward-count | ring buffer, forward-state | "
+            "router, forward-count | router, forward-state | chiplet, x |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in admission:
+            fc = [r["forward-count", b] for b in CHIPLET_BLOCKS]
+            fs = [r["forward-state", b] for b in CHIPLET_BLOCKS]
+            ratio = (
+                f"{sum(fs) / sum(fc):.2f}" if None not in fc + fs and sum(fc) else "not measured"
+            )
+            out.append(
+                f"| {r['mesh']} | {r['slots']} | {fc[0]} | {fs[0]} | {fc[1]} | {fs[1]} | {ratio} |"
+            )
+        out.append("")
     for run in runs:
         p = run["params"]
         out += [
@@ -249,7 +297,8 @@ def format_markdown(ring=None, cells=None, cells_params=None, runs=()) -> str:
             f"- layers: {run.get('layers')} ({run.get('resets', 0)} reset mid-layer), "
             f"cycles: {run.get('cycles')}, micro-slice computations checked: "
             f"{run.get('computed')}, dispatches: {run.get('dispatches')}, DDR channels: "
-            f"{p.get('ddr_channels', 1)}, remote loads: {run.get('remote_loads', 0)}",
+            f"{p.get('ddr_channels', 1)}, remote loads: {run.get('remote_loads', 0)}, "
+            f"admission: {p.get('admission', 'forward-count')}",
             f"- lockstep mismatches: {run.get('mismatches')}, conservation violations: "
             f"{len(run.get('violations', []))}, deadlocks: {run.get('deadlocks')}",
             f"- peak occupancy per chiplet (slots of {p['slots']}): RTL "
