@@ -451,7 +451,7 @@ class DatapathParams:
         more than ``r`` slots are free; ``forward-state`` [D16], while for every ``i <= r``
         the slots claimed by micro-slices with at least ``i`` hops to go, it included, leave
         ``i`` free.  Both are deadlock-free with ``K >= H + 1``; the second admits more.  The
-        golden model and the compiled engine take both; the RTL takes ``forward-count``.
+        golden model, the compiled engine and the RTL take both.
     ring_orders : int
         Ring embeddings the stations, DDR striping and admission follow
         (:data:`RING_ORDERS`: 1, 2 or 4, as ``SchedulerParams.ring_orders``); a beat of

@@ -8,6 +8,7 @@ from amaranth.hdl._ir import PortDirection
 from amaranth.lib import wiring
 
 from fsedp.files import atomic_path
+from fsedp.hw.chip import Chip, ChipParams
 from fsedp.hw.chiplet import Chiplet
 from fsedp.hw.chiplet_array import ChipletArray
 from fsedp.hw.ddr_ctrl import DDRController
@@ -24,6 +25,7 @@ from fsedp.params import DatapathParams
 
 __all__ = [
     "BLOCKS",
+    "CHIP_BLOCKS",
     "DATAPATH_BLOCKS",
     "component_ports",
     "top_name",
@@ -55,6 +57,10 @@ DATAPATH_BLOCKS = {
 }
 
 
+#: tops joining both (generics: :class:`fsedp.hw.chip.ChipParams`)
+CHIP_BLOCKS = {"chip": Chip}
+
+
 _DIRECTION = {wiring.In: PortDirection.Input, wiring.Out: PortDirection.Output}
 
 
@@ -78,8 +84,11 @@ def component_ports(component: wiring.Component) -> dict:
 
 def verilog_text(block: str, p) -> str:
     """Verilog of ``block``: a scheduler block takes :class:`SchedulerParams`, a datapath
-    block :class:`DatapathParams`."""
-    table = DATAPATH_BLOCKS if isinstance(p, DatapathParams) else BLOCKS
+    block :class:`DatapathParams`, the chip :class:`ChipParams`."""
+    if isinstance(p, ChipParams):
+        table = CHIP_BLOCKS
+    else:
+        table = DATAPATH_BLOCKS if isinstance(p, DatapathParams) else BLOCKS
     if block not in table:
         raise ValueError(
             f"unknown block {block!r} for {type(p).__name__}; choose from {', '.join(table)}"

@@ -11,12 +11,12 @@ variable ``FSEDP_STREAMING=python|compiled`` or ``fsedp run --streaming`` choose
 
 import enum
 import os
-from collections import deque
 
 import numpy as np
 
 from fsedp.log import logger
 from fsedp.params import DatapathParams
+from fsedp.sw.scheduler_timing import SchedulerTiming
 from fsedp.sw.streaming.probe import DDR_CAUSES, PE_CAUSES
 from fsedp.sw.streaming.watchdog import slot_status, stalled
 
@@ -214,18 +214,20 @@ def run_layer(
         row[k.S_BUSY], row[k.S_HELD], row[k.S_DDR] = 1, k.AHEAD, 1
         row[k.S_CLAIM] = dp.held_claim
         row[k.S_EXPERT], row[k.S_INDEX], row[k.S_TRAJ], row[k.S_DEST] = e, i, 0, c
-    beats = deque(sched.decide())
+    # the scheduler RTL's timing of the round's decisions, the first beat in cycle 0
+    timing = SchedulerTiming(sched)
+    timing.begin(0)
     made, script = [], []
     # every expert is dispatched once and pre-loaded at most once per layer
-    BT = np.zeros((2 * dp.experts + 2, 5), np.int64)
+    BT = np.zeros((2 * dp.experts + 2, 6), np.int64)
     while True:
-        for b in beats:
+        for cycle, b in timing.queue:
             if len(made) == len(BT):
                 BT = np.concatenate([BT, np.zeros_like(BT)])
-            BT[len(made)] = (b.kind, b.expert, b.entry, as_int64(b.traj), b.order)
+            BT[len(made)] = (b.kind, b.expert, b.entry, as_int64(b.traj), b.order, cycle)
             made.append([b.kind, b.expert, b.entry, b.traj])
-        beats.clear()
-        status, done = k.run(S, B, BT, len(made), sched.in_round, plan.n)
+        timing.queue.clear()  # the kernel presents them
+        status, done = k.run(S, B, BT, len(made), sched.in_round, plan.n, timing.wait_at)
         pos = int(a.SC[k.X_BPOS])
         if status == k.STALLED:
             raise stalled("compiled", _state(a), sched)
@@ -233,8 +235,7 @@ def run_layer(
             break
         done = as_mask(done)
         script.append(done)
-        sched.complete(done)
-        beats.extend(sched.decide())
+        timing.completed(int(a.SC[k.X_CYCLE]) - 1, done)  # taken in the cycle just stepped
     assert pos == len(made)
     sc = a.SC
     out = {

@@ -1052,12 +1052,13 @@ def book_completions(S, W, st):
 # allocation without it), and counting the references of the array views that the inlined
 # functions take cost a third of its time (fsedp bench).
 @njit(cache=True, _nrt=False)
-def step(S, beat, ddr_stall, st, ws):
+def step(S, beat, ddr_stall, ready, st, ws):
     """``StreamingArray.step`` with probes and the simulator's bookkeeping of one cycle:
-    ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj, order)``, ``st``
-    the per-cycle outputs (see :func:`run`), ``ws`` scratch arrays allocated once per run.
-    Returns ``(horizon, done)``: the cycles a skip may jump (0 after an active cycle, -1 when
-    nothing is counting either: ``StreamingArray.stuck``) and the ``done`` mask shown."""
+    ``S`` the state (:data:`STATE`), ``beat`` ``(has, kind, expert, entry, traj, order)``,
+    ``ready`` the scheduler's ``done.ready``, ``st`` the per-cycle outputs (see :func:`run`),
+    ``ws`` scratch arrays allocated once per run.  Returns ``(horizon, done)``: the cycles a
+    skip may jump (0 after an active cycle, -1 when nothing is counting either:
+    ``StreamingArray.stuck``) and the ``done`` mask shown (taken only with ``ready``)."""
     P, SL, SC = S[AT_P], S[AT_SL], S[AT_SC]
     n, chans = P[P_N], P[P_CHAN]
     W, OFF, ISS, REL, HX, CLM = ws
@@ -1100,7 +1101,7 @@ def step(S, beat, ddr_stall, st, ws):
     if beat[0]:
         ddr_take_dispatch(S, beat, W[W_TMP])
     done_new = ddr_retire_jobs(S, W)
-    SC[X_DONE] = (0 if done_out != 0 else SC[X_DONE]) | done_new
+    SC[X_DONE] = (0 if done_out != 0 and ready else SC[X_DONE]) | done_new
     SC[X_NOW] = (SC[X_NOW] + 1) & ((np.int64(1) << P[P_AGE]) - 1)
     SC[X_CYCLE] += 1
     return hz, done_out
@@ -1220,14 +1221,16 @@ def recount(P, DI, PI, DW, PW, weight):
 
 
 @njit(cache=True)
-def run(S, B, BT, nbeats, in_round, plan_n):
+def run(S, B, BT, nbeats, in_round, plan_n, wait_at):
     """``fsedp.sim.fsedp.fsedp_layer``'s cycle loop: run the layer's cycles until a job
     finishes (returns ``(DONE, mask)``, the scheduler is asked for more beats), the layer ends
     (``(ENDED, 0)``) or nothing can happen any more (``(STALLED, 0)``, the state as it is:
     ``fsedp.sw.streaming.watchdog``, the same cycle as the Python loop's).  The status is
     apart from the mask: on 64 chiplets a mask of every entry is -1 as an ``int64``.
-    ``BT[b] = (kind, expert, entry, traj, order)`` are the beats to present, one per cycle from
-    ``SC[X_BPOS]`` on;
+    ``BT[b] = (kind, expert, entry, traj, order, cycle)`` are the beats to present, from
+    ``SC[X_BPOS]`` on, each in its cycle, and ``done.ready`` is high in the round from cycle
+    ``wait_at`` on (``fsedp.sw.scheduler_timing.SchedulerTiming``: the scheduler RTL's
+    timing);
     ``S`` is the state (:data:`STATE`), ``B`` the layer's bookkeeping (:data:`BOOKS`)."""
     P, CH, SC = S[AT_P], S[AT_CH], S[AT_SC]
     DI, PI, DW, PW, started, computed, expected, peak, links, ddr_per, busy, TL, EVL = B
@@ -1257,12 +1260,13 @@ def run(S, B, BT, nbeats, in_round, plan_n):
         SC[X_STEPS] += 1
         cycle = SC[X_CYCLE]
         b = SC[X_BPOS]
-        if b < nbeats:
+        if b < nbeats and BT[b, 5] == cycle:
             beat[0], beat[1], beat[2], beat[3] = 1, BT[b, 0], BT[b, 1], BT[b, 2]
             beat[4], beat[5] = BT[b, 3], BT[b, 4]
         else:
             beat[0] = 0
-        h, done = step(S, beat, False, st, ws)
+        ready = in_round and cycle >= wait_at
+        h, done = step(S, beat, False, ready, st, ws)
         if beat[0]:
             SC[X_BPOS] = b + 1
             if beat[1] == DISPATCH:
@@ -1285,7 +1289,7 @@ def run(S, B, BT, nbeats, in_round, plan_n):
         if computing != TL[m - 1, 1]:
             TL[m, 0], TL[m, 1] = cycle + 1, computing
             SC[X_NTL] = m + 1
-        if done:
+        if done and ready:
             SC[X_FF] = h
             return DONE, done
         if h < 0 and SC[X_BPOS] >= nbeats and (in_round or not idle(S)):

@@ -26,7 +26,6 @@ Ablations (Section VI-C):
 """
 
 import dataclasses
-from collections import deque
 
 import numpy as np
 
@@ -38,6 +37,7 @@ from fsedp.sim.regions import plan as plan_regions
 from fsedp.sim.result import LayerResult
 from fsedp.sim.setup import Setup
 from fsedp.sw.scheduler import DISPATCH, Scheduler, layer_tokens
+from fsedp.sw.scheduler_timing import SchedulerTiming
 from fsedp.sw.streaming import StepIn, StreamingArray
 from fsedp.sw.streaming.ddr import load_ahead
 from fsedp.sw.streaming.watchdog import array_state, stalled
@@ -322,8 +322,11 @@ def python_loop(
     ahead: list = (),
 ) -> dict:
     """The cycle loop of one layer on the Python golden model (:class:`StreamingArray`, the
-    specification): the scheduler's beats in, the bookkeeping of every cycle out; the
-    compiled engine (:func:`fsedp.sim.fast.run_layer`) returns the same.  ``slices``: the
+    specification): the scheduler's beats in, in the cycles the scheduler RTL presents
+    them, and its completions taken when it takes them
+    (:class:`fsedp.sw.scheduler_timing.SchedulerTiming`, the first beat in cycle 0), the
+    bookkeeping of every cycle out; the compiled engine (:func:`fsedp.sim.fast.run_layer`)
+    returns the same.  ``slices``: the
     slice table, one count per expert ([D13]; default ``micro_slices`` each).  A layer that
     reaches a state in which nothing can happen any more (a scheduler decision the datapath
     cannot serve) raises :class:`fsedp.sw.streaming.SimulationStalled` with its state, as
@@ -334,7 +337,9 @@ def python_loop(
     if slices is not None:
         arr.slices = [int(m) for m in slices]  # and the slice table [D13]
     load_ahead(arr, ahead)
-    beats = deque(sched.decide())
+    # the scheduler RTL's timing of the round's decisions, the first beat in cycle 0
+    timing = SchedulerTiming(sched)
+    timing.begin(0)
     n = dp.chiplets
     busy = [0] * n
     peak = [0] * n
@@ -355,13 +360,13 @@ def python_loop(
     dispatched = 0
     ddr_idle: dict = {}
     pe_idle: dict = {}
-    while sched.in_round or beats or not arr.idle:
+    while sched.in_round or timing.queue or not arr.idle:
         steps += 1
         cycle = arr.cycle
-        beat = beats[0] if beats else None
-        out = arr.step(StepIn(dispatch=beat))
+        beat = timing.present(cycle)
+        ready = timing.ready(cycle)
+        out = arr.step(StepIn(dispatch=beat, done_ready=ready))
         if beat is not None:
-            beats.popleft()
             decisions += 1
             dispatched += beat.kind == DISPATCH
             made.append([beat.kind, beat.expert, beat.entry, beat.traj])
@@ -404,14 +409,14 @@ def python_loop(
         computing = sum(ch.cnt > 0 for ch in arr.chips)
         if computing != timeline[-1][1]:
             timeline.append((cycle + 1, computing))
-        if out.done:
+        if out.done and ready:
             script.append(out.done)
-            sched.complete(out.done)
-            beats.extend(sched.decide())
-        if not beats:
+            timing.completed(cycle, out.done)
+        if not timing.queue:
             # the progress watchdog (exact: ``fsedp.sw.streaming.watchdog``): a cycle that
             # changed nothing but counters, none counting, no beat to present, and the loop
-            # would go on: every further cycle is this one again
+            # would go on: every further cycle is this one again (a completion shown is
+            # activity; ``done.ready`` only waits for the cycles of the beats placed)
             if arr.stuck and (sched.in_round or not arr.idle):
                 raise stalled("python", array_state(arr), sched)
             skipped = arr.fast_forward()
