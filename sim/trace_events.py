@@ -18,13 +18,18 @@ What a layer records and where it comes from (FSE-DP A1-A4 and A6, traced with
   chiplet, kind and cycle; checked) for the expert and micro-slice.
 * ``result.beats`` (the scheduler's dispatch and pre-load beats, in order) and
   ``result.script`` (the completion masks it took, in order), without cycles.  The cycles
-  follow from the cycle loop's protocol: the beats the scheduler decides at the start of the
-  layer are presented one per cycle from cycle 0; a job whose last micro-slice retires in
-  cycle ``t`` is a completion the scheduler takes in cycle ``t + 1``; the beats it then decides
-  are presented from cycle ``t + 2`` on, after any still queued.  Which beats a completion
-  released is the scheduler golden model's answer (replayed from the layer's records and the
-  completion script, as ``--scheduler rtl`` does), checked against ``result.beats``; the
-  completion masks derived from the event log are checked against ``result.script``.
+  follow from the cycle loop's protocol, the scheduler RTL's timing
+  (:class:`fsedp.sw.scheduler_timing.SchedulerTiming`): the round's first beat is presented
+  in cycle 0 and each later one in the cycle the RTL's ``PICK`` / ``EMIT_D`` / ``PCHECK`` /
+  ``EMIT_P`` states give it; a job whose last micro-slice retires in cycle ``t`` shows its
+  completion from cycle ``t + 1``, and the scheduler takes it only in ``WAIT``
+  (``done.ready``), so a completion can wait and those shown by then are taken together as
+  one mask; the beats it then decides follow from the cycle it was taken.  The round is
+  replayed from its completions alone (:func:`fsedp.sw.scheduler_timing.replay_round`, the
+  scheduler golden model started on the layer's records, as ``--scheduler rtl`` does): its
+  beats are checked against ``result.beats`` and the masks it takes against
+  ``result.script``; each completion instant is drawn at the cycle its mask was taken
+  (``last_retired``: the cycle its job's last micro-slice retired).
 
 EP, Hydra and A5 record no per-chiplet spans (``docs/simulator.md``); their processes show
 the layer and the number of chiplets computing (``result.timeline``).
@@ -36,6 +41,7 @@ from collections import namedtuple
 
 from fsedp.params import BeatKind
 from fsedp.sim.fast import Event, by_cycle
+from fsedp.sw.scheduler_timing import replay_round
 
 __all__ = [
     "KINDS",
@@ -134,7 +140,8 @@ def layer_spans(dp, result) -> list:
 
 def layer_decisions(setup, variant: str, layer, result, slices: dict | None = None) -> list:
     """The scheduler's decisions of one FSE-DP layer with their cycles (see the module's
-    docstring): every dispatch and pre-load beat, and one completion per expert.  ``slices``:
+    docstring): every dispatch and pre-load beat, and one completion per expert, at the
+    cycle the scheduler took the mask it was merged into.  ``slices``:
     the layer's slice table, if it ran with one.  A ``ValueError`` says where the recorded
     beats, completion script and event log disagree."""
     from fsedp.sim.fsedp import make_scheduler
@@ -149,52 +156,47 @@ def layer_decisions(setup, variant: str, layer, result, slices: dict | None = No
         if kind == Event.COMPUTE and final:
             last[e] = max(last.get(e, cycle), cycle)
             streamed[e] = streamed.get(e, 0) + 1
-    done: dict = {}
-    for e, t in last.items():
+    for e in last:
         if e not in entry:
             raise ValueError(f"expert {e} completed without a dispatch beat")
-        done.setdefault(t + 1, []).append(e)
-    completions = sorted(done.items())
-    masks = [sum(1 << entry[e] for e in es) for _, es in completions]
-    if masks != [int(m) for m in result.script]:
-        raise ValueError(
-            f"completions from the event log {masks} are not the recorded script "
-            f"{list(result.script)}"
-        )
     records = layer.records
     if slices:
         records = [r for r in records if slices.get(r[2], 1)]
     sched = make_scheduler(setup.sp, dp, variant)
     sched.start_round(records)
-    batches = [sched.decide()]
-    for m in masks:
-        sched.complete(m)
-        batches.append(sched.decide())
-    replay = [[int(b.kind), b.expert, b.entry, b.traj] for batch in batches for b in batch]
+    # a job whose last micro-slice retires in cycle t shows its completion from t + 1; the
+    # scheduler takes it in WAIT, with every other completion shown by then (one mask)
+    beats, taken = replay_round(sched, [(t + 1, 1 << entry[e]) for e, t in last.items()])
+    masks = [m for _, m in taken]
+    if masks != [int(m) for m in result.script]:
+        raise ValueError(
+            f"completions from the event log {masks} are not the recorded script "
+            f"{list(result.script)}"
+        )
+    replay = [[int(b.kind), b.expert, b.entry, b.traj] for _, b in beats]
     if replay != [[int(x) for x in b] for b in result.beats]:
         raise ValueError("the scheduler's replay does not give the recorded beats")
     out = []
-    t = -1
-    for k, batch in enumerate(batches):
-        release = 0 if k == 0 else completions[k - 1][0] + 1
-        for b in batch:
-            t = max(release, t + 1)
-            kind = "dispatch" if b.kind == BeatKind.DISPATCH else "pre-load"
-            out.append(
-                Decision(
-                    t,
-                    kind,
-                    b.expert,
-                    b.entry,
-                    {
-                        "tokens": b.count,
-                        "trajectory": [c for c in range(dp.chiplets) if b.traj >> c & 1],
-                        "micro_slices": streamed.get(b.expert, 0),
-                    },
-                )
+    for t, b in beats:
+        kind = "dispatch" if b.kind == BeatKind.DISPATCH else "pre-load"
+        out.append(
+            Decision(
+                t,
+                kind,
+                b.expert,
+                b.entry,
+                {
+                    "tokens": b.count,
+                    "trajectory": [c for c in range(dp.chiplets) if b.traj >> c & 1],
+                    "micro_slices": streamed.get(b.expert, 0),
+                },
             )
-    for d, es in completions:
-        mask = sum(1 << entry[e] for e in es)
+        )
+    pending = sorted(last, key=lambda e: (last[e], e))  # experts not yet taken
+    for d, mask in taken:
+        # the jobs whose completion was shown by cycle d, merged into the mask taken in d
+        es = [e for e in pending if last[e] + 1 <= d and mask >> entry[e] & 1]
+        pending = [e for e in pending if e not in es]
         for e in sorted(es):
             out.append(
                 Decision(
@@ -202,7 +204,7 @@ def layer_decisions(setup, variant: str, layer, result, slices: dict | None = No
                     "completion",
                     e,
                     entry[e],
-                    {"micro_slices": streamed[e], "done_mask": mask, "last_retired": d - 1},
+                    {"micro_slices": streamed[e], "done_mask": mask, "last_retired": last[e]},
                 )
             )
     out.sort(key=lambda x: (x.cycle, x.kind != "completion"))

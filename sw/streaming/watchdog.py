@@ -4,11 +4,14 @@ exception both streaming engines raise, with the layer's state, when it holds.
 Criterion (exact, not a time-out)
 ---------------------------------
 A layer loop (``fsedp.sim.fsedp.python_loop`` on :class:`StreamingArray`, the compiled
-``fsedp.sim.fast_kernel.run``) presents the scheduler's beats one per cycle, never stalls a
-link or DDR, always takes ``done``, and asks the scheduler golden model for more beats only
-when a job finishes (``done``).  The watchdog fires after a cycle in which
+``fsedp.sim.fast_kernel.run``) presents the scheduler's beats in the cycles the scheduler
+RTL gives them and raises ``done.ready`` only in its ``WAIT`` state
+(:class:`fsedp.sw.scheduler_timing.SchedulerTiming`: a completion shown earlier waits, and
+those shown by then are taken as one mask), never stalls a link or DDR, and asks the
+scheduler golden model for more beats only when it takes a completion (``done``).  The
+watchdog fires after a cycle in which
 
-1. no beat was presented and none is waiting to be;
+1. no beat was presented and none is placed to be (the timing's queue is empty);
 2. the step was *inactive*: no transfer accepted, no DDR load issued or delivered, no
    computation started or ended, no ``done`` shown, no table write and no slot released
    (:attr:`StreamingArray.last_active`, the flag the exact event skipping uses); nothing but
@@ -20,14 +23,16 @@ when a job finishes (``done``).  The watchdog fires after a cycle in which
 
 After (2) and (3) the registered state is the one the step started from (``now`` only ages
 DDR loads, and none is in flight), and the next cycle's inputs are the same (no beat, no
-stall), so the next cycle takes the same (no) decisions: the state is a fixed point.  No
-``done`` can come out of it, so the scheduler never makes another beat, and by (4) the loop
-would step this fixed point forever.  Conversely the watchdog only fires in such a fixed
-point, so it can never fire on a layer that ends: on a legal run it is silent by
-construction, whatever the parameters (no bound to choose).  It costs one test per cycle of
-two flags the cycle computes anyway.  It does not catch a *livelock* (activity for ever
-without an end); the datapath cannot make one from finite beats (every micro-slice is loaded
-once and its hops left fall with every transfer), only a broken datapath could.
+stall; ``done.ready`` may rise when ``WAIT`` begins, but it only matters to a ``done``
+shown, and none is, by (2)), so the next cycle takes the same (no) decisions: the state is a
+fixed point.  No ``done`` can come out of it, so the scheduler never takes a completion nor
+makes another beat, and by (4) the loop would step this fixed point forever.  Conversely
+the watchdog only fires in such a fixed point, so it can never fire on a layer that ends: on
+a legal run it is silent by construction, whatever the parameters (no bound to choose).  It
+costs one test per cycle of two flags the cycle computes anyway.  It does not catch a
+*livelock* (activity for ever without an end); the datapath cannot make one from finite
+beats (every micro-slice is loaded once and its hops left fall with every transfer), only a
+broken datapath could.
 
 What fires it: a scheduler decision the datapath refuses (a beat naming an entry chiplet
 outside its trajectory or the slot of a running job: ``bad_dispatch``), a dispatch never
@@ -54,10 +59,12 @@ class SimulationStalled(RuntimeError):
     expert, index, traj, dest, status)``, :func:`slot_status`), ``jobs`` (the open jobs:
     ``entry``, ``expert``, ``traj``, ``loaded``, ``retired``, ``count``), ``preloads`` (the
     open pre-load entries), ``ddr_queued`` (loads in flight per channel), ``done_pending``
-    (the ``done`` mask not yet shown), ``bad_dispatch`` and ``orphan`` (the datapath's
-    flags) and ``scheduler`` (``in_round``, ``running``: entry slot -> trajectory of the
-    dispatches it waits a ``done`` for, ``undispatched``: the experts of its order not
-    dispatched yet).  The message is one line, cut at :data:`MESSAGE_CHARS` characters."""
+    (the ``done`` mask registered and not yet taken: shown from the cycle after its jobs
+    retire until the scheduler takes it in ``WAIT``), ``bad_dispatch`` and ``orphan`` (the
+    datapath's flags) and ``scheduler`` (``in_round``, ``running``: entry slot ->
+    trajectory of the dispatches it waits a ``done`` for, ``undispatched``: the experts of
+    its order not dispatched yet).  The message is one line, cut at :data:`MESSAGE_CHARS`
+    characters."""
 
     def __init__(self, engine: str, state: dict):
         self.engine = engine
