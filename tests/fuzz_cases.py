@@ -1212,6 +1212,16 @@ CLI = {
             "--scale-to": ["nosuch", "../../etc/passwd", "", "-x"],
             "--tflops": POS_FLOAT,
             "--overhead-us": NONNEG_FLOAT,
+            "--device": [
+                "nosuch",
+                "{dir}/nosuch.yaml",
+                "{dir}/f",
+                "{dir}/dev-neg.yaml",
+                "{dir}/dev-type.yaml",
+                "{dir}/dev-key.yaml",
+                "{dir}/dev-list.yaml",
+                "",
+            ],
             "--alpha": ["0", *PROB],
             "--k-max": CAP_INT,
             "--eps": NONNEG_FLOAT,
@@ -1313,6 +1323,16 @@ CLI = {
             "--scale-to": ["nosuch", "../../etc/passwd", ""],
             "--tflops": POS_FLOAT,
             "--bandwidth": POS_FLOAT,
+            "--device": [
+                "nosuch",
+                "{dir}/nosuch.yaml",
+                "{dir}/f",
+                "{dir}/dev-neg.yaml",
+                "{dir}/dev-type.yaml",
+                "{dir}/dev-key.yaml",
+                "{dir}/dev-list.yaml",
+                "",
+            ],
             "--seed": SEED_BAD,
             "--curve": ["{dir}/nosuch.json", "{dir}/f", "{dir}/bad.json", "{dir}"],
             "--gate": [*CHOICE, "finetuned"],
@@ -1385,6 +1405,12 @@ def _cli_cases(out: _Cases, rng: random.Random):
         "d.npz/keep": b"",
         "bad.json": b"{not json",
         "t.jsonl": jsonl,
+        # device profiles (configs/devices/): a field out of range, a wrong type, an unknown
+        # key, not a mapping
+        "dev-neg.yaml": b"link_gbs: -3\n",
+        "dev-type.yaml": b"expert_tflops: fast\n",
+        "dev-key.yaml": b"link_gbps: 25\n",
+        "dev-list.yaml": b"- 1\n- 2\n",
     }
     for command, (base, files, options) in CLI.items():
         files = {**common, **files}

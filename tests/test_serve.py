@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from fsedp.sw.policies.device import load_device
 from fsedp.sw.policies.qos import (
     PerfModel,
     Request,
@@ -16,7 +17,7 @@ from fsedp.sw.policies.qos import (
     workload,
 )
 
-PM = PerfModel(layers=4, d_model=1024, d_ffn=4096, experts=8, top_k=2, S=4)
+PM = PerfModel.on(load_device(), layers=4, d_model=1024, d_ffn=4096, experts=8, top_k=2, S=4)
 Q = {k: 100.0 / k for k in range(1, 9)}  # perplexity falls with K
 ORIG = {4: Q[4], 8: Q[8]}
 

@@ -17,6 +17,7 @@ from fsedp.cli.common import (
 from fsedp.cli.lm import load_lm
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.log import logger
+from fsedp.sw.policies.device import DEFAULT_DEVICE
 
 _log = logger("offload")
 
@@ -54,11 +55,12 @@ def _offload_config(args):
         cache_rate=args.cache_rate,
         prefetch=args.prefetch,
         prefetch_count=args.prefetch_count,
+        device=args.device,
         link=args.link,
         bandwidth_gbs=args.bandwidth,
         latency_us=args.latency_us,
         scale_to=args.scale_to,
-        flops=args.tflops * 1e12,
+        flops=args.tflops * 1e12 if args.tflops is not None else None,
         overhead_us=args.overhead_us,
         batch=args.batch,
         seed=args.seed,
@@ -88,6 +90,8 @@ def cmd_offload(args):
     _check_modes(args)
     cfg = _offload_config(args)
     t0 = time.time()
+    if args.replay or args.profile_device:
+        return _replay(args, cfg)
     if args.bench_substitution:
         r = bench_substitution(cfg=cfg)
         st = r["step"]
@@ -116,7 +120,7 @@ def cmd_offload(args):
             return 0
         print(
             f"routing-only offload on {trace.name} (fetch on demand, steps of {cfg.batch} "
-            f"tokens, {cfg.link} link, sizes of {cfg.scale_to}):\n"
+            f"tokens, {_where(cfg)}, sizes of {cfg.scale_to}):\n"
         )
         print(
             "| cache rate | prefetcher | hit rate | resident hit rate | prefetch accuracy | "
@@ -169,6 +173,54 @@ def cmd_offload(args):
     return 0
 
 
+def _where(cfg) -> str:
+    """The link and device a report names."""
+    if cfg.link is not None:
+        return f"{cfg.link} link"
+    return "pcie4 link" if cfg.device == DEFAULT_DEVICE else f"device {cfg.device}"
+
+
+def _replay(args, cfg):
+    """``--replay`` and ``--profile-device``: the model's decisions executed with torch on
+    the current device, and a profile fitted from measured primitives."""
+    import dataclasses
+
+    from fsedp.experiments.replay import (
+        format_replay,
+        profile_device,
+        replay_sizes,
+        replay_trace,
+        torch_device,
+    )
+
+    sizes = replay_sizes(cfg.scale_to, args.replay_scale)
+    dev = torch_device()
+    fitted = None
+    if args.profile_device:
+        from fsedp.files import check_output_file
+
+        out = check_output_file(args.profile_device)  # refused before anything is measured
+        fitted = profile_device(sizes, cfg.batch, dev, out, name=args.profile_name)
+        _log.info(f"wrote {out}")
+        if not args.replay:
+            print(json.dumps(fitted.as_dict()) if args.json else open(out).read(), end="")
+            return 0
+        cfg = dataclasses.replace(cfg, device=str(out))
+    from fsedp.config import EMBEDDED_TRACE
+
+    trace = load_trace(EMBEDDED_TRACE if args.trace == "model" else args.trace)
+    rows = []
+    for c in args.cache_rates or [cfg.cache_rate]:
+        for pf in args.prefetches or [cfg.prefetch]:
+            run_cfg = dataclasses.replace(cfg, cache_rate=c, prefetch=pf)
+            rows.append(replay_trace(trace, run_cfg, sizes, dev, steps=args.replay_steps))
+    if args.json:
+        print(json.dumps({"device": str(dev), "profile": cfg.device, "rows": rows}))
+    else:
+        print(format_replay(trace.name, cfg, sizes, dev, rows, args.replay_scale))
+    return 0
+
+
 def _check_modes(args):
     """Refuse options the chosen mode would ignore (one of the LM run, ``--grid``,
     ``--trace`` and ``--bench-substitution``), before anything is loaded."""
@@ -188,6 +240,22 @@ def _check_modes(args):
             raise usage(option, "is for the routing-only mode: it needs --trace")
     if args.trace is not None and args.policy != "demand":
         raise usage("--policy", f"--trace runs fetch on demand alone, not {args.policy}")
+    if (args.replay or args.profile_device) and (args.grid or args.bench_substitution):
+        other = "--grid" if args.grid else "--bench-substitution"
+        raise usage(
+            "--replay" if args.replay else "--profile-device", f"does not combine with {other}"
+        )
+    if args.profile_device and args.trace is not None and not args.replay:
+        raise usage("--profile-device", "with --trace it needs --replay (or leave out --trace)")
+    if args.replay and args.trace is None:
+        raise usage("--replay", "replays the decisions of the routing-only mode: it needs --trace")
+    if not args.replay:
+        for option, value in (
+            ("--replay-steps", args.replay_steps),
+            ("--replay-scale", args.replay_scale != 1 or None),
+        ):
+            if value is not None and not args.profile_device:
+                raise usage(option, "is for --replay or --profile-device")
     if args.out and not args.grid:
         raise usage("--out", "only --grid writes a folder (offload.md, offload.json, tradeoff.png)")
 
@@ -233,7 +301,7 @@ def add_parsers(sub):
     # a default in words below ("default: the model's") is none the parser holds: unset
     # (None), the command works it out; every other default and range is HelpFormatter's
     from fsedp.experiments.offload import POLICIES, PREFETCHERS
-    from fsedp.sw.policies.offload import LINKS
+    from fsedp.sw.policies.offload import links
 
     o = sub.add_parser(
         "offload",
@@ -302,11 +370,19 @@ def add_parsers(sub):
     g.add_argument("--verbose", action="store_true", help="print each grid row as it is done")
     h = o.add_argument_group("cost model")
     h.add_argument(
+        "--device",
+        type=device_profile("--device"),
+        default=DEFAULT_DEVICE,
+        help="device profile: the link and per-expert compute (a name under configs/devices "
+        "or a .yaml file)",
+    )
+    h.add_argument(
         "--link",
-        choices=sorted(LINKS),
-        default="pcie4",
-        help="; ".join(
-            f"{k}: {v.bandwidth_gbs:g} GB/s, {v.latency_us:g} us" for k, v in LINKS.items()
+        choices=sorted(links()),
+        default=None,
+        help="a named link instead of the device's (default: the device's); "
+        + "; ".join(
+            f"{k}: {v.bandwidth_gbs:g} GB/s, {v.latency_us:g} us" for k, v in links().items()
         ),
     )
     h.add_argument(
@@ -327,12 +403,49 @@ def add_parsers(sub):
         default="deepseek-v2-lite",
         help="model config whose expert size and FLOPs are modelled",
     )
-    h.add_argument("--tflops", type=number("--tflops", 1e-9), default=50.0, help="compute rate")
+    h.add_argument(
+        "--tflops",
+        type=number("--tflops", 1e-9),
+        default=None,
+        help="expert compute rate (default: the device's)",
+    )
     h.add_argument(
         "--overhead-us",
         type=number("--overhead-us", 0.0),
-        default=5.0,
-        help="launch overhead per expert and step",
+        default=None,
+        help="launch overhead per expert and step (default: the device's)",
+    )
+    r = o.add_argument_group("replay on this machine's torch device (CUDA when present, else CPU)")
+    r.add_argument(
+        "--replay",
+        action="store_true",
+        help="with --trace: execute the model's decisions (copies into a real expert cache, "
+        "eager SwiGLU experts) and print predicted against measured tokens/s",
+    )
+    r.add_argument(
+        "--replay-scale",
+        type=positive("--replay-scale", 1024),
+        default=1,
+        help="divide d_model and d_ffn of --scale-to by this (experts of 1/scale**2 the bytes) "
+        "for the replay and the profile; the model then predicts those sizes",
+    )
+    r.add_argument(
+        "--replay-steps",
+        type=positive("--replay-steps"),
+        default=None,
+        help="replay only the first steps (default: all)",
+    )
+    r.add_argument(
+        "--profile-device",
+        default=None,
+        metavar="OUT.yaml",
+        help="measure copies and expert FFNs here and write the fitted device profile; with "
+        "--replay the replay is predicted with it",
+    )
+    r.add_argument(
+        "--profile-name",
+        default="fitted",
+        help="name field of the written profile",
     )
     b = o.add_argument_group("BuddyMoE (Section 3)")
     b.add_argument(
@@ -444,6 +557,20 @@ def add_parsers(sub):
         "the sub-experts its annealed partition instead of the contiguous split",
     )
     o.set_defaults(func=cmd_offload, out_kind="folder")
+
+
+def device_profile(option: str):
+    """Converter of a ``--device`` option: a profile name under ``configs/devices`` or a
+    ``.yaml`` file, loaded and checked (a bad one is refused on one line naming its file and
+    field); the text itself is kept."""
+
+    def conv(text):
+        from fsedp.sw.policies.device import load_device
+
+        load_device(text, COMMAND_LINE, option)
+        return text
+
+    return conv
 
 
 def _nonneg(name):

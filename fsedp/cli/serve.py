@@ -1,6 +1,8 @@
 """``fsedp serve``: MoE-Prism QoS serving against FIFO and FullBatch."""
 
 from fsedp.cli.common import JSON, model_configs, number, opt_number, positive, report, usage
+from fsedp.cli.offload import device_profile
+from fsedp.sw.policies.device import DEFAULT_DEVICE
 
 
 def cmd_serve(args):
@@ -27,15 +29,23 @@ def cmd_serve(args):
         gate=args.gate,
         seed=args.seed,
         batching=args.batching,
-        flops=args.tflops * 1e12,
-        bandwidth=args.bandwidth * 1e9,
+        device=args.device,
+        flops=args.tflops * 1e12 if args.tflops is not None else None,
+        bandwidth=args.bandwidth * 1e9 if args.bandwidth is not None else None,
     )
+    from fsedp.sw.policies.device import load_device
+
+    dev = load_device(args.device)
+    tflops = args.tflops if args.tflops is not None else dev.tflops
+    gbs = args.bandwidth if args.bandwidth is not None else dev.memory_gbs
     text = (
         f"Serving (`fsedp serve --policy {args.policy} --load {args.load} --max-batch "
         f"{args.max_batch} --batching {args.batching} --gate {args.gate}`, "
         f"{time.time() - t0:.1f} s; "
         f"{args.duration:g} s of Poisson arrivals, "
-        f"{args.scale_to} on {args.tflops:g} TFLOPS / {args.bandwidth:g} GB/s)\n\n"
+        f"{args.scale_to} on {tflops:g} TFLOPS / {gbs:g} GB/s"
+        + (f", device {args.device}" if args.device != DEFAULT_DEVICE else "")
+        + ")\n\n"
         + format_rows(rows)
         + "\n"
     )
@@ -96,12 +106,24 @@ def add_parsers(sub):
         default="mixtral-8x7b",
         help="model config whose sizes the performance model uses",
     )
-    s.add_argument("--tflops", type=number("--tflops", 1e-9), default=150.0, help="compute rate")
+    s.add_argument(
+        "--device",
+        type=device_profile("--device"),
+        default=DEFAULT_DEVICE,
+        help="device profile: the accelerator's compute rate, memory bandwidth and step "
+        "launch (a name under configs/devices or a .yaml file)",
+    )
+    s.add_argument(
+        "--tflops",
+        type=number("--tflops", 1e-9),
+        default=None,
+        help="compute rate (default: the device's)",
+    )
     s.add_argument(
         "--bandwidth",
         type=number("--bandwidth", 1e-9),
-        default=2000.0,
-        help="memory GB/s",
+        default=None,
+        help="memory GB/s (default: the device's)",
     )
     s.add_argument(
         "--curve",

@@ -21,14 +21,16 @@ from fsedp.lm.build import perplexity
 from fsedp.lm.model import Hooks, MoELM, Routing
 from fsedp.log import logger
 from fsedp.sw.policies.buddy import BuddyConfig, BuddyProfile, random_substitute, substitute
+from fsedp.sw.policies.device import DEFAULT_DEVICE, DeviceProfile, load_device
 from fsedp.sw.policies.offload import (
-    LINKS,
     Cost,
     FrequencyPrefetcher,
+    Link,
     OffloadRuntime,
     OraclePrefetcher,
     Prefetcher,
     TransitionPrefetcher,
+    links,
     popularity_order,
 )
 from fsedp.trace import pair_counts
@@ -41,6 +43,8 @@ __all__ = [
     "run_lm",
     "run_trace",
     "deployment_cost",
+    "device_of",
+    "link_of",
 ]
 
 POLICIES = ("demand", "drop", "random", "buddy", "prism")
@@ -53,12 +57,13 @@ class OffloadConfig:
     cache_rate: float = 0.5
     prefetch: str = "transition"
     prefetch_count: int | None = None  # units prefetched per layer (default: capacity / 4)
-    link: str = "pcie4"
+    device: str = DEFAULT_DEVICE  # a device profile: a name under configs/devices or a file
+    link: str | None = None  # a named link instead of the device's (links())
     bandwidth_gbs: float | None = None  # override the link's
     latency_us: float | None = None
     scale_to: str = "deepseek-v2-lite"
-    flops: float = 50e12
-    overhead_us: float = 5.0
+    flops: float | None = None  # override the device's expert rate (FLOP/s)
+    overhead_us: float | None = None  # override the device's per-expert launch
     batch: int = 16
     seed: int = 0
     sub_experts: int = 4  # MoE-Prism: sub-experts per expert
@@ -75,35 +80,62 @@ class OffloadConfig:
             bad("prefetch", f"must be one of {', '.join(PREFETCHERS)}, not {self.prefetch!r}")
         if not 0 <= self.cache_rate <= 1:
             bad("cache_rate", f"must be in [0, 1], not {self.cache_rate}")
-        if self.link not in LINKS:
-            bad("link", f"must be one of {', '.join(LINKS)}, not {self.link!r}")
+        if self.link is not None and self.link not in links():
+            bad("link", f"must be one of {', '.join(links())}, not {self.link!r}")
         if self.batch < 1:
             bad("batch", f"must be >= 1, not {self.batch}")
         if self.sub_experts < 1 or not 1 <= self.active <= self.sub_experts:
             bad("active", f"must be in 1..sub_experts = {self.sub_experts}, not {self.active}")
-        for name in ("bandwidth_gbs", "latency_us"):
+        for name in ("bandwidth_gbs", "latency_us", "flops"):
             v = getattr(self, name)
             if v is not None and v <= 0:
                 bad(name, f"must be > 0, not {v}")
+        if self.overhead_us is not None and self.overhead_us < 0:
+            bad("overhead_us", f"must be >= 0, not {self.overhead_us}")
 
 
-def deployment_cost(cfg: OffloadConfig, units_per_expert: int = 1) -> Cost:
-    m = load_section(ModelConfig, config_path("models", cfg.scale_to, COMMAND_LINE, "--scale-to"))
-    d, f = m.d_model, m.d_ffn
-    expert_bytes = 3 * d * f * 2  # bf16 weights, as offloaded
-    return Cost(
+def device_of(cfg: OffloadConfig) -> DeviceProfile:
+    """The device profile of ``cfg`` (``cfg.device``, loaded and checked)."""
+    return load_device(cfg.device)
+
+
+def expert_sizes(scale_to: str) -> tuple[int, int]:
+    """``(d_model, d_ffn)`` of the model config ``scale_to``."""
+    m = load_section(ModelConfig, config_path("models", scale_to, COMMAND_LINE, "--scale-to"))
+    return m.d_model, m.d_ffn
+
+
+def deployment_cost(
+    cfg: OffloadConfig, units_per_expert: int = 1, sizes=None, weight_bytes: int = 2
+) -> Cost:
+    """The cost model of ``cfg``: the sizes of ``cfg.scale_to`` (or ``sizes``, ``(d_model,
+    d_ffn)``) on ``cfg.device``, ``weight_bytes`` per weight (bf16, as offloaded);
+    ``--tflops`` or ``--overhead-us`` replace the device's rate or launch (and then its
+    table, which holds both)."""
+    import dataclasses
+
+    d, f = sizes or expert_sizes(cfg.scale_to)
+    expert_bytes = 3 * d * f * weight_bytes
+    cost = Cost.of(
+        device_of(cfg),
         unit_bytes=expert_bytes / units_per_expert,
         unit_flops=2 * 3 * d * f / units_per_expert,
         dense_flops=2 * 4 * d * d,
-        flops=cfg.flops,
-        overhead_s=cfg.overhead_us * 1e-6,
     )
+    if cfg.flops is not None or cfg.overhead_us is not None:
+        cost = dataclasses.replace(
+            cost,
+            flops=cfg.flops if cfg.flops is not None else cost.flops,
+            overhead_s=cfg.overhead_us * 1e-6 if cfg.overhead_us is not None else cost.overhead_s,
+            table=None,
+        )
+    return cost
 
 
-def _link(cfg: OffloadConfig):
-    from fsedp.sw.policies.offload import Link
-
-    base = LINKS[cfg.link]
+def link_of(cfg: OffloadConfig):
+    """The link of ``cfg``: the device's, or the named ``cfg.link``, with the bandwidth and
+    latency overrides."""
+    base = links()[cfg.link] if cfg.link is not None else device_of(cfg).link()
     return Link(
         base.name,
         cfg.bandwidth_gbs or base.bandwidth_gbs,
@@ -245,7 +277,7 @@ def run_lm(model: MoELM, test_ids: np.ndarray, prof_ids: np.ndarray, cfg: Offloa
         model.cfg.layers,
         units,
         capacity,
-        _link(cfg),
+        link_of(cfg),
         deployment_cost(cfg, sub),
         pf,
         initial=orders,
@@ -272,6 +304,20 @@ def run_lm(model: MoELM, test_ids: np.ndarray, prof_ids: np.ndarray, cfg: Offloa
 def run_trace(trace, cfg: OffloadConfig, fit: float = 0.2) -> dict:
     """Routing-only figures (hit rate, prefetch accuracy, bytes, modelled time) of fetch on
     demand over a trace: the first ``fit`` share profiles the cache and prefetchers."""
+    rt = trace_runtime(trace, cfg, fit)
+    return {
+        "trace": trace.name,
+        "cache_rate": cfg.cache_rate,
+        "prefetch": cfg.prefetch,
+        **rt.timing().as_dict(),
+    }
+
+
+def trace_runtime(
+    trace, cfg: OffloadConfig, fit: float = 0.2, cost: Cost | None = None, steps=None
+) -> OffloadRuntime:
+    """The offload runtime of :func:`run_trace` after its run (``cost``: another cost
+    model, e.g. other sizes; ``steps``: only the first that many steps)."""
     e = trace.experts.astype(np.int64)
     n_fit = max(1, int(len(e) * fit))
     if n_fit >= len(e):  # figures over no token would read as a 0 hit rate
@@ -289,24 +335,21 @@ def run_trace(trace, cfg: OffloadConfig, fit: float = 0.2) -> dict:
         trace.layers,
         units,
         capacity,
-        _link(cfg),
-        deployment_cost(cfg),
+        link_of(cfg),
+        cost or deployment_cost(cfg),
         pf,
         initial=orders,
         prefetch_count=cfg.prefetch_count,
     )
     test = e[n_fit:]
+    if steps is not None:
+        test = test[: steps * cfg.batch]
     for s, start in enumerate(range(0, len(test), cfg.batch)):
         chunk = test[start : start + cfg.batch]
         for l in range(trace.layers):
             u, c = np.unique(chunk[:, l], return_counts=True)
             rt.layer_step(s, l, u, c, len(chunk))
-    return {
-        "trace": trace.name,
-        "cache_rate": cfg.cache_rate,
-        "prefetch": cfg.prefetch,
-        **rt.timing().as_dict(),
-    }
+    return rt
 
 
 # -- the paper-shaped tables -------------------------------------------------------------

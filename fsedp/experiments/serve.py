@@ -8,6 +8,7 @@ from pathlib import Path
 from fsedp.config import ModelConfig, config_path, load_section
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.lm.text import ASSETS
+from fsedp.sw.policies.device import DEFAULT_DEVICE, load_device
 from fsedp.sw.policies.qos import PerfModel, metrics, serve, serve_continuous, workload
 
 __all__ = [
@@ -129,17 +130,22 @@ def load_curve(path=None, gate: str = "proxy") -> dict:
     return out
 
 
-def perf_model(scale_to: str, S: int, **kw) -> PerfModel:
+def perf_model(scale_to: str, S: int, device: str = DEFAULT_DEVICE, **kw) -> PerfModel:
+    """The serving model of ``scale_to``'s sizes on ``device`` (a device profile's name or
+    file); ``kw`` (``flops``, ``bandwidth``, ``launch_s``) override the device's."""
+    import dataclasses
+
     m = load_section(ModelConfig, config_path("models", scale_to, COMMAND_LINE, "--scale-to"))
-    return PerfModel(
+    pm = PerfModel.on(
+        load_device(device),
         layers=m.layers,
         d_model=m.d_model,
         d_ffn=m.d_ffn,
         experts=m.experts,
         top_k=m.top_k,
         S=S,
-        **kw,
     )
+    return dataclasses.replace(pm, **{k: v for k, v in kw.items() if v is not None})
 
 
 def _fits(path, c: dict, pm: PerfModel, scale_to: str, column: str):

@@ -30,7 +30,8 @@ import numpy as np
 __all__ = [
     "Link",
     "Cost",
-    "LINKS",
+    "CHIP_LINK",
+    "links",
     "LRUCache",
     "Prefetcher",
     "TransitionPrefetcher",
@@ -55,31 +56,67 @@ class Link:
         return self.latency_us * 1e-6 + nbytes / (self.bandwidth_gbs * 1e9)
 
 
-#: PCIe 4.0 x16 between CPU and GPU memory (about 25 GB/s achieved, 10 us per transfer), and
-#: DDR to the FSE-DP package (Table I: 4 x 25.6 GB/s, 100 ns).
-LINKS = {"pcie4": Link("pcie4", 25.0, 10.0), "ddr-chip": Link("ddr-chip", 102.4, 0.1)}
+#: DDR to the FSE-DP package (Table I: 4 x 25.6 GB/s, 100 ns).  Host links come from device
+#: profiles (:mod:`fsedp.sw.policies.device`, ``configs/devices/``).
+CHIP_LINK = Link("ddr-chip", 102.4, 0.1)
+
+
+def links() -> dict:
+    """Links ``--link`` names: ``pcie4`` (the default device profile's) and ``ddr-chip``."""
+    from fsedp.sw.policies.device import DEFAULT_DEVICE, load_device
+
+    pcie = load_device(DEFAULT_DEVICE).link()
+    return {"pcie4": Link("pcie4", pcie.bandwidth_gbs, pcie.latency_us), "ddr-chip": CHIP_LINK}
 
 
 @dataclass(frozen=True)
 class Cost:
     """Sizes and speeds of the modelled deployment: bytes and FLOPs per token of one unit
-    (expert or sub-expert), dense FLOPs per token and layer, compute rate, launch overhead."""
+    (expert or sub-expert), dense FLOPs per token and layer, compute rate, launch overhead
+    per unit, and optionally a table of one unit's time by its tokens (``(tokens, seconds)``
+    pairs, sorted; it replaces overhead and rate for the units)."""
 
     unit_bytes: float
     unit_flops: float
     dense_flops: float
-    flops: float = 50e12
-    overhead_s: float = 5e-6
+    flops: float
+    overhead_s: float
+    table: tuple | None = None
+
+    @classmethod
+    def of(cls, device, unit_bytes: float, unit_flops: float, dense_flops: float) -> "Cost":
+        """The cost of units of these sizes on ``device`` (a
+        :class:`~fsedp.sw.policies.device.DeviceProfile`)."""
+        return cls(
+            unit_bytes,
+            unit_flops,
+            dense_flops,
+            flops=device.expert_tflops * 1e12,
+            overhead_s=device.expert_launch_us * 1e-6,
+            table=device.table(),
+        )
+
+    def unit_s(self, tokens: float) -> float:
+        """One unit run on ``tokens`` tokens."""
+        if self.table is not None:
+            from fsedp.sw.policies.device import interpolate
+
+            return interpolate(self.table, tokens, self.flops, self.unit_flops)
+        return tokens * self.unit_flops / self.flops + self.overhead_s
 
     def compute_s(self, tokens_per_unit: np.ndarray, tokens: int) -> float:
         n = np.asarray(tokens_per_unit)
+        if self.table is not None:
+            return tokens * self.dense_flops / self.flops + sum(self.unit_s(float(x)) for x in n)
         return (tokens * self.dense_flops + float(n.sum()) * self.unit_flops) / self.flops + len(
             n
         ) * self.overhead_s
 
 
 class LRUCache:
-    """Units resident on chip, least recently used first."""
+    """Units resident on chip, least recently used first, each in a slot of the cache
+    (``d``: unit -> slot; ``slot``: where the last :meth:`insert` put its unit, ``None``
+    when it found no room)."""
 
     def __init__(self, capacity: int, initial=()):
         if capacity < 0:
@@ -87,7 +124,10 @@ class LRUCache:
         self.capacity = capacity
         self.d: OrderedDict = OrderedDict()
         for u in list(initial)[:capacity]:
-            self.d[int(u)] = True
+            if int(u) not in self.d:
+                self.d[int(u)] = len(self.d)
+        self.free = list(range(len(self.d), capacity))
+        self.slot: int | None = None
 
     def __contains__(self, u) -> bool:
         return int(u) in self.d
@@ -102,11 +142,13 @@ class LRUCache:
         self.d.move_to_end(int(u))
 
     def insert(self, u, keep=frozenset()) -> bool:
-        """Insert ``u`` evicting the least recently used unit not in ``keep``; False when
-        there is no room (capacity 0, or everything resident is kept)."""
+        """Insert ``u`` evicting the least recently used unit not in ``keep`` (into its
+        slot); False when there is no room (capacity 0, or everything resident is kept)."""
         u = int(u)
+        self.slot = None
         if u in self.d:
             self.d.move_to_end(u)
+            self.slot = self.d[u]
             return True
         if self.capacity == 0:
             return False
@@ -114,8 +156,11 @@ class LRUCache:
             victim = next((v for v in self.d if v not in keep), None)
             if victim is None:
                 return False
-            del self.d[victim]
-        self.d[u] = True
+            slot = self.d.pop(victim)
+        else:
+            slot = self.free.pop(0)
+        self.d[u] = slot
+        self.slot = slot
         return True
 
 
@@ -248,13 +293,18 @@ class OffloadRuntime:
         self.caches = [
             LRUCache(capacity, initial[l] if initial is not None else ()) for l in range(layers)
         ]
+        #: units resident at the start, per layer, in slot order
+        self.initial = [list(c.d) for c in self.caches]
         self.prefetcher = prefetcher or Prefetcher()
         self.prefetch_count = (
             prefetch_count if prefetch_count is not None else max(1, capacity // 4)
         )
         self.stats = OffloadStats()
         self._pending: dict = {}  # (layer, step) -> prefetched units, in issue order
-        self.log: list = []  # (step, layer, tokens, demand, prefetched-used, issued, counts)
+        # (step, layer, tokens, demand, prefetched-used, issued, counts, placed, run_at, units):
+        # placed: (unit, slot or -1) of every fetched unit inserted at this step and layer, in
+        # insertion order; run_at: the slot (or -1: no room, a scratch buffer) of every unit run
+        self.log: list = []
         self._logidx: dict = {}
 
     def resident(self, layer: int) -> np.ndarray:
@@ -306,8 +356,11 @@ class OffloadRuntime:
         pl["hit"] += hit
         pl["req"] += len(units)
         keep = frozenset(units.tolist())
+        placed = []
         for u in pend + demand:
-            cache.insert(u, keep)
+            ok = cache.insert(u, keep)
+            placed.append((u, cache.slot if ok else -1))
+        run_at = [cache.d.get(u, -1) for u in units.tolist()]
         issued = []
         if layer + 1 < self.layers and self.prefetcher.name not in ("none", "oracle"):
             nxt = self.caches[layer + 1]
@@ -319,7 +372,18 @@ class OffloadRuntime:
             st.bytes += len(issued) * self.cost.unit_bytes
         self._logidx[(step, layer)] = len(self.log)
         self.log.append(
-            (step, layer, tokens, demand, used_pref, issued, np.asarray(tokens_per_unit))
+            (
+                step,
+                layer,
+                tokens,
+                demand,
+                used_pref,
+                issued,
+                np.asarray(tokens_per_unit),
+                placed,
+                run_at,
+                [int(u) for u in units.tolist()],
+            )
         )
         if layer == 0:
             st.steps += 1
@@ -336,7 +400,7 @@ class OffloadRuntime:
         clock = link_free = 0.0
         arrival: dict = {}
         xfer = self.link.seconds(self.cost.unit_bytes)
-        for step, layer, tokens, demand, used_pref, issued, counts in sorted(
+        for step, layer, tokens, demand, used_pref, issued, counts, *_ in sorted(
             self.log, key=lambda r: (r[0], r[1])
         ):
             start = clock
@@ -356,3 +420,30 @@ class OffloadRuntime:
             st.per_layer[layer]["wait"] += wait
             clock = start + wait + compute
         return st
+
+    def decisions(self) -> list[dict]:
+        """The model's decisions in the order :meth:`timing` replays them, for a replay on
+        real hardware (:mod:`fsedp.experiments.replay`).  Per (step, layer), when the layer
+        starts: its demand fetches, then the prefetches it issues for the next layer, each
+        ``{"op": "fetch", "kind": "demand" | "prefetch", "step", "layer" (where the unit is
+        used), "unit", "slot" (of that layer's cache; -1: no room, a buffer of its own),
+        "bytes"}``; then the layer's ``{"op": "run", "step", "layer", "tokens", "units",
+        "counts" (tokens per unit), "slots", "waits" (the fetched units it waits for: its
+        demand fetches and the prefetches it uses)}``."""
+        rows = sorted(self.log, key=lambda r: (r[0], r[1]))
+        placed = {(r[0], r[1]): dict(r[7]) for r in rows}
+        b = self.cost.unit_bytes
+        out = []
+        for step, layer, tokens, demand, used_pref, issued, counts, _, run_at, units in rows:
+            here = placed[(step, layer)]
+            for u in demand:
+                out.append(dict(op="fetch", kind="demand", step=step, layer=layer, unit=u,
+                                slot=here.get(u, -1), bytes=b))  # fmt: skip
+            nxt = placed.get((step, layer + 1), {})
+            for u in issued:
+                out.append(dict(op="fetch", kind="prefetch", step=step, layer=layer + 1, unit=u,
+                                slot=nxt.get(u, -1), bytes=b))  # fmt: skip
+            out.append(dict(op="run", step=step, layer=layer, tokens=tokens, units=list(units),
+                            counts=[int(c) for c in counts], slots=list(run_at),
+                            waits=list(demand) + list(used_pref)))  # fmt: skip
+        return out

@@ -44,7 +44,7 @@ running).  The operating point is decided per step:
 FullBatch, which waits for a full batch, has no continuous form.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -65,16 +65,30 @@ CONTINUOUS_POLICIES = ("qos", "fifo")
 
 @dataclass(frozen=True)
 class PerfModel:
+    """The sizes of a deployment on an accelerator (``flops`` FLOP/s, memory ``bandwidth``
+    bytes/s, ``launch_s`` per decode step): :meth:`on` takes the accelerator from a device
+    profile (:mod:`fsedp.sw.policies.device`)."""
+
     layers: int
     d_model: int
     d_ffn: int
     experts: int
     top_k: int
     S: int = 4
-    flops: float = 150e12
-    bandwidth: float = 2.0e12
-    launch_s: float = 2e-3
+    flops: float = field(kw_only=True)
+    bandwidth: float = field(kw_only=True)
+    launch_s: float = field(kw_only=True)
     bytes_per_param: float = 2.0
+
+    @classmethod
+    def on(cls, device, **sizes) -> "PerfModel":
+        """The model of ``sizes`` on ``device`` (a device profile)."""
+        return cls(
+            **sizes,
+            flops=device.tflops * 1e12,
+            bandwidth=device.memory_gbs * 1e9,
+            launch_s=device.step_launch_us * 1e-6,
+        )
 
     @property
     def sub_params(self) -> float:

@@ -1,0 +1,502 @@
+"""The offload model's decisions executed on real hardware (``fsedp offload --trace T
+--replay``), and a device profile fitted from measured primitives (``fsedp offload
+--profile-device OUT.yaml``); ``docs/offload.md``.
+
+The replay takes the ordered decisions of :meth:`OffloadRuntime.decisions` and runs them
+with torch on the current device (CUDA when present, else the CPU):
+
+* **host store**: one bf16 tensor per expert id (``3 d f`` values: ``W1 [d, f]``,
+  ``W3 [d, f]``, ``W2 [f, d]``, random), shared by the layers -- every transfer moves the
+  model's bytes; pinned memory on CUDA;
+* **cache**: per layer, ``capacity`` slots of one expert each on the device, first filled
+  (untimed) with the model's initial units; a fetch copies the expert into the slot the
+  model's LRU put it in (a buffer of its own when the model found no room);
+* **link**: one FIFO of copies -- a copy stream on CUDA; on the CPU a copy thread (torch
+  releases the GIL while it copies), so prefetches overlap compute as the model says;
+* **compute**: per (step, layer), once its demand fetches and the prefetches it uses have
+  arrived (CUDA events the compute stream waits on; thread events on the CPU), the layer's
+  dense FLOPs (one ``[d, 4d]`` matmul of its tokens) and each expert's SwiGLU ``silu(x W1)
+  * (x W3) W2`` on its tokens, **eager**, one expert after another (no CUDA graph, no
+  batching);
+* copies of a layer are issued when the layer starts, after the previous layer's compute
+  (the copy stream waits for it): the model's clock, in which a layer's transfers and a
+  slot's overwrite never precede the compute before them.
+
+Measured tokens/s is the replay's tokens over its wall time (the device synchronised at the
+end); the model predicts the same sizes (``--replay-scale`` divides ``d_model`` and
+``d_ffn``) with the device profile it is given.
+"""
+
+import math
+import queue
+import threading
+import time
+
+import numpy as np
+
+from fsedp.errors import COMMAND_LINE, InputError
+
+__all__ = [
+    "torch_device",
+    "replay_sizes",
+    "replay_trace",
+    "execute",
+    "measure_primitives",
+    "fit_profile",
+    "profile_device",
+    "format_replay",
+]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise InputError(
+            COMMAND_LINE, "--replay", "needs torch: pip install 'fsedp[model]'"
+        ) from None
+    return torch
+
+
+def torch_device():
+    """CUDA when present, else the CPU."""
+    torch = _torch()
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def replay_dtype(dev):
+    """bf16 on CUDA (as offloaded); float32 on the CPU, where bf16 matmuls are emulated (slow
+    and erratic) -- the model is then given 4 bytes per weight."""
+    torch = _torch()
+    return torch.bfloat16 if dev.type == "cuda" else torch.float32
+
+
+class _threads:
+    """On the CPU, one torch thread for the compute (the copy thread takes another core):
+    the profile and the replay measure the same arrangement."""
+
+    def __init__(self, dev):
+        self.dev = dev
+
+    def __enter__(self):
+        torch = _torch()
+        self.n = torch.get_num_threads()
+        if self.dev.type == "cpu":
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        _torch().set_num_threads(self.n)
+        return False
+
+
+def replay_sizes(scale_to: str, scale: int = 1) -> tuple[int, int]:
+    """``(d_model, d_ffn)`` of ``scale_to`` divided by ``scale`` (at least 1 each)."""
+    from fsedp.experiments.offload import expert_sizes
+
+    d, f = expert_sizes(scale_to)
+    return max(1, d // scale), max(1, f // scale)
+
+
+# -- the link: one FIFO of copies -----------------------------------------------------------
+class _ThreadLink:
+    """CPU: a copy thread taking copies in order; a copy's handle is a thread event."""
+
+    def __init__(self):
+        self.q: queue.Queue = queue.Queue()
+        self.times: list = []
+        self.failed: BaseException | None = None
+        self.t = threading.Thread(target=self._work, daemon=True)
+        self.t.start()
+
+    def _work(self):
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            dst, src, done = item
+            try:
+                t0 = time.perf_counter()
+                dst.copy_(src)
+                self.times.append(time.perf_counter() - t0)
+            except BaseException as e:  # reported by the waiter, never lost
+                self.failed = e
+            done.set()
+
+    def after(self, _event):
+        """The copies issued next start after the compute before them: on the CPU the
+        compute ran in the caller's thread and has returned."""
+
+    def copy(self, dst, src):
+        done = threading.Event()
+        self.q.put((dst, src, done))
+        return done
+
+    def wait(self, handle):
+        handle.wait()
+        if self.failed is not None:
+            raise self.failed
+
+    def close(self):
+        self.q.put(None)
+        self.t.join()
+        if self.failed is not None:
+            raise self.failed
+
+
+class _StreamLink:
+    """CUDA: a copy stream; a copy's handle is an event the compute stream waits on."""
+
+    def __init__(self, torch, dev):
+        self.torch = torch
+        self.s = torch.cuda.Stream(dev)
+        self.compute = torch.cuda.Stream(dev)
+        self.times: list = []
+
+    def after(self, event):
+        if event is not None:
+            self.s.wait_event(event)
+
+    def copy(self, dst, src):
+        with self.torch.cuda.stream(self.s):
+            dst.copy_(src, non_blocking=True)
+            e = self.torch.cuda.Event()
+            e.record(self.s)
+        return e
+
+    def wait(self, handle):
+        self.compute.wait_event(handle)
+
+    def close(self):
+        self.torch.cuda.synchronize()
+
+
+def _link(torch, dev):
+    return _StreamLink(torch, dev) if dev.type == "cuda" else _ThreadLink()
+
+
+def _sync(torch, dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _ffn(torch, x, w, d: int, f: int):
+    """SwiGLU of the expert packed in ``w`` (``W1``, ``W3``, ``W2``) on ``x [n, d]``."""
+    w1 = w[: d * f].view(d, f)
+    w3 = w[d * f : 2 * d * f].view(d, f)
+    w2 = w[2 * d * f :].view(f, d)
+    return (torch.nn.functional.silu(x @ w1) * (x @ w3)) @ w2
+
+
+def _scratch_needed(decisions) -> int:
+    """Most buffers of their own (slot -1) live at once: from a fetch to its layer's run."""
+    live, most = set(), 0
+    for ev in decisions:
+        key = (ev["step"], ev["layer"])
+        if ev["op"] == "fetch" and ev["slot"] < 0:
+            live.add((key, ev["unit"]))
+            most = max(most, len(live))
+        elif ev["op"] == "run":
+            live = {k for k in live if k[0] != key}
+    return most
+
+
+def execute(decisions, rt, sizes, dev, seed: int = 0, verify: bool = False) -> dict:
+    """Run ``decisions`` (of ``rt``, an :class:`OffloadRuntime` after its run) with torch on
+    ``dev``: real copies into real caches, real dense and expert compute, each run waiting
+    for the fetches the model says.  Returns what was done (``order``: ``("fetch", kind,
+    step, layer, unit)`` and ``("run", step, layer, units)`` in execution order;
+    ``bytes``, ``fetches``, ``expert_runs``), the wall time and its parts.  ``verify``:
+    before each run, check that every expert it uses holds that expert's weights (slow: for
+    tests)."""
+    torch = _torch()
+    with _threads(dev):
+        return _execute(torch, decisions, rt, sizes, dev, seed, verify)
+
+
+def _execute(torch, decisions, rt, sizes, dev, seed, verify):
+    d, f = sizes
+    n = 3 * d * f
+    dtype = replay_dtype(dev)
+    esize = torch.empty(0, dtype=dtype).element_size()
+    g = torch.Generator().manual_seed(seed)
+    store = (torch.randn(rt.units, n, generator=g) * 0.05).to(dtype)
+    if dev.type == "cuda":
+        store = store.pin_memory()
+    caches = [torch.empty(rt.capacity, n, dtype=dtype, device=dev) for _ in range(rt.layers)]
+    for layer, units in enumerate(rt.initial):  # the model's initial residents, untimed
+        for slot, u in enumerate(units):
+            caches[layer][slot].copy_(store[u])
+    scratch = [torch.empty(n, dtype=dtype, device=dev) for _ in range(_scratch_needed(decisions))]
+    free = list(range(len(scratch)))
+    own: dict = {}  # (step, layer, unit) -> scratch index
+    batch = max((ev["tokens"] for ev in decisions if ev["op"] == "run"), default=1)
+    x = (torch.randn(batch, d, generator=g) * 0.5).to(dtype).to(dev)
+    dense = (torch.randn(d, 4 * d, generator=g) * 0.02).to(dtype).to(dev)
+    content = [dict(zip(range(rt.capacity), units)) for units in rt.initial]
+    link = _link(torch, dev)
+    compute = getattr(link, "compute", None)
+    ready: dict = {}
+    order, moved, fetches, runs, checks = [], 0, 0, 0, 0
+    run_s = []
+    prev = None  # the event of the last compute (CUDA)
+    issued_after = True
+    _sync(torch, dev)
+    t0 = time.perf_counter()
+    try:
+        for ev in decisions:
+            step, layer = ev["step"], ev["layer"]
+            if ev["op"] == "fetch":
+                if not issued_after:
+                    link.after(prev)
+                    issued_after = True
+                u, slot = ev["unit"], ev["slot"]
+                if slot >= 0:
+                    dst = caches[layer][slot]
+                    content[layer][slot] = u
+                else:
+                    i = free.pop()
+                    own[(step, layer, u)] = i
+                    dst = scratch[i]
+                ready[(step, layer, u)] = link.copy(dst, store[u])
+                moved += n * esize
+                fetches += 1
+                order.append(("fetch", ev["kind"], step, layer, u))
+                continue
+            for u in ev["waits"]:
+                link.wait(ready.pop((step, layer, u)))
+            bufs = []
+            for u, slot in zip(ev["units"], ev["slots"]):
+                if slot >= 0:
+                    if content[layer].get(slot) != u:
+                        raise RuntimeError(
+                            f"replay: step {step} layer {layer} runs expert {u} from slot "
+                            f"{slot}, which holds {content[layer].get(slot)}"
+                        )
+                    bufs.append(caches[layer][slot])
+                else:
+                    bufs.append(scratch[own[(step, layer, u)]])
+            if verify:
+                _sync(torch, dev)
+                for u, w in zip(ev["units"], bufs):
+                    assert torch.equal(w.cpu(), store[u]), (step, layer, u)
+                    checks += 1
+            tr = time.perf_counter()
+            ctx = torch.cuda.stream(compute) if compute is not None else _nullcontext()
+            with ctx:
+                xs = x[: ev["tokens"]]
+                xs @ dense
+                for w, c in zip(bufs, ev["counts"]):
+                    _ffn(torch, x[:c], w, d, f)
+                    runs += 1
+                if compute is not None:
+                    prev = torch.cuda.Event()
+                    prev.record(compute)
+            run_s.append(time.perf_counter() - tr)
+            issued_after = False
+            for key in [k for k in own if k[:2] == (step, layer)]:
+                free.append(own.pop(key))
+            for key in [k for k in ready if k[:2] == (step, layer)]:
+                del ready[key]  # prefetches the layer did not use: nothing waits for them
+            order.append(("run", step, layer, tuple(ev["units"])))
+        _sync(torch, dev)
+        wall = time.perf_counter() - t0
+    finally:
+        link.close()
+    return {
+        "order": order,
+        "bytes": moved,
+        "fetches": fetches,
+        "expert_runs": runs,
+        "wall_s": wall,
+        "copy_s": float(sum(link.times)) if link.times else None,
+        "compute_issue_s": float(sum(run_s)),
+        "verified_experts": checks,
+    }
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def replay_trace(trace, cfg, sizes, dev, steps=None, fit: float = 0.2, verify=False) -> dict:
+    """The model on ``trace`` at ``sizes`` (``cfg``'s device profile) and its replay on
+    ``dev``: predicted against measured tokens/s, and what each moved and ran."""
+    import dataclasses
+
+    from fsedp.experiments.offload import deployment_cost, trace_runtime
+
+    torch = _torch()
+    esize = torch.empty(0, dtype=replay_dtype(dev)).element_size()
+    cost = deployment_cost(cfg, sizes=sizes, weight_bytes=esize)
+    rt = trace_runtime(trace, cfg, fit, cost=cost, steps=steps)
+    stats = rt.timing()
+    model = stats.as_dict()
+    decisions = rt.decisions()
+    run = execute(decisions, rt, sizes, dev, seed=cfg.seed, verify=verify)
+    measured = stats.tokens / run["wall_s"] if run["wall_s"] else None
+    pred = model["tokens_per_s"]
+    return {
+        "cache_rate": cfg.cache_rate,
+        "prefetch": cfg.prefetch,
+        "steps": stats.steps,
+        "tokens": stats.tokens,
+        "predicted_tokens_per_s": pred,
+        "measured_tokens_per_s": round(measured, 2) if measured else None,
+        "error": round(pred / measured - 1, 4) if pred and measured else None,
+        "predicted_s": round(stats.time_s, 6),
+        "measured_s": round(run["wall_s"], 6),
+        "model_bytes": stats.bytes,
+        "replay_bytes": float(run["bytes"]),
+        "demand_fetches": stats.demand,
+        "prefetches": stats.prefetched,
+        "fetches": run["fetches"],
+        "expert_runs": run["expert_runs"],
+        "copy_s": None if run["copy_s"] is None else round(run["copy_s"], 6),
+        "decisions": len(decisions),
+        "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "buddy"},
+    }
+
+
+# -- primitives and the fitted profile -----------------------------------------------------
+def _timed(torch, dev, fn, repeat: int) -> float:
+    """Median over 3 rounds of ``repeat`` calls of ``fn``, seconds per call."""
+    fn()
+    _sync(torch, dev)
+    rounds = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        _sync(torch, dev)
+        rounds.append((time.perf_counter() - t0) / repeat)
+    return float(np.median(rounds))
+
+
+def measure_primitives(sizes, batch: int, dev, repeat: int = 20) -> dict:
+    """Times on ``dev`` of the replay's primitives through its own code paths: copies of
+    1/16, 1/4, 1 and 2 experts' bytes from the host store over the link (back to back, the
+    link's steady rate), one expert's SwiGLU at 1, 2, 4, ... ``batch`` tokens, and the dense
+    matmul of ``batch`` tokens."""
+    torch = _torch()
+    with _threads(dev):
+        return _measure(torch, sizes, batch, dev, repeat)
+
+
+def _measure(torch, sizes, batch, dev, repeat):
+    d, f = sizes
+    n = 3 * d * f
+    dtype = replay_dtype(dev)
+    esize = torch.empty(0, dtype=dtype).element_size()
+    copies = {}
+    link = _link(torch, dev)
+    try:
+        for frac in (1 / 16, 1 / 4, 1, 2):
+            m = max(1, int(n * frac))
+            src = torch.randn(m).to(dtype)
+            if dev.type == "cuda":
+                src = src.pin_memory()
+            dst = torch.empty(m, dtype=dtype, device=dev)
+
+            def burst(src=src, dst=dst):
+                hs = [link.copy(dst, src) for _ in range(4)]
+                if dev.type == "cuda":
+                    hs[-1].synchronize()
+                else:
+                    for h in hs:
+                        link.wait(h)
+
+            copies[m * esize] = _timed(torch, dev, burst, max(1, repeat // 4)) / 4
+    finally:
+        link.close()
+    w = (torch.randn(n) * 0.05).to(dtype).to(dev)
+    x = (torch.randn(batch, d) * 0.5).to(dtype).to(dev)
+    dense = (torch.randn(d, 4 * d) * 0.02).to(dtype).to(dev)
+    tokens = sorted({min(batch, 2**i) for i in range(int(math.log2(batch)) + 1)} | {batch})
+    ffn = {t: _timed(torch, dev, lambda t=t: _ffn(torch, x[:t], w, d, f), repeat) for t in tokens}
+    dense_s = _timed(torch, dev, lambda: x @ dense, repeat)
+    return {"copy_s": copies, "ffn_s": ffn, "dense_s": dense_s, "batch": batch}
+
+
+def fit_profile(prims: dict, sizes, dev, name: str, base) -> "object":
+    """A device profile from measured primitives: link bandwidth and latency by least
+    squares of copy time on bytes; per-expert launch and rate by least squares of FFN time
+    on tokens, and the FFN times themselves as ``expert_table_us``; ``expert_tflops`` the
+    dense matmul's rate at ``batch`` tokens (it prices the layer's dense FLOPs).  The
+    serving model's fields are ``base``'s (not measured here)."""
+    from fsedp.sw.policies.device import DeviceProfile
+
+    d, f = sizes
+    b = np.array(sorted(prims["copy_s"]), dtype=float)
+    t = np.array([prims["copy_s"][k] for k in sorted(prims["copy_s"])])
+    slope, icpt = np.polyfit(b, t, 1)
+    slope = max(slope, 1e-15)
+    gbs = min(1e5, 1.0 / slope / 1e9)
+    lat = max(0.0, icpt) * 1e6
+    ks = np.array(sorted(prims["ffn_s"]), dtype=float)
+    ts = np.array([prims["ffn_s"][k] for k in sorted(prims["ffn_s"])])
+    if len(ks) > 1:
+        fs, fi = np.polyfit(ks, ts, 1)
+    else:
+        fs, fi = 0.0, ts[0]
+    launch = max(0.0, fi) * 1e6
+    dense_rate = prims["batch"] * 2 * 4 * d * d / prims["dense_s"] / 1e12
+    table = {int(k): round(float(v) * 1e6, 3) for k, v in prims["ffn_s"].items()}
+    torch = _torch()
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+    return DeviceProfile(
+        name=name,
+        link_gbs=round(min(max(gbs, 1e-3), 1e5), 4),
+        link_latency_us=round(min(lat, 1e6), 3),
+        pinned=dev.type == "cuda",
+        expert_launch_us=round(min(launch, 1e6), 3),
+        expert_tflops=round(min(max(dense_rate, 1e-6), 1e5), 6),
+        tflops=base.tflops,
+        memory_gbs=base.memory_gbs,
+        step_launch_us=base.step_launch_us,
+        expert_table_us=table,
+        source=f"fitted by fsedp offload --profile-device on {where} (d {d}, f {f}, "
+        f"{str(replay_dtype(dev)).replace('torch.', '')}); "
+        f"per-expert slope {fs * 1e6:.4g} us/token; serving fields from {base.name}",
+    )
+
+
+def profile_device(sizes, batch: int, dev, out, name: str = "fitted", base=None):
+    """Measure the primitives on ``dev``, fit a profile and write it to ``out`` at once
+    (no half-written file on failure or Ctrl-C).  Returns the profile."""
+    from fsedp.files import write_text
+    from fsedp.sw.policies.device import load_device, profile_yaml
+
+    base = base or load_device()
+    prof = fit_profile(measure_primitives(sizes, batch, dev), sizes, dev, name, base)
+    write_text(out, profile_yaml(prof, "device profile fitted by `fsedp offload --profile-device`"))
+    return prof
+
+
+def format_replay(name, cfg, sizes, dev, rows, scale) -> str:
+    d, f = sizes
+    out = [
+        f"replay of the offload model's decisions on {name} (fetch on demand, steps of "
+        f"{cfg.batch} tokens, {cfg.scale_to} / {scale}: d {d}, f {f}, "
+        f"{3 * d * f * _esize(dev) / 1e6:.4g} MB per expert in "
+        f"{str(replay_dtype(dev)).replace('torch.', '')}) on {dev}, eager SwiGLU experts, "
+        f"predicted with device profile {cfg.device}:\n",
+        "| cache rate | prefetcher | steps | fetches | expert runs | MB moved (model / replay) "
+        "| predicted tokens/s | measured tokens/s | error |",
+        "|---:|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        err = "-" if r["error"] is None else f"{r['error'] * 100:+.1f} %"
+        out.append(
+            f"| {r['cache_rate']} | {r['prefetch']} | {r['steps']} | {r['fetches']} | "
+            f"{r['expert_runs']} | {r['model_bytes'] / 1e6:.3f} / {r['replay_bytes'] / 1e6:.3f} "
+            f"| {r['predicted_tokens_per_s']} | {r['measured_tokens_per_s']} | {err} |"
+        )
+    return "\n".join(out)
+
+
+def _esize(dev) -> int:
+    return _torch().empty(0, dtype=replay_dtype(dev)).element_size()
