@@ -974,6 +974,19 @@ CHOICE = ["bogus", "", *_DASH]
 INT_LIST = ["", "x", "16,x", "0", "-16", "16,,32", "1e3", "nan", HUGE_CLI, *_DASH]
 
 #: command -> (cheap base arguments, files, {option: bad values})
+#: ``--device``: unknown names, missing or non-YAML files, profiles with a bad field (the
+#: ``dev-*.yaml`` files every CLI case gets), an empty value
+DEVICE_BAD = [
+    "nosuch",
+    "{dir}/nosuch.yaml",
+    "{dir}/f",
+    "{dir}/dev-neg.yaml",
+    "{dir}/dev-type.yaml",
+    "{dir}/dev-key.yaml",
+    "{dir}/dev-list.yaml",
+    "",
+]
+
 CLI = {
     "run": (
         ["run", "--layers", "1", "--strategies", "EP", "--out", "{dir}/out"],
@@ -1212,16 +1225,7 @@ CLI = {
             "--scale-to": ["nosuch", "../../etc/passwd", "", "-x"],
             "--tflops": POS_FLOAT,
             "--overhead-us": NONNEG_FLOAT,
-            "--device": [
-                "nosuch",
-                "{dir}/nosuch.yaml",
-                "{dir}/f",
-                "{dir}/dev-neg.yaml",
-                "{dir}/dev-type.yaml",
-                "{dir}/dev-key.yaml",
-                "{dir}/dev-list.yaml",
-                "",
-            ],
+            "--device": DEVICE_BAD,
             "--alpha": ["0", *PROB],
             "--k-max": CAP_INT,
             "--eps": NONNEG_FLOAT,
@@ -1323,16 +1327,7 @@ CLI = {
             "--scale-to": ["nosuch", "../../etc/passwd", ""],
             "--tflops": POS_FLOAT,
             "--bandwidth": POS_FLOAT,
-            "--device": [
-                "nosuch",
-                "{dir}/nosuch.yaml",
-                "{dir}/f",
-                "{dir}/dev-neg.yaml",
-                "{dir}/dev-type.yaml",
-                "{dir}/dev-key.yaml",
-                "{dir}/dev-list.yaml",
-                "",
-            ],
+            "--device": DEVICE_BAD,
             "--seed": SEED_BAD,
             "--curve": ["{dir}/nosuch.json", "{dir}/f", "{dir}/bad.json", "{dir}"],
             "--gate": [*CHOICE, "finetuned"],
