@@ -36,6 +36,7 @@ from fsedp.config import (
 )
 from fsedp.files import read_yaml
 from fsedp.params import SchedulerParams, max_hops
+from fsedp.sw.policies.device import load_device
 
 BAD_DIR = CONFIG_DIR / "bad"
 
@@ -54,6 +55,7 @@ LOADERS = {
     "models": load_model,
     "scheduler": load_scheduler,
     "experiments": _load_experiment,
+    "devices": lambda path: load_device(str(path)),
 }
 
 
