@@ -39,7 +39,13 @@ from typing import Any
 from fsedp.errors import InputError
 from fsedp.fields import build, describe, same_as, spec, specs
 from fsedp.files import parse_yaml, read_yaml
-from fsedp.params import MAX_CHIPLETS, DatapathParams, SchedulerParams, max_hops
+from fsedp.params import (
+    MAX_CHIPLETS,
+    DatapathParams,
+    SchedulerParams,
+    check_ring_orders,
+    max_hops,
+)
 
 __all__ = [
     "CONFIG_DIR",
@@ -286,6 +292,10 @@ class SchedulerConfig:
     )
     #: left out: :func:`derived_count_width` of the run's ``scenario.tokens_per_iteration``
     count_width: int | None = same_as(SchedulerParams, "count_width", default=None)
+    #: left out: each strategy's own; A7 and A8 (the link-aware ones, the only ones that read
+    #: it) take the row and column snakes both ways, 4, or the row snake both ways, 2, where
+    #: the column snake's paths are longer (:func:`fsedp.sim.fsedp.a7_ring_orders`)
+    ring_orders: int | None = same_as(SchedulerParams, "ring_orders", default=None)
 
 
 #: Scenario fields that describe the synthetic workload only: required with
@@ -577,8 +587,15 @@ def _cross_check(cls, v: dict, file: str, prefix: str):
                 f"must be in 0..2**qos_width - 1 = {2 ** v['qos_width'] - 1}, "
                 f"not {v['t_qos_init']}",
             )
-        # the joint ranges of the other fields are SchedulerParams' own check
-        fields = {k: x for k, x in v.items() if k != "t_qos_init" and x is not None}
+        if v.get("ring_orders") is not None:
+            try:
+                check_ring_orders(v["ring_orders"])
+            except InputError as e:
+                raise e.at(file, where("ring_orders")) from None
+        # the joint ranges of the other fields are SchedulerParams' own check (ring_orders is
+        # the link-aware strategies' choice, not a generic of the scheduler every run builds)
+        skip = ("t_qos_init", "ring_orders")
+        fields = {k: x for k, x in v.items() if k not in skip and x is not None}
         try:
             SchedulerParams(**fields)
         except InputError as e:

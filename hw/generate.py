@@ -1,5 +1,6 @@
 """Verilog generation of every scheduler block with Amaranth's built-in Yosys."""
 
+import dataclasses
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -27,6 +28,8 @@ __all__ = [
     "BLOCKS",
     "CHIP_BLOCKS",
     "DATAPATH_BLOCKS",
+    "TOPS",
+    "top_params",
     "component_ports",
     "top_name",
     "verilog_text",
@@ -59,6 +62,26 @@ DATAPATH_BLOCKS = {
 
 #: tops joining both (generics: :class:`fsedp.hw.chip.ChipParams`)
 CHIP_BLOCKS = {"chip": Chip}
+
+#: every top the synthesis and FPGA flows take
+TOPS = (*BLOCKS, *DATAPATH_BLOCKS, *CHIP_BLOCKS)
+
+
+def top_params(top: str, sp, dp: DatapathParams):
+    """The generics ``top`` is generated with from a run's scheduler generics ``sp`` and
+    datapath generics ``dp``: ``dp`` for a datapath block, both for the chip (the datapath's
+    experts and count width taken from ``sp``, its mesh must hold ``sp.chiplets``: a
+    ``ValueError`` says which does not), ``sp`` otherwise."""
+    if top in CHIP_BLOCKS:
+        if dp.chiplets != sp.chiplets:
+            raise ValueError(
+                f"the chip top needs a {dp.rows}x{dp.cols} mesh's {dp.chiplets} chiplets in "
+                f"the scheduler, not {sp.chiplets}"
+            )
+        return ChipParams(
+            sp, dataclasses.replace(dp, experts=sp.experts, count_width=sp.count_width)
+        )
+    return dp if top in DATAPATH_BLOCKS else sp
 
 
 _DIRECTION = {wiring.In: PortDirection.Input, wiring.Out: PortDirection.Output}

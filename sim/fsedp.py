@@ -29,6 +29,7 @@ import dataclasses
 
 import numpy as np
 
+from fsedp.errors import InputError
 from fsedp.params import max_hops
 from fsedp.sim.baselines import bounds, held_tokens, link_bound
 from fsedp.sim.fast import python_events, run_layer, streaming_engine
@@ -79,14 +80,21 @@ def variant_params(setup: Setup, variant: str):
     if variant == "A6":
         return dataclasses.replace(dp, preempt=True, hot_window=HOT_WINDOW)
     if variant in ("A7", "A8"):
-        # and link-aware ring embeddings, forward-state admission [D16]
-        return dataclasses.replace(
-            dp,
-            preempt=True,
-            hot_window=HOT_WINDOW,
-            admission="forward-state",
-            ring_orders=a7_ring_orders(dp.rows, dp.cols),
-        )
+        # and link-aware ring embeddings (the run config's scheduler.ring_orders, or A7's
+        # own), forward-state admission [D16]
+        orders = setup.cfg.scheduler.ring_orders or a7_ring_orders(dp.rows, dp.cols)
+        try:
+            return dataclasses.replace(
+                dp,
+                preempt=True,
+                hot_window=HOT_WINDOW,
+                admission="forward-state",
+                ring_orders=orders,
+            )
+        except InputError as e:  # e.g. the column snake's longer paths need more slots
+            raise InputError(
+                setup.cfg.source, "scheduler.ring_orders", f"{orders}: {e.field} {e.reason}"
+            ) from None
     if variant in ("A2", "A3", "A5"):
         return dp
     raise ValueError(f"unknown FSE-DP variant {variant!r}; choose from {VARIANTS}")

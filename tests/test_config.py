@@ -695,3 +695,31 @@ def test_hostile_yaml_is_refused_at_once(tmp_path):
         e = pytest.raises(InputError, load_run, p).value
         assert e.file == str(p) and e.field in ("<yaml>", "<file>"), (name, str(e))
         assert why in e.reason, (name, str(e))
+
+
+def test_ring_orders_is_the_link_aware_strategies_choice():
+    """``scheduler.ring_orders`` sets the ring paths of A7 and A8 only (left out: their own);
+    a value outside 1, 2, 4 is refused naming the field."""
+    import copy as _copy
+
+    from tiny import TINY
+
+    from fsedp.config import run_from_dict
+    from fsedp.sim.fsedp import a7_ring_orders, variant_params
+    from fsedp.sim.setup import make_setup
+
+    d = _copy.deepcopy(TINY)
+    base = make_setup(run_from_dict(d, "tiny.yaml"))
+    assert variant_params(base, "A7").ring_orders == a7_ring_orders(2, 2) == 4
+    d["scheduler"] = {
+        "requests": 8, "theta_min": 2, "n_threshold": 4, "qos_width": 4, "t_qos_init": 0,
+        "ring_orders": 2,
+    }  # fmt: skip
+    s = make_setup(run_from_dict(d, "tiny.yaml"))
+    assert variant_params(s, "A7").ring_orders == variant_params(s, "A8").ring_orders == 2
+    assert variant_params(s, "A3").ring_orders == variant_params(s, "A6").ring_orders == 1
+    assert s.sp.ring_orders == 1  # not a generic of the scheduler every run builds
+    d["scheduler"]["ring_orders"] = 3
+    with pytest.raises(InputError) as e:
+        run_from_dict(d, "tiny.yaml")
+    assert (e.value.file, e.value.field) == ("tiny.yaml", "scheduler.ring_orders")

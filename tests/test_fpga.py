@@ -55,6 +55,30 @@ def test_every_block_is_a_top_and_the_defaults_are_the_two_tops():
     assert fpga.check_request(["matcher", "matcher", "icv"], "85k", 100) == ["matcher", "icv"]
 
 
+def test_the_chip_is_a_top_with_both_generics():
+    """``chip`` is a top of the flows (``hw.generate.TOPS``): generated from the scheduler's
+    generics and the config's datapath, whose experts and count width follow the
+    scheduler's; a scheduler of another chiplet count is refused, on the command line with
+    the option named."""
+    import dataclasses
+
+    from fsedp.cli import main
+    from fsedp.hw.chip import ChipParams
+    from fsedp.hw.generate import TOPS, top_params
+    from fsedp.params import DatapathParams, SchedulerParams
+
+    assert "chip" in TOPS and "chip" in fpga.TOPS
+    sp = SchedulerParams(chiplets=4, experts=16, count_width=7)
+    dp = DatapathParams(rows=2, cols=2, experts=128, count_width=11)
+    cp = top_params("chip", sp, dp)
+    assert isinstance(cp, ChipParams) and cp.sched == sp
+    assert cp.datapath == dataclasses.replace(dp, experts=16, count_width=7)
+    assert top_params("matcher", sp, dp) is sp and top_params("router", sp, dp) is dp
+    with pytest.raises(ValueError, match="3x3 mesh's 9 chiplets"):
+        top_params("chip", sp, DatapathParams(rows=3, cols=3, slots=13))
+    assert main(["rtl", "fpga", "--top", "chip", "--chiplets", "9"]) == 2
+
+
 # -- the harness and the parsers -------------------------------------------------------------
 VERILOG = """\
 module fsedp_x(clk, rst, a, \\release , y);

@@ -318,18 +318,36 @@ def cmd_formal(args):
     return _done(args, *run)
 
 
+def _datapath_of(args, tops, p):
+    """The datapath generics of the run config for the datapath blocks and the chip among
+    ``tops`` (with the scheduler's experts), or ``None`` when none is asked for; the chip
+    needs the scheduler's chiplets to be the config's mesh."""
+    from fsedp.hw.generate import CHIP_BLOCKS, DATAPATH_BLOCKS
+
+    if not any(t in DATAPATH_BLOCKS or t in CHIP_BLOCKS for t in tops):
+        return None
+    dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+    if any(t in CHIP_BLOCKS for t in tops) and dp.chiplets != p.chiplets:
+        raise usage(
+            "--chiplets",
+            f"{p.chiplets}: the chip top's scheduler drives the run config's "
+            f"{dp.rows}x{dp.cols} mesh ({dp.chiplets} chiplets)",
+        )
+    return dp
+
+
 def cmd_synth(args):
     """``fsedp rtl synth``: the blocks synthesised to a standard-cell library and timed
     (:mod:`fsedp.experiments.synth`)."""
     from fsedp.experiments import synth
-    from fsedp.hw.generate import DATAPATH_BLOCKS
+    from fsedp.hw.generate import CHIP_BLOCKS, DATAPATH_BLOCKS
 
     tops = list(dict.fromkeys(args.top or synth.DEFAULT_TOPS))
     for t in tops:
         if t not in synth.TOPS:
             raise usage("--top", f"unknown top {t[:40]!r}; choose from {', '.join(synth.TOPS)}")
     p = _params(args)
-    dp_tops = [t for t in tops if t in DATAPATH_BLOCKS]
+    dp_tops = [t for t in tops if t in DATAPATH_BLOCKS or t in CHIP_BLOCKS]
     if dp_tops and args.chiplets is not None:
         if args.top:
             raise usage(
@@ -338,9 +356,7 @@ def cmd_synth(args):
                 "hardware.rows x hardware.cols of the run config",
             )
         tops, dp_tops = [t for t in tops if t not in dp_tops], []  # reshapes the scheduler only
-    dp = None
-    if dp_tops:
-        dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+    dp = _datapath_of(args, tops, p)
     if not args.liberty.strip() or "\0" in args.liberty:
         raise usage("--liberty", f"must name a Liberty file, not {args.liberty[:40]!r}")
     try:
@@ -363,14 +379,11 @@ def cmd_fpga(args):
 
     from fsedp.experiments import fpga
     from fsedp.files import output_dir
-    from fsedp.hw.generate import DATAPATH_BLOCKS
     from fsedp.log import logger
 
     tops = fpga.check_request(args.top or fpga.DEFAULT_TOPS, args.device, args.freq_mhz)
     p = _params(args)
-    dp = None
-    if any(t in DATAPATH_BLOCKS for t in tops):
-        dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+    dp = _datapath_of(args, tops, p)
     fpga.check_tools()  # the options' own rules first: not what is installed
     run = dict(
         device=args.device,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.files import build_dir
-from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS, top_name, write_verilog
+from fsedp.hw.generate import TOPS, top_name, top_params, write_verilog
 from fsedp.log import logger
 from fsedp.params import DatapathParams, SchedulerParams
 
@@ -68,7 +68,6 @@ _log = logger("fpga")
 
 #: Every top the flow takes: the scheduler's blocks (generics
 #: :class:`~fsedp.params.SchedulerParams`) and the datapath's (:class:`DatapathParams`).
-TOPS = (*BLOCKS, *DATAPATH_BLOCKS)
 #: Without ``--top``: the whole scheduler and the whole chiplet array (2x2 at the default
 #: :class:`DatapathParams`).
 DEFAULT_TOPS = ("scheduler", "chiplet_array")
@@ -487,7 +486,7 @@ def run_fpga(
     say = progress or (lambda msg: None)
     rows = []
     for top in tops:
-        p = dp_params if top in DATAPATH_BLOCKS else params
+        p = top_params(top, params, dp_params)
         say(f"{top}: synth_ecp5, then nextpnr-ecp5 on {DEVICES[device]} ...")
         row = place_and_route(top, p, device, freq_mhz, workdir / top, seed, timeout_s)
         say(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fsedp.errors import InputError
 from fsedp.files import output_dir
-from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS, top_name, write_verilog
+from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS, TOPS, top_name, top_params, write_verilog
 from fsedp.log import logger
 
 __all__ = [
@@ -62,7 +62,6 @@ _log = logger("synth")
 
 #: Every top the command synthesises: the scheduler's blocks (generics
 #: :class:`~fsedp.params.SchedulerParams`) and the datapath's (:class:`DatapathParams`).
-TOPS = (*BLOCKS, *DATAPATH_BLOCKS)
 #: Without ``--top``: every scheduler block, the scheduler itself, and one chiplet's
 #: datapath blocks and the chiplet (the whole mesh, ``chiplet_array``, only when named).
 DEFAULT_TOPS = (*BLOCKS, *(b for b in DATAPATH_BLOCKS if b != "chiplet_array"))
@@ -714,7 +713,7 @@ def run(
             say(f"FO4: {e}")
         results = []
         for top in tops:
-            p = dp_params if top in DATAPATH_BLOCKS else params
+            p = top_params(top, params, dp_params)
             say(f"synthesising {top} ...")
             r = synthesize(top, p, lib, clock_mhz, work, staged)
             if r.get("arrival_ns") is not None and fo4["fo4_ps"]:
