@@ -77,6 +77,9 @@ def test_the_chip_is_a_top_with_both_generics():
     with pytest.raises(ValueError, match="3x3 mesh's 9 chiplets"):
         top_params("chip", sp, DatapathParams(rows=3, cols=3, slots=13))
     assert main(["rtl", "fpga", "--top", "chip", "--chiplets", "9"]) == 2
+    # the table names a chip row by both generics
+    row = {"top": "chip", "params": dataclasses.asdict(cp)}
+    assert fpga._generics(row) == "2x2 chiplets, E=16, with scheduler"
 
 
 # -- the harness and the parsers -------------------------------------------------------------

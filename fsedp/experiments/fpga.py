@@ -504,6 +504,9 @@ def run_fpga(
 
 def _generics(row) -> str:
     p = row["params"]
+    if "datapath" in p:  # the chip: the scheduler's generics and the array's mesh
+        dp = p["datapath"]
+        return f"{dp['rows']}x{dp['cols']} chiplets, E={p['sched']['experts']}, with scheduler"
     if "rows" in p:
         return f"{p['rows']}x{p['cols']} chiplets, E={p['experts']}"
     return f"E={p['experts']}, C={p['chiplets']}"
