@@ -136,6 +136,21 @@ def test_datapath_buffer_too_small_names_the_field(tmp_path, capsys):
     assert not list(tmp_path.glob("*.v.tmp"))
 
 
+def test_chip_verilog_lint_clean(tmp_path, capsys):
+    """``--block chip``: the scheduler and the chiplet array in one top, on the config's mesh
+    with the scheduler's experts, lint clean; a scheduler of another chiplet count refused."""
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY_RUN % (TINY_HW % 18))
+    args = ["rtl", "verilog", "--config", str(cfg), "--out", str(tmp_path / "v"), "--block"]
+    rc = main([*args, "chip", "--lint", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0, doc["lint"]
+    assert len(doc["files"]) == 1 and all(v == "clean" for v in doc["lint"].values())
+    assert "module fsedp_chip" in (tmp_path / "v" / "fsedp_chip.v").read_text()
+    assert main([*args, "chip", "--chiplets", "9", "--force"]) == 2
+    assert "--chiplets" in capsys.readouterr().err
+
+
 def test_datapath_verilog_lint_clean(tmp_path, capsys):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(TINY_RUN % (TINY_HW % 18))  # 6 slots of 3 KiB

@@ -66,13 +66,14 @@ def cmd_rounds(args):
 
 
 def cmd_verilog(args):
-    from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS
+    from fsedp.hw.generate import BLOCKS, CHIP_BLOCKS, DATAPATH_BLOCKS
 
     p = _params(args)
     if args.lint:
         require_simulator("verilator")
     blocks = list(BLOCKS) if args.block == "all" else [args.block] if args.block in BLOCKS else []
-    dp_blocks = [b for b in DATAPATH_BLOCKS if args.block in ("all", b)]
+    # the datapath blocks and the chip: generated on the run config's mesh
+    dp_blocks = [b for b in (*DATAPATH_BLOCKS, *CHIP_BLOCKS) if args.block in ("all", b)]
     if dp_blocks and getattr(args, "chiplets", None) is not None:
         if args.block != "all":
             raise usage(
@@ -81,9 +82,7 @@ def cmd_verilog(args):
                 "hardware.rows x hardware.cols of the run config",
             )
         dp_blocks = []  # --chiplets reshapes the scheduler only
-    dp = None
-    if dp_blocks:
-        dp = dataclasses.replace(load_config(args).datapath_params(), experts=p.experts)
+    dp = _datapath_of(args, dp_blocks, p)
     return _done(args, *rtl_runs.verilog(p, blocks, dp, dp_blocks, args.out, args.force, args.lint))
 
 
@@ -428,7 +427,7 @@ def add_parsers(sub):
     from fsedp.experiments.fpga import TOPS as FPGA_TOPS
     from fsedp.experiments.synth import CLOCK_MHZ, CLOCK_RANGE_MHZ, DEFAULT_TOPS
     from fsedp.experiments.synth import TOPS as SYNTH_TOPS
-    from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS
+    from fsedp.hw.generate import BLOCKS, CHIP_BLOCKS, DATAPATH_BLOCKS
 
     rtl = sub.add_parser("rtl", help="hardware: Verilog, cosimulation, latency and area report")
     rsub = rtl.add_subparsers(dest="rtl_cmd", required=True, parser_class=Parser)
@@ -459,7 +458,9 @@ def add_parsers(sub):
     v = rsub.add_parser("verilog", parents=[CONFIG, JSON], help="write the Verilog of every block")
     sizes(v)
     v.add_argument("--out", required=True, help="output folder")
-    v.add_argument("--block", default="all", choices=["all", *BLOCKS, *DATAPATH_BLOCKS])
+    v.add_argument(
+        "--block", default="all", choices=["all", *BLOCKS, *DATAPATH_BLOCKS, *CHIP_BLOCKS]
+    )
     v.add_argument("--lint", action="store_true", help="also run verilator --lint-only -Wall")
     v.set_defaults(func=cmd_verilog, out_kind="folder")
 

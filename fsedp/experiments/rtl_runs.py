@@ -81,17 +81,18 @@ def run_tb(p, sim, knobs, tag, opt="-O0", waves=False) -> dict:
 
 def verilog(p, blocks, dp, dp_blocks, out, force: bool, lint: bool):
     """``fsedp rtl verilog``: the Verilog of ``blocks`` at the scheduler generics ``p`` and
-    of ``dp_blocks`` at the datapath generics ``dp``, written into the folder ``out`` whole
+    of ``dp_blocks`` at the datapath generics ``dp`` (the chip at both,
+    :func:`fsedp.hw.generate.top_params`), written into the folder ``out`` whole
     or not at all (:func:`~fsedp.files.output_dir`), each linted by Verilator with ``lint``.
     ``(doc, text, ok)``: ok when every lint is clean."""
-    from fsedp.hw.generate import write_verilog
+    from fsedp.hw.generate import top_params, write_verilog
 
     files, linted = [], {}
     with output_dir(out, force) as staged:
         for b in blocks:
             files.append(write_verilog(b, p, staged).name)
         for b in dp_blocks:
-            files.append(write_verilog(b, dp, staged).name)
+            files.append(write_verilog(b, top_params(b, p, dp), staged).name)
         if lint:
             from fsedp.tb.runner import lint_files
 
