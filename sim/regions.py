@@ -34,6 +34,7 @@ chiplet with room.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -204,41 +205,40 @@ def all_to_all_cycles(setup, moves) -> tuple[int, int]:
     return math.ceil(busiest / setup.link_bytes_per_cycle) + hops * setup.link_latency_cycles, total
 
 
-class Plan:
+class Plan(NamedTuple):
     """A layer's gathering: the region shape, the experts' regions, the gathered records,
     the moves, the all-to-all cycles (each way) and the cost model's score of every tiling
     (``scores[shape] = (cycles, busiest link cycles)``)."""
 
-    def __init__(self, shape, regions, home, records, moves, a2a, scores):
-        self.shape = shape
-        self.regions = regions
-        self.home = home
-        self.records = records
-        self.moves = moves
-        self.a2a = a2a
-        self.scores = scores
+    shape: tuple
+    regions: list
+    home: np.ndarray
+    records: list
+    moves: list
+    a2a: int
+    scores: dict
 
 
 def _score(setup, held, per, shape):
+    """``(regions, home, ddr, compute, link)``: the experts' regions of the tiling ``shape``
+    and the largest over its regions of DDR time, compute time and busiest-link time."""
     dp = setup.dp
     regions = regions_of(dp.rows, dp.cols, shape)
     home = assign(held, per, dp, regions)
-    t = 0.0
-    busiest_link = 0.0
+    tokens = held.sum(0)
+    ddr = comp = link = 0.0
     for g, region in enumerate(regions):
         mine = home == g
         if not mine.any():
             continue
         size = len(region)
         slices = float(per[mine].sum())
-        ddr = slices * dp.ddr_interval / size
-        comp = float((held.sum(0)[mine] * per[mine]).sum()) * dp.cycles_per_token / size
-        link = 0.0
+        ddr = max(ddr, slices * dp.ddr_interval / size)
+        comp = max(comp, float((tokens[mine] * per[mine]).sum()) * dp.cycles_per_token / size)
         if size > 1:
-            link = slices * (1 - 1 / size) / _min_in_degree(region, dp.cols) * dp.link_cycles
-        busiest_link = max(busiest_link, link)
-        t = max(t, ddr, comp, link)
-    return regions, home, t, busiest_link
+            degree = _min_in_degree(region, dp.cols)
+            link = max(link, slices * (1 - 1 / size) / degree * dp.link_cycles)
+    return regions, home, ddr, comp, link
 
 
 #: The smallest region A8 gathers into: a ring of two chiplets leaves each with half of an
@@ -271,7 +271,8 @@ def plan(setup, records, per: np.ndarray, shape: tuple[int, int] | None = None) 
     scores = {}
     best = None
     for s in shapes:
-        regions, home, t, link = _score(setup, held, per, s)
+        regions, home, ddr, comp, link = _score(setup, held, per, s)
+        t = max(ddr, comp, link)
         if s == whole:
             moved, moves, a2a = list(records), [], 0
         else:
@@ -282,12 +283,8 @@ def plan(setup, records, per: np.ndarray, shape: tuple[int, int] | None = None) 
         cand = (total, link, s, regions, home, moved, moves, a2a)
         if best is None or _better(cand, best):
             best = cand
-        if s == whole and shape is None:
-            used = per[held.sum(0) > 0]
-            ddr = float(used.sum()) * dp.ddr_interval / n
-            comp = float((held.sum(0) * per).sum()) * dp.cycles_per_token / n
-            if comp >= BALANCED * ddr and link <= max(ddr, comp):
-                break  # balanced, and one ring's links keep up
+        if s == whole and shape is None and comp >= BALANCED * ddr and link <= max(ddr, comp):
+            break  # balanced, and one ring's links keep up
     total, link, s, regions, home, moved, moves, a2a = best
     return Plan(s, regions, home, moved, moves, a2a, scores)
 
