@@ -502,3 +502,38 @@ def test_bench_substitution_cli():
     st = b["step"]
     assert st["batch"] == 8 and st["model"] == "deepseek-v2-lite" and st["layers"] == 27
     assert st["share"] == pytest.approx(st["substitution_us"] / 1e3 / st["compute_ms"], rel=0.01)
+
+
+def _two_layer_runtime(**cost):
+    """Two layers, one step, an empty cache: 2 demand copies, then 1; each copy 1 ms."""
+    from fsedp.sw.policies.offload import Cost, Link, OffloadRuntime
+
+    link = Link("test", 1.0, 0.0)  # 1 GB/s: 1e6 bytes in 1 ms
+    c = Cost(unit_bytes=1e6, unit_flops=0.0, dense_flops=0.0, flops=1.0, **cost)
+    rt = OffloadRuntime(2, 4, 0, link, c)
+    rt.layer_step(0, 0, np.array([0, 1]), np.array([1, 1]), 2)
+    rt.layer_step(0, 1, np.array([2]), np.array([2]), 2)
+    return rt.timing()
+
+
+@pytest.mark.parametrize(
+    "cost, ms",
+    [
+        # synchronous: each layer waits for its copies, then runs 0.5 ms per expert
+        (dict(overhead_s=0.5e-3), 2 + 1 + 1 + 0.5),
+        # asynchronous: the host's 0.5 ms per expert overlaps the copies; the device runs
+        # 0.1 ms per expert once they are in (2 + 0.2, then 2.2 + 1 + 0.1)
+        (dict(overhead_s=0.5e-3, issue="async", device_unit_s=0.1e-3), 3.3),
+        # host-bound: 5 ms per expert of host time; layer 1's copy waits for layer 0's end
+        (dict(overhead_s=5e-3, issue="async", device_unit_s=0.1e-3), 15),
+        # 1 ms to issue each copy: the copies start 1 and 2 ms in, the host issues layer 1's
+        # copy at 3 + 1 ms; the device ends at 5 + 0.1
+        (dict(overhead_s=0.5e-3, issue="async", device_unit_s=0.1e-3, issue_s=1e-3), 5.1),
+        # issue cost is host time: a synchronous runtime waits anyway
+        (dict(overhead_s=0.5e-3, issue_s=1e-3), 4.5),
+    ],
+)
+def test_offload_clock_sync_and_async_by_hand(cost, ms):
+    st = _two_layer_runtime(**cost)
+    assert st.time_s == pytest.approx(ms * 1e-3)
+    assert st.wait_s + st.compute_s == pytest.approx(st.time_s)

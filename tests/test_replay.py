@@ -90,12 +90,21 @@ def test_replay_trace_reports_both(tmp_path):
     assert r["predicted_tokens_per_s"] > 0 and r["measured_tokens_per_s"] > 0
 
 
+def test_replay_repeat_reports_every_run_and_the_median():
+    cfg = OffloadConfig(cache_rate=0.5, batch=8)
+    r = replay_trace(tiny_trace(), cfg, SIZES, torch_device(), steps=2, repeat=3)
+    assert len(r["runs_s"]) == 3 and r["measured_s"] == sorted(r["runs_s"])[1]
+
+
 def test_profile_device_writes_a_valid_profile(tmp_path):
     out = tmp_path / "fit.yaml"
     prof = profile_device(SIZES, 4, torch_device(), out, name="tiny")
     loaded = load_device(str(out))
     assert loaded == prof and loaded.name == "tiny" and not loaded.pinned
     assert sorted(loaded.expert_table_us) == [1, 2, 4]
+    # the CPU runs what the host issues; the loop's own cost per run is in the table
+    assert loaded.issue == "sync" and loaded.link_issue_us >= 0
+    assert loaded.expert_device_us is not None and "inside the replay's loop" in loaded.source
     # a fitted profile drives the model: the replay predicted with it
     cfg = dataclasses.replace(OffloadConfig(cache_rate=0.5, batch=8), device=str(out))
     r = replay_trace(tiny_trace(), cfg, SIZES, torch_device(), steps=2)

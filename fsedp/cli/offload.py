@@ -213,7 +213,11 @@ def _replay(args, cfg):
     for c in args.cache_rates or [cfg.cache_rate]:
         for pf in args.prefetches or [cfg.prefetch]:
             run_cfg = dataclasses.replace(cfg, cache_rate=c, prefetch=pf)
-            rows.append(replay_trace(trace, run_cfg, sizes, dev, steps=args.replay_steps))
+            rows.append(
+                replay_trace(
+                    trace, run_cfg, sizes, dev, steps=args.replay_steps, repeat=args.replay_repeat
+                )
+            )
     if args.json:
         print(json.dumps({"device": str(dev), "profile": cfg.device, "rows": rows}))
     else:
@@ -252,6 +256,7 @@ def _check_modes(args):
     if not args.replay:
         for option, value in (
             ("--replay-steps", args.replay_steps),
+            ("--replay-repeat", args.replay_repeat != 1 or None),
             ("--replay-scale", args.replay_scale != 1 or None),
         ):
             if value is not None and not args.profile_device:
@@ -434,6 +439,13 @@ def add_parsers(sub):
         type=positive("--replay-steps"),
         default=None,
         help="replay only the first steps (default: all)",
+    )
+    r.add_argument(
+        "--replay-repeat",
+        type=positive("--replay-repeat", 100),
+        default=1,
+        help="run each replay this many times and report the median wall time (the spread "
+        "beside it); the host store of experts is built once",
     )
     r.add_argument(
         "--profile-device",

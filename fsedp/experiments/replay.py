@@ -27,6 +27,7 @@ end); the model predicts the same sizes (``--replay-scale`` divides ``d_model`` 
 ``d_ffn``) with the device profile it is given.
 """
 
+import gc
 import math
 import queue
 import threading
@@ -213,15 +214,28 @@ def execute(decisions, rt, sizes, dev, seed: int = 0, verify: bool = False) -> d
         return _execute(torch, decisions, rt, sizes, dev, seed, verify)
 
 
+_STORES: dict = {}
+
+
+def _store(torch, units: int, n: int, dtype, dev, seed: int):
+    """The host store of ``units`` random experts of ``n`` weights (pinned on CUDA), built
+    once per shape and seed: repeated replays copy from the same memory."""
+    key = (units, n, str(dtype), dev.type, seed)
+    if key not in _STORES:
+        _STORES.clear()  # one store at a time: they can be gigabytes
+        g = torch.Generator().manual_seed(seed)
+        store = (torch.randn(units, n, generator=g) * 0.05).to(dtype)
+        _STORES[key] = store.pin_memory() if dev.type == "cuda" else store
+    return _STORES[key]
+
+
 def _execute(torch, decisions, rt, sizes, dev, seed, verify):
     d, f = sizes
     n = 3 * d * f
     dtype = replay_dtype(dev)
     esize = torch.empty(0, dtype=dtype).element_size()
-    g = torch.Generator().manual_seed(seed)
-    store = (torch.randn(rt.units, n, generator=g) * 0.05).to(dtype)
-    if dev.type == "cuda":
-        store = store.pin_memory()
+    store = _store(torch, rt.units, n, dtype, dev, seed)
+    g = torch.Generator().manual_seed(seed + 1)  # the activations and the dense weights
     caches = [torch.empty(rt.capacity, n, dtype=dtype, device=dev) for _ in range(rt.layers)]
     for layer, units in enumerate(rt.initial):  # the model's initial residents, untimed
         for slot, u in enumerate(units):
@@ -241,6 +255,8 @@ def _execute(torch, decisions, rt, sizes, dev, seed, verify):
     prev = None  # the event of the last compute (CUDA)
     issued_after = True
     _sync(torch, dev)
+    gc_was = gc.isenabled()
+    gc.disable()  # no collector pauses inside the timed loop
     t0 = time.perf_counter()
     try:
         for ev in decisions:
@@ -301,6 +317,8 @@ def _execute(torch, decisions, rt, sizes, dev, seed, verify):
         _sync(torch, dev)
         wall = time.perf_counter() - t0
     finally:
+        if gc_was:
+            gc.enable()
         link.close()
     return {
         "order": order,
@@ -322,9 +340,12 @@ class _nullcontext:
         return False
 
 
-def replay_trace(trace, cfg, sizes, dev, steps=None, fit: float = 0.2, verify=False) -> dict:
+def replay_trace(
+    trace, cfg, sizes, dev, steps=None, fit: float = 0.2, verify=False, repeat: int = 1
+) -> dict:
     """The model on ``trace`` at ``sizes`` (``cfg``'s device profile) and its replay on
-    ``dev``: predicted against measured tokens/s, and what each moved and ran."""
+    ``dev``: predicted against measured tokens/s, and what each moved and ran.  ``repeat``
+    runs: the median wall time is the measurement, every run's kept."""
     import dataclasses
 
     from fsedp.experiments.offload import deployment_cost, trace_runtime
@@ -336,7 +357,9 @@ def replay_trace(trace, cfg, sizes, dev, steps=None, fit: float = 0.2, verify=Fa
     stats = rt.timing()
     model = stats.as_dict()
     decisions = rt.decisions()
-    run = execute(decisions, rt, sizes, dev, seed=cfg.seed, verify=verify)
+    runs = [execute(decisions, rt, sizes, dev, seed=cfg.seed, verify=verify) for _ in range(repeat)]
+    walls = [r["wall_s"] for r in runs]
+    run = runs[int(np.argsort(walls)[(len(walls) - 1) // 2])]  # the median run (lower middle)
     measured = stats.tokens / run["wall_s"] if run["wall_s"] else None
     pred = model["tokens_per_s"]
     return {
@@ -349,6 +372,7 @@ def replay_trace(trace, cfg, sizes, dev, steps=None, fit: float = 0.2, verify=Fa
         "error": round(pred / measured - 1, 4) if pred and measured else None,
         "predicted_s": round(stats.time_s, 6),
         "measured_s": round(run["wall_s"], 6),
+        "runs_s": [round(w, 6) for w in walls],
         "model_bytes": stats.bytes,
         "replay_bytes": float(run["bytes"]),
         "demand_fetches": stats.demand,
@@ -396,13 +420,15 @@ def _measure(torch, sizes, batch, dev, repeat):
     try:
         for frac in (1 / 16, 1 / 4, 1, 2):
             m = max(1, int(n * frac))
-            src = torch.randn(m).to(dtype)
+            # sources rotated over more memory than a CPU cache holds, as the replay's store
+            srcs = torch.randn(_cold(m * esize), m).to(dtype)
             if dev.type == "cuda":
-                src = src.pin_memory()
+                srcs = srcs.pin_memory()
             dst = torch.empty(m, dtype=dtype, device=dev)
+            turn = iter(range(1 << 62))
 
-            def burst(src=src, dst=dst):
-                hs = [link.copy(dst, src) for _ in range(4)]
+            def burst(srcs=srcs, dst=dst, turn=turn):
+                hs = [link.copy(dst, srcs[next(turn) % len(srcs)]) for _ in range(4)]
                 if dev.type == "cuda":
                     hs[-1].synchronize()
                 else:
@@ -410,6 +436,7 @@ def _measure(torch, sizes, batch, dev, repeat):
                         link.wait(h)
 
             copies[m * esize] = _timed(torch, dev, burst, max(1, repeat // 4)) / 4
+        issue_s = _issue_time(torch, dev, link, dtype, n)
     finally:
         link.close()
     w = (torch.randn(n) * 0.05).to(dtype).to(dev)
@@ -418,7 +445,97 @@ def _measure(torch, sizes, batch, dev, repeat):
     tokens = sorted({min(batch, 2**i) for i in range(int(math.log2(batch)) + 1)} | {batch})
     ffn = {t: _timed(torch, dev, lambda t=t: _ffn(torch, x[:t], w, d, f), repeat) for t in tokens}
     dense_s = _timed(torch, dev, lambda: x @ dense, repeat)
-    return {"copy_s": copies, "ffn_s": ffn, "dense_s": dense_s, "batch": batch}
+    device_s = _device_time(torch, dev, lambda: _ffn(torch, x, w, d, f), repeat) or ffn[batch]
+    in_loop = _in_loop(torch, sizes, batch, dev, dense_s)
+    return {
+        "copy_s": copies,
+        "ffn_s": ffn,
+        "dense_s": dense_s,
+        "batch": batch,
+        "issue_s": issue_s,
+        "device_s": device_s,
+        "in_loop": in_loop,
+    }
+
+
+class _Synthetic:
+    """A runtime shaped for :func:`_execute`: ``units`` experts, all resident in one layer."""
+
+    def __init__(self, units: int):
+        self.units = self.capacity = units
+        self.layers = 1
+        self.initial = [list(range(units))]
+
+
+def _in_loop(torch, sizes, batch: int, dev, dense_s: float, units: int = 8, layers: int = 40):
+    """One expert run's seconds inside the replay's own loop: a synthetic schedule of
+    ``layers`` layer runs of ``units`` resident experts at ``batch // units`` tokens each (no
+    copies), executed by :func:`_execute`, its wall time less the dense matmuls, per expert
+    run (median of 3).  The runs rotate over enough resident experts to exceed a CPU cache,
+    as the replay's caches do.  Under asynchronous issue this is the host's time per expert
+    run as the replay spends it; ``tokens`` is the count it was measured at."""
+    c = max(1, batch // units)
+    d, f = sizes
+    resident = _cold(3 * d * f * torch.empty(0, dtype=replay_dtype(dev)).element_size(), units)
+    runs = []
+    for s in range(layers):
+        us = [(s * units + j) % resident for j in range(units)]
+        runs.append(dict(op="run", step=s, layer=0, tokens=batch, units=us, counts=[c] * units,
+                         slots=us, waits=[]))  # fmt: skip
+    rt = _Synthetic(resident)
+    walls = [_execute(torch, runs, rt, sizes, dev, 0, False)["wall_s"] for _ in range(3)]
+    per = (float(np.median(walls)) - layers * dense_s) / (layers * units)
+    return {"tokens": c, "s": max(per, 0.0)}
+
+
+#: bytes beyond any CPU cache: measurements rotate over at least this much memory
+COLD_BYTES = 64 * 2**20
+
+
+def _cold(item_bytes: int, lo: int = 1, hi: int = 256) -> int:
+    """How many items of ``item_bytes`` fill :data:`COLD_BYTES` (``lo`` .. ``hi``)."""
+    return int(min(hi, max(lo, math.ceil(COLD_BYTES / max(1, item_bytes)))))
+
+
+def _issue_time(torch, dev, link, dtype, n: int) -> float:
+    """Host seconds to issue one expert-sized copy on the link (the issuing loop alone; the
+    copies are waited for afterwards), median of 3 rounds of 8."""
+    src = torch.randn(n).to(dtype)
+    if dev.type == "cuda":
+        src = src.pin_memory()
+    dst = torch.empty(n, dtype=dtype, device=dev)
+    rounds = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        hs = [link.copy(dst, src) for _ in range(8)]
+        rounds.append((time.perf_counter() - t0) / 8)
+        for h in hs:
+            if dev.type == "cuda":
+                h.synchronize()
+            else:
+                link.wait(h)
+    return float(np.median(rounds))
+
+
+def _device_time(torch, dev, fn, repeat: int) -> float | None:
+    """CUDA: the device's own seconds per call of ``fn`` -- the calls queued behind a sleep
+    kernel, so the device runs them back to back without waiting for the host -- timed by
+    CUDA events, median of 3 rounds.  None elsewhere (the CPU runs what the host issues)."""
+    if dev.type != "cuda" or not hasattr(torch.cuda, "_sleep"):
+        return None
+    fn()
+    torch.cuda.synchronize(dev)
+    rounds = []
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(5e7))  # ~25 ms: the host queues the calls meanwhile
+        a.record()
+        for _ in range(repeat):
+            fn()
+        b.record()
+        torch.cuda.synchronize(dev)
+        rounds.append(a.elapsed_time(b) * 1e-3 / repeat)
+    return float(np.median(rounds))
 
 
 def fit_profile(prims: dict, sizes, dev, name: str, base) -> "object":
@@ -444,7 +561,12 @@ def fit_profile(prims: dict, sizes, dev, name: str, base) -> "object":
         fs, fi = 0.0, ts[0]
     launch = max(0.0, fi) * 1e6
     dense_rate = prims["batch"] * 2 * 4 * d * d / prims["dense_s"] / 1e12
-    table = {int(k): round(float(v) * 1e6, 3) for k, v in prims["ffn_s"].items()}
+    # the FFN alone, scaled to what an expert run costs inside the replay's loop (measured at
+    # in_loop's tokens; the loop's own overhead per run applied at every count)
+    loop = prims["in_loop"]
+    alone = float(np.interp(loop["tokens"], ks, ts))
+    extra = loop["s"] - alone
+    table = {int(k): round(max(float(v) + extra, 0.0) * 1e6, 3) for k, v in prims["ffn_s"].items()}
     torch = _torch()
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     return DeviceProfile(
@@ -453,6 +575,9 @@ def fit_profile(prims: dict, sizes, dev, name: str, base) -> "object":
         link_latency_us=round(min(lat, 1e6), 3),
         pinned=dev.type == "cuda",
         expert_launch_us=round(min(launch, 1e6), 3),
+        link_issue_us=round(min(prims["issue_s"] * 1e6, 1e6), 3),
+        issue="async" if dev.type == "cuda" else "sync",
+        expert_device_us=round(min(prims["device_s"] * 1e6, 1e6), 3),
         expert_tflops=round(min(max(dense_rate, 1e-6), 1e5), 6),
         tflops=base.tflops,
         memory_gbs=base.memory_gbs,
@@ -460,7 +585,10 @@ def fit_profile(prims: dict, sizes, dev, name: str, base) -> "object":
         expert_table_us=table,
         source=f"fitted by fsedp offload --profile-device on {where} (d {d}, f {f}, "
         f"{str(replay_dtype(dev)).replace('torch.', '')}); "
-        f"per-expert slope {fs * 1e6:.4g} us/token; serving fields from {base.name}",
+        f"per-expert slope {fs * 1e6:.4g} us/token; expert_table_us is the FFN alone "
+        f"({', '.join(f'{k}: {v * 1e6:.4g}' for k, v in sorted(prims['ffn_s'].items()))} us) "
+        f"plus {extra * 1e6:.4g} us per run measured inside the replay's loop; serving fields "
+        f"from {base.name}",
     )
 
 
@@ -485,15 +613,16 @@ def format_replay(name, cfg, sizes, dev, rows, scale) -> str:
         f"{str(replay_dtype(dev)).replace('torch.', '')}) on {dev}, eager SwiGLU experts, "
         f"predicted with device profile {cfg.device}:\n",
         "| cache rate | prefetcher | steps | fetches | expert runs | MB moved (model / replay) "
-        "| predicted tokens/s | measured tokens/s | error |",
-        "|---:|---|---:|---:|---:|---|---:|---:|---:|",
+        "| predicted tokens/s | measured tokens/s | error | wall s (runs) |",
+        "|---:|---|---:|---:|---:|---|---:|---:|---:|---|",
     ]
     for r in rows:
         err = "-" if r["error"] is None else f"{r['error'] * 100:+.1f} %"
+        runs = ", ".join(f"{w:.3f}" for w in r.get("runs_s", [r["measured_s"]]))
         out.append(
             f"| {r['cache_rate']} | {r['prefetch']} | {r['steps']} | {r['fetches']} | "
             f"{r['expert_runs']} | {r['model_bytes'] / 1e6:.3f} / {r['replay_bytes'] / 1e6:.3f} "
-            f"| {r['predicted_tokens_per_s']} | {r['measured_tokens_per_s']} | {err} |"
+            f"| {r['predicted_tokens_per_s']} | {r['measured_tokens_per_s']} | {err} | {runs} |"
         )
     return "\n".join(out)
 

@@ -59,6 +59,36 @@ class DeviceProfile:
     step_launch_us: float = spec(
         float, 0.0, 1e8, unit="us", doc="serving model: fixed cost of one decode step"
     )
+    link_issue_us: float = spec(
+        float,
+        0.0,
+        1e6,
+        unit="us",
+        doc="host time to issue one transfer; under issue async it occupies the host clock "
+        "(under sync the host waits anyway)",
+        default=0.0,
+    )
+    expert_device_us: float | None = spec(
+        float,
+        0.0,
+        1e6,
+        unit="us",
+        doc="under issue async: the device's own time for one expert run (its kernels back "
+        "to back, weights read, no host in between); the device then takes the larger of it "
+        "and the expert's FLOPs at expert_tflops (absent: the FLOPs alone)",
+        default=None,
+    )
+    issue: str = spec(
+        str,
+        doc="offload model: how the runtime issues a layer's work. sync: the host waits for "
+        "the layer's weights, then runs its experts (each expert's time on the critical "
+        "path; a CPU, a blocking runtime); async: the host enqueues copies and kernels ahead "
+        "(CUDA streams and events), so an expert's time (launch, table) is host time that "
+        "overlaps the copies, and the device runs the layer (its FLOPs at expert_tflops) "
+        "once its weights are in and the host has issued it",
+        choices=("sync", "async"),
+        default="sync",
+    )
     expert_table_us: dict | None = spec(
         dict,
         doc="offload model, instead of expert_launch_us and expert_tflops for the experts: "

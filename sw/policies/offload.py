@@ -82,6 +82,12 @@ class Cost:
     flops: float
     overhead_s: float
     table: tuple | None = None
+    #: the device profile's ``issue``: "sync" or "async" (:meth:`OffloadRuntime.timing`)
+    issue: str = "sync"
+    #: host seconds to issue one transfer (``issue`` async)
+    issue_s: float = 0.0
+    #: the device's own seconds for one unit run (``issue`` async; 0: its FLOPs alone)
+    device_unit_s: float = 0.0
 
     @classmethod
     def of(cls, device, unit_bytes: float, unit_flops: float, dense_flops: float) -> "Cost":
@@ -94,6 +100,9 @@ class Cost:
             flops=device.expert_tflops * 1e12,
             overhead_s=device.expert_launch_us * 1e-6,
             table=device.table(),
+            issue=device.issue,
+            issue_s=device.link_issue_us * 1e-6,
+            device_unit_s=(device.expert_device_us or 0.0) * 1e-6,
         )
 
     def unit_s(self, tokens: float) -> float:
@@ -111,6 +120,14 @@ class Cost:
         return (tokens * self.dense_flops + float(n.sum()) * self.unit_flops) / self.flops + len(
             n
         ) * self.overhead_s
+
+    def device_s(self, tokens_per_unit: np.ndarray, tokens: int) -> float:
+        """The device's own time for a layer under asynchronous issue: its dense FLOPs at
+        the rate and, per unit, the larger of ``device_unit_s`` and its FLOPs at the rate; no
+        host time (:meth:`compute_s`, which overlaps it)."""
+        n = np.asarray(tokens_per_unit, dtype=float)
+        units = np.maximum(n * self.unit_flops / self.flops, self.device_unit_s)
+        return tokens * self.dense_flops / self.flops + float(units.sum())
 
 
 class LRUCache:
@@ -392,12 +409,23 @@ class OffloadRuntime:
     def timing(self) -> OffloadStats:
         """Replay the link and the clock in (step, layer) order: a layer waits for its demand
         fetches (queued behind earlier transfers) and for the prefetches it uses; prefetches
-        for layer ``l + 1`` are issued when layer ``l`` starts, behind its demand fetches."""
+        for layer ``l + 1`` are issued when layer ``l`` starts, behind its demand fetches.
+
+        The cost's ``issue`` says who waits (``docs/offload.md``).  ``sync``: the layer's
+        compute (:meth:`Cost.compute_s`, launches included) starts when its weights are in.
+        ``async``: a host clock issues every layer's copies and then its experts, taking
+        :meth:`Cost.compute_s` of host time per layer and never waiting for the device; a
+        layer's copies start once the host has issued them and the previous layer's compute
+        has ended, and its compute ends at the later of its weights' arrival (or the previous
+        compute) plus the device's own time (:meth:`Cost.device_s`) and the host's issue of
+        it.  ``wait_s`` is then the time the device idles between layers' compute."""
         st = self.stats
         st.wait_s = st.compute_s = 0.0
         for v in st.per_layer.values():
             v["wait"] = 0.0
-        clock = link_free = 0.0
+        clock = link_free = host = 0.0
+        asynchronous = self.cost.issue == "async"
+        issue_s = self.cost.issue_s
         arrival: dict = {}
         xfer = self.link.seconds(self.cost.unit_bytes)
         for step, layer, tokens, demand, used_pref, issued, counts, *_ in sorted(
@@ -407,18 +435,30 @@ class OffloadRuntime:
             ready = start
             for u in used_pref:
                 ready = max(ready, arrival.get((layer, step, u), start))
-            for _ in demand:
-                link_free = max(link_free, start) + xfer
-                ready = max(ready, link_free)
-            for u in issued:
-                link_free = max(link_free, start) + xfer
-                arrival[(layer + 1, step, u)] = link_free
+            for k, u in enumerate(demand + issued):
+                # a copy starts after the compute before it and, asynchronously, once the host
+                # has issued it (the layer's copies first, then its experts)
+                go = max(start, host + (k + 1) * issue_s) if asynchronous else start
+                link_free = max(link_free, go) + xfer
+                if k < len(demand):
+                    ready = max(ready, link_free)
+                else:
+                    arrival[(layer + 1, step, u)] = link_free
+            if asynchronous:
+                host += (len(demand) + len(issued)) * issue_s
             compute = self.cost.compute_s(counts, tokens)
-            wait = ready - start
+            if asynchronous:
+                host += compute
+                end = max(ready + self.cost.device_s(counts, tokens), host)
+                wait = end - start - self.cost.device_s(counts, tokens)
+                compute = end - start - wait
+            else:
+                wait = ready - start
+                end = start + wait + compute
             st.wait_s += wait
             st.compute_s += compute
             st.per_layer[layer]["wait"] += wait
-            clock = start + wait + compute
+            clock = end
         return st
 
     def decisions(self) -> list[dict]:
