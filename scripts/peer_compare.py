@@ -31,7 +31,8 @@ same numbers on both sides (``--model`` is our name, the peer's is looked up in
 288 GB/s D2D, 25.6 GB/s per DDR channel, fixed in its ``model_shape_map.py``) are Table I's,
 as are ours; one peer frame is 40 cycles at 0.8 GHz = 50 ns.
 
-    .venv/bin/python scripts/peer_compare.py --peer /tmp/moeopt --out docs/peer-simulator.md
+    .venv/bin/python scripts/peer_compare.py --peer /tmp/moeopt \
+        --out docs/peer-simulator.md docs/results.md
 """
 
 from __future__ import annotations
@@ -387,7 +388,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--peer", type=Path, required=True, help="the peer's checkout (outside the repo)"
     )
-    ap.add_argument("--out", type=Path, required=True, help="markdown file to write the table into")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="markdown files to write the table into (each between its markers)",
+    )
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     ap.add_argument("--models", default="deepseek-moe-16b", help="our model names, comma-separated")
     ap.add_argument("--tokens", default="16,64,256,1024", help="tokens per iteration on --mesh")
@@ -434,7 +441,7 @@ def main(argv=None) -> int:
         for mesh, m, t in todo:
             print(f"peer_compare: {mesh} {m} {t} tokens ...", file=sys.stderr, flush=True)
             points.append(point(args, mesh, m, t, work, pool))
-    command = "python scripts/peer_compare.py --peer PEER --out " + str(args.out)
+    command = "python scripts/peer_compare.py --peer PEER --out " + " ".join(map(str, args.out))
     defaults = {"--models": "deepseek-moe-16b", "--tokens": "16,64,256,1024"}
     for flag, default in defaults.items():
         v = getattr(args, flag[2:])
@@ -446,7 +453,9 @@ def main(argv=None) -> int:
         command += f" --layers {args.layers}"
     if args.trace:
         command += f" --trace {args.trace}"
-    write_block(args.out, table(points, command))
+    block = table(points, command)
+    for out in args.out:
+        write_block(out, block)
     if args.json:
         args.json.write_text(json.dumps(points, indent=1))
     for p in points:
