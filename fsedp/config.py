@@ -296,6 +296,10 @@ class SchedulerConfig:
     #: it) take the row and column snakes both ways, 4, or the row snake both ways, 2, where
     #: the column snake's paths are longer (:func:`fsedp.sim.fsedp.a7_ring_orders`)
     ring_orders: int | None = same_as(SchedulerParams, "ring_orders", default=None)
+    #: left out: each strategy's own; A7 and A8 (the only ones that read it) lay their rings
+    #: on the ``cycle`` path (:data:`fsedp.params.RING_PATHS`) where a side of the mesh is
+    #: even (:func:`fsedp.sim.fsedp.a7_ring_path`), the others on the snake
+    ring_path: str | None = same_as(SchedulerParams, "ring_path", default=None)
 
 
 #: Scenario fields that describe the synthetic workload only: required with
@@ -594,7 +598,7 @@ def _cross_check(cls, v: dict, file: str, prefix: str):
                 raise e.at(file, where("ring_orders")) from None
         # the joint ranges of the other fields are SchedulerParams' own check (ring_orders is
         # the link-aware strategies' choice, not a generic of the scheduler every run builds)
-        skip = ("t_qos_init", "ring_orders")
+        skip = ("t_qos_init", "ring_orders", "ring_path")
         fields = {k: x for k, x in v.items() if k not in skip and x is not None}
         try:
             SchedulerParams(**fields)

@@ -7,6 +7,7 @@ range (:func:`fsedp.fields.spec`) and checked eagerly; a bad one raises
 :class:`~fsedp.errors.InputError` with the file ``<params>`` and the generic's name.
 """
 
+import functools
 from dataclasses import dataclass
 
 from amaranth.lib import enum
@@ -25,6 +26,9 @@ __all__ = [
     "OPPOSITE",
     "ring_after",
     "RING_ORDERS",
+    "RING_PATHS",
+    "ring_tables",
+    "cycle_cells",
     "ADMISSION_RULES",
     "check_ring_orders",
     "mesh_position",
@@ -69,11 +73,19 @@ def next_pow2(n: int) -> int:
 #: generators take 2..64 (the scheduler 4..64).
 MAX_CHIPLETS = 64
 
-#: The ring embeddings a dispatch may choose (``SchedulerParams.ring_orders``): the snake
-#: order of the chiplet numbers (row by row, :func:`mesh_position`), its reverse, and the
-#: column snake (column by column) both ways (:func:`ring_after`).  ``ring_orders`` 1 takes
-#: the first, 2 the first two, 4 all four.
-RING_ORDERS = ("ascending", "descending", "column ascending", "column descending")
+#: The ring embeddings a dispatch may choose (``SchedulerParams.ring_orders``), for each ring
+#: path (:data:`RING_PATHS`, :func:`ring_tables`): the path, its reverse, a second embedding
+#: and its reverse.  ``ring_orders`` 1 takes the first, 2 the first two, 4 all four.
+RING_ORDERS = ("forward", "backward", "second forward", "second backward")
+
+#: The ring paths laid on the mesh (``ring_path`` of the scheduler and datapath generics,
+#: :func:`ring_tables`): ``snake`` -- the chiplet numbers in ascending order (row by row,
+#: boustrophedon: :func:`mesh_position`), the second embedding the column snake; ``cycle`` --
+#: a closed ring over every chiplet whose every leg is one hop (:func:`cycle_cells`; one leg
+#: of two hops on an odd x odd mesh, where no such ring exists), the second embedding the
+#: same ring turned by 180 degrees.  A snake's closing leg crosses the mesh (``rows - 1`` or
+#: more hops) and every ring of the path shares it; a cycle has none.
+RING_PATHS = ("snake", "cycle")
 
 #: Buffer admission rules of the ring buffers (``DatapathParams.admission``,
 #: ``docs/blocks/datapath.md`` [D4], [D16]): forward-count and forward-state (Merlin and
@@ -130,7 +142,11 @@ class SchedulerParams:
         RTL takes 1 (it refuses more).
     mesh_cols : int
         Columns of the mesh the chiplets are numbered on (:func:`mesh_position`), which the
-        column embeddings of ``ring_orders`` 4 need; 0: not given.
+        column embeddings of ``ring_orders`` 4 and the ``cycle`` path need; 0: not given.
+    ring_path : str
+        The ring path the embeddings follow (:data:`RING_PATHS`): ``snake`` (ascending chiplet
+        numbers) or ``cycle``.  The golden models and the compiled engine follow it; the RTL
+        takes ``snake`` (it refuses the other).
     """
 
     chiplets: int = spec(int, 4, MAX_CHIPLETS, default=4, doc="compute chiplets C")
@@ -179,7 +195,14 @@ class SchedulerParams:
         doc="ring embeddings a dispatch chooses from (1, 2 or 4: RING_ORDERS)",
     )
     mesh_cols: int = spec(
-        int, 0, MAX_CHIPLETS, default=0, doc="mesh columns (0: not given; ring_orders 4 needs it)"
+        int,
+        0,
+        MAX_CHIPLETS,
+        default=0,
+        doc="mesh columns (0: not given; ring_orders 4 and the cycle path need it)",
+    )
+    ring_path: str = spec(
+        str, choices=RING_PATHS, default="snake", doc="ring path of the embeddings (RING_PATHS)"
     )
 
     def __post_init__(self):
@@ -196,6 +219,10 @@ class SchedulerParams:
         if self.ring_orders > 2 and not self.mesh_cols:
             raise InputError(
                 PARAMS, "mesh_cols", "ring_orders 4 (column embeddings) needs the mesh columns"
+            )
+        if self.ring_path != "snake" and not self.mesh_cols:
+            raise InputError(
+                PARAMS, "mesh_cols", f"ring_path {self.ring_path} needs the mesh columns"
             )
         if self.theta_min > self.count_max:
             raise InputError(
@@ -274,36 +301,71 @@ def xy_direction(src: tuple[int, int], dst: tuple[int, int]) -> int:
     return 2 if r2 > r else 0
 
 
-def ring_after(traj: int, c: int, n: int, order: int = 0, cols: int = 0) -> int:
+def ring_after(traj: int, c: int, n: int, seq, pos) -> int:
     """The chiplet after ``c`` in ring order among the members of ``traj`` (a bit mask over
-    ``n`` chiplets): Rule 4's next DDR target and a station's next ring leg.  ``order`` is
-    the ring's embedding on the mesh (:data:`RING_ORDERS`): 0 ascending snake numbers, 1
-    descending -- the same chiplets, every leg on the opposite directed links -- and 2, 3
-    the column snake of the mesh with ``cols`` columns, ascending and descending.  Written
-    once in plain Python so that the compiled engine compiles this very function
-    (``fsedp.sim.fast_kernel.ring_after``); the RTL's is ``fsedp.hw.common.ring_after``."""
-    if order < 2:
-        for s in range(1, n + 1):
-            m = (c + s) % n if order == 0 else (c - s) % n
-            if traj >> m & 1:
-                return m
-        raise ValueError("empty trajectory")
-    if cols < 1:
-        raise ValueError("a column embedding needs the mesh columns")
-    # the column snake is the row snake of the transposed mesh: c's position q in it (down
-    # column 0, up column 1, ...), then the chiplet at each position after it
-    rows = n // cols
-    r, k = divmod(c, cols)
-    if r % 2:
-        k = cols - 1 - k
-    q = k * rows + (r if k % 2 == 0 else rows - 1 - r)
+    ``n`` chiplets): Rule 4's next DDR target and a station's next ring leg.  The ring's
+    embedding is the chiplet sequence ``seq`` (``pos[c]``: ``c``'s place in it), one of
+    :func:`ring_tables`.  Written once in plain Python so that the compiled engine compiles
+    this very function (``fsedp.sim.fast_kernel.ring_after``, on rows of an array); the
+    RTL's is ``fsedp.hw.common.ring_after``."""
+    q = pos[c]
     for s in range(1, n + 1):
-        k, i = divmod((q + s) % n if order == 2 else (q - s) % n, rows)
-        r = i if k % 2 == 0 else rows - 1 - i
-        m = r * cols + (k if r % 2 == 0 else cols - 1 - k)
+        m = seq[(q + s) % n]
         if traj >> m & 1:
             return m
     raise ValueError("empty trajectory")
+
+
+def cycle_cells(rows: int, cols: int) -> list[tuple[int, int]]:
+    """The ``cycle`` ring path (:data:`RING_PATHS`) as mesh cells ``(row, col)``: along row 0,
+    then back and forth over columns ``1 ..`` of the other rows, then up column 0 -- every
+    leg one hop when ``rows`` is even (a mesh with an odd ``rows`` and even ``cols`` takes the
+    transposed ring); on an odd x odd mesh the last two rows go column by column and one leg
+    of column 0 takes two hops.  A mesh of one row or column is its own snake."""
+    if rows % 2 and cols % 2 == 0:
+        return [(r, c) for c, r in cycle_cells(cols, rows)]
+    if rows == 1 or cols == 1:
+        return [(r, c) for r in range(rows) for c in range(cols)]
+    seq = [(0, c) for c in range(cols)]
+    last = rows if rows % 2 == 0 else rows - 2  # rows laid back and forth
+    for i, r in enumerate(range(1, last)):
+        seq += [(r, c) for c in (range(cols - 1, 0, -1) if i % 2 == 0 else range(1, cols))]
+    if rows % 2 == 0:
+        return seq + [(r, 0) for r in range(rows - 1, 0, -1)]
+    for j, c in enumerate(range(cols - 1, 0, -1)):  # odd x odd: the last two rows
+        seq += [(r, c) for r in ((rows - 2, rows - 1) if j % 2 == 0 else (rows - 1, rows - 2))]
+    return seq + [(rows - 2, 0), (rows - 1, 0)] + [(r, 0) for r in range(rows - 3, 0, -1)]
+
+
+def _number(r: int, k: int, cols: int) -> int:
+    """The chiplet at mesh cell ``(r, k)`` (the inverse of :func:`mesh_position`)."""
+    return r * cols + (k if r % 2 == 0 else cols - 1 - k)
+
+
+@functools.lru_cache(maxsize=64)
+def ring_tables(rows: int, cols: int, path: str = "snake") -> tuple:
+    """The four ring embeddings of :data:`RING_ORDERS` on a ``rows x cols`` mesh for a ring
+    ``path`` (:data:`RING_PATHS`), each ``(seq, pos)``: the chiplets in ring order and each
+    chiplet's place in it (what :func:`ring_after` follows).  Orders 1 and 3 are 0 and 2
+    walked back -- the same chiplets, every leg on the opposite directed links."""
+    n = rows * cols
+    if path == "snake":
+        first = list(range(n))
+        second = [_number(r if k % 2 == 0 else rows - 1 - r, k, cols)
+                  for k in range(cols) for r in range(rows)]  # fmt: skip
+    elif path == "cycle":
+        cells = cycle_cells(rows, cols)
+        first = [_number(r, k, cols) for r, k in cells]
+        second = [_number(rows - 1 - r, cols - 1 - k, cols) for r, k in cells]
+    else:
+        raise ValueError(f"unknown ring path {path!r}; choose from {RING_PATHS}")
+    out = []
+    for seq in (first, first[::-1], second, second[::-1]):
+        pos = [0] * n
+        for i, c in enumerate(seq):
+            pos[c] = i
+        out.append((tuple(seq), tuple(pos)))
+    return tuple(out)
 
 
 def check_ring_orders(orders: int):
@@ -312,14 +374,15 @@ def check_ring_orders(orders: int):
         raise InputError(PARAMS, "ring_orders", f"must be 1, 2 or 4, not {orders}")
 
 
-def _max_hops(rows: int, cols: int) -> int:
-    """Longest physical path of a micro-slice: over every trajectory and every chiplet it
-    can be loaded on, the XY hops of the ring legs from there back to just before it.
+def _max_hops(rows: int, cols: int, seq: tuple) -> int:
+    """Longest physical path of a micro-slice on rings laid in the chiplet sequence ``seq``
+    (:func:`ring_tables`): over every trajectory and every chiplet it can be loaded on, the
+    XY hops of the ring legs from there back to just before it.
 
-    A ring visits its members in ascending order from the chiplet loaded on, wrapping past
-    ``n - 1``, and the path ends at the member before it: it is an ascending (cyclic) sequence
-    of chiplets, and every such sequence is the path of the trajectory of its members loaded
-    on its first.  So ``H`` is the longest such sequence, a longest path in a DAG per start:
+    A ring visits its members in ``seq``'s order from the chiplet loaded on, wrapping at the
+    end, and the path ends at the member before it: it is a cyclic subsequence of ``seq``,
+    and every such subsequence is the path of the trajectory of its members loaded on its
+    first.  So ``H`` is the longest such subsequence, a longest path in a DAG per start:
     ``O(n^3)``, where enumerating the ``2^n`` trajectories (:func:`max_hops_by_trajectories`,
     the reference the tests compare it with) stops being possible beyond 16 chiplets."""
     n = rows * cols
@@ -327,7 +390,7 @@ def _max_hops(rows: int, cols: int) -> int:
     dist = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in pos] for a in pos]
     best = 0
     for s in range(n):
-        order = [(s + i) % n for i in range(n)]
+        order = [seq[(s + i) % n] for i in range(n)]
         longest = [0] * n  # the longest ascending path from s to order[i]
         for i in range(1, n):
             v = order[i]
@@ -336,37 +399,40 @@ def _max_hops(rows: int, cols: int) -> int:
     return best
 
 
-def max_hops_by_trajectories(rows: int, cols: int) -> int:
+def max_hops_by_trajectories(rows: int, cols: int, path: str = "snake") -> int:
     """:func:`max_hops` by its definition: every trajectory (``2^n`` of them, so 16 chiplets
-    at most), its ring legs, the longest path that leaves out one leg."""
+    at most), its ring legs in ``path``'s first embedding, the longest path that leaves out
+    one leg."""
     n = rows * cols
     pos = [mesh_position(c, cols) for c in range(n)]
     dist = [[abs(a[0] - b[0]) + abs(a[1] - b[1]) for b in pos] for a in pos]
+    seq = ring_tables(rows, cols, path)[0][0]
     best = 0
     for traj in range(1, 1 << n):
-        members = [c for c in range(n) if traj >> c & 1]
+        members = [c for c in seq if traj >> c & 1]
         legs = [dist[members[i]][members[(i + 1) % len(members)]] for i in range(len(members))]
         if len(members) > 1:
             best = max(best, sum(legs) - min(legs))
     return best
 
 
-_HOPS_CACHE: dict[tuple[int, int], int] = {}
+_HOPS_CACHE: dict[tuple, int] = {}
 
 
-def max_hops(rows: int, cols: int, orders: int = 1) -> int:
+def max_hops(rows: int, cols: int, orders: int = 1, path: str = "snake") -> int:
     """``H`` of a ``rows x cols`` mesh (cached): the most physical hops any micro-slice
-    travels in the first ``orders`` ring embeddings (:data:`RING_ORDERS`); deadlock-free
-    streaming needs ``H + 1`` slots per chiplet.  A descending ring's paths are the
-    ascending ones walked back and the column snake is the row snake of the transposed
-    mesh, so ``H`` is that of the row snake, or with 4 orders the larger of the mesh's and
-    its transpose's (equal on square meshes)."""
-    key = (rows, cols)
-    if key not in _HOPS_CACHE:
-        _HOPS_CACHE[key] = _max_hops(rows, cols)
-    if orders > 2:
-        return max(max_hops(rows, cols), max_hops(cols, rows))
-    return _HOPS_CACHE[key]
+    travels in the first ``orders`` ring embeddings (:data:`RING_ORDERS`) of ring ``path``;
+    deadlock-free streaming needs ``H + 1`` slots per chiplet.  A backward ring's paths are
+    the forward ones walked back, so ``H`` is the larger of the first and (with 4 orders) the
+    second embedding's."""
+    tables = ring_tables(rows, cols, path)
+    best = 0
+    for o in (0, 2) if orders > 2 else (0,):
+        key = (rows, cols, path, o)
+        if key not in _HOPS_CACHE:
+            _HOPS_CACHE[key] = _max_hops(rows, cols, tables[o][0])
+        best = max(best, _HOPS_CACHE[key])
+    return best
 
 
 _PATH_CACHE: dict = {}
@@ -455,8 +521,11 @@ class DatapathParams:
     ring_orders : int
         Ring embeddings the stations, DDR striping and admission follow
         (:data:`RING_ORDERS`: 1, 2 or 4, as ``SchedulerParams.ring_orders``); a beat of
-        another is malformed.  With 4 the longest path ``H`` is also the column snake's
+        another is malformed.  With 4 the longest path ``H`` is also the second embedding's
         (:func:`max_hops`).  The RTL takes 1.
+    ring_path : str
+        The ring path of those embeddings (:data:`RING_PATHS`, as
+        ``SchedulerParams.ring_path``).  The RTL takes ``snake``.
     """
 
     rows: int = spec(int, 1, 16, default=2, doc="mesh rows")
@@ -496,6 +565,9 @@ class DatapathParams:
     )
     ring_orders: int = spec(
         int, 1, len(RING_ORDERS), default=1, doc="ring embeddings followed (1, 2 or 4)"
+    )
+    ring_path: str = spec(
+        str, choices=RING_PATHS, default="snake", doc="ring path of the embeddings (RING_PATHS)"
     )
 
     def __post_init__(self):
@@ -568,7 +640,11 @@ class DatapathParams:
     @property
     def max_hops(self) -> int:
         """``H``: the most physical hops any micro-slice travels (over all trajectories)."""
-        return max_hops(self.rows, self.cols, self.ring_orders)
+        return max_hops(self.rows, self.cols, self.ring_orders, self.ring_path)
+
+    def ring_table(self, order: int) -> tuple:
+        """``(seq, pos)`` of ring embedding ``order`` (:func:`ring_tables`)."""
+        return ring_tables(self.rows, self.cols, self.ring_path)[order]
 
     @property
     def held_claim(self) -> int:
@@ -627,7 +703,7 @@ class DatapathParams:
         trajectory ``traj | 1 << c`` loaded on ``c``, whose first leg leads to the ring
         successor of ``c`` and whose other legs are those of ``traj`` from there (in the
         ring's ``order``)."""
-        key = ("remote", self.rows, self.cols, traj, c, order)
+        key = ("remote", self.rows, self.cols, self.ring_path, traj, c, order)
         hit = _PATH_CACHE.get(key)
         if hit is None:
             hit = _PATH_CACHE[key] = min(
@@ -638,7 +714,7 @@ class DatapathParams:
         return hit
 
     def path_hops(self, traj: int, start: int, order: int = 0) -> int:
-        key = (self.rows, self.cols, traj, start, order)
+        key = (self.rows, self.cols, self.ring_path, traj, start, order)
         h = _PATH_CACHE.get(key)
         if h is None:
             h = _PATH_CACHE[key] = self._path_hops(traj, start, order)
@@ -649,9 +725,10 @@ class DatapathParams:
         except the one that would return to ``start`` (in the ring's ``order``; the
         descending ring's paths are the ascending ones walked back, so ``H`` is the same)."""
         n = self.chiplets
+        seq, pos = self.ring_table(order)
         total, c = 0, start
         for _ in range(bin(traj).count("1") - 1):
-            nxt = ring_after(traj, c, n, order, self.cols)
+            nxt = ring_after(traj, c, n, seq, pos)
             total += self.distance(c, nxt)
             c = nxt
         return total

@@ -35,6 +35,13 @@ def check_chiplet(owner, p, chiplet: int | None = None):
                 "only (ring_orders 1); the golden model and the simulator take 2 and 4"
             )
         )
+    if p.ring_path != "snake":
+        fail(
+            ValueError(
+                f"ring_path {p.ring_path}: the datapath RTL follows the snake path only; the "
+                "golden model and the simulator take every RING_PATHS"
+            )
+        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:

@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from fsedp.log import logger
-from fsedp.params import DatapathParams
+from fsedp.params import RING_ORDERS, DatapathParams
 from fsedp.sw.scheduler_timing import SchedulerTiming
 from fsedp.sw.streaming.probe import DDR_CAUSES, PE_CAUSES
 from fsedp.sw.streaming.watchdog import slot_status, stalled
@@ -146,6 +146,8 @@ class _Arrays:
         self.TK = np.zeros((n, p.experts), np.int64)
         self.MS = np.full(p.experts, p.micro_slices, np.int64)
         self.RO = np.zeros(p.experts, np.int64)
+        # the ring embeddings' chiplet sequences and places (DatapathParams.ring_table)
+        self.RG = np.array([p.ring_table(o) for o in range(len(RING_ORDERS))], np.int64)
         self.SC = np.zeros(k.NX, np.int64)
         self.SC[k.X_NTL] = 1
         self.DI = np.zeros(len(DDR_CAUSES), np.int64)

@@ -52,7 +52,7 @@ from fsedp.sw.streaming.ring_buffer import Header, Slot
 
 #: the state tuple ``S`` of :func:`step` and :func:`run`
 STATE = ("P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH", "QRD")
-STATE += ("FF", "FQ", "GP", "TK", "MS", "RO", "SC")
+STATE += ("FF", "FQ", "GP", "TK", "MS", "RO", "SC", "RG")
 #: the bookkeeping tuple ``B`` of :func:`run`
 BOOKS = ("DI", "PI", "DW", "PW", "started", "computed", "expected", "peak", "links")
 BOOKS += ("ddr_per", "busy", "TL", "EVL")
@@ -76,12 +76,12 @@ def columns(cls, *names, first: int = 0, widths: dict | None = None) -> tuple:
 #: positions in the state tuple: ``S[AT_SL]`` is ``SL`` (a function takes the arrays it reads)
 (
     AT_P, AT_NB, AT_DIRT, AT_DIST, AT_SL, AT_CH, AT_JB, AT_JH, AT_JRD, AT_JRR, AT_PR, AT_QH,
-    AT_QRD, AT_FF, AT_FQ, AT_GP, AT_TK, AT_MS, AT_RO, AT_SC,
+    AT_QRD, AT_FF, AT_FQ, AT_GP, AT_TK, AT_MS, AT_RO, AT_SC, AT_RG,
 ) = (
     STATE.index(x)
     for x in (
         "P", "NB", "DIRT", "DIST", "SL", "CH", "JB", "JH", "JRD", "JRR", "PR", "QH",
-        "QRD", "FF", "FQ", "GP", "TK", "MS", "RO", "SC",
+        "QRD", "FF", "FQ", "GP", "TK", "MS", "RO", "SC", "RG",
     )
 )  # fmt: skip
 # -- parameters ---------------------------------------------------------------------------
@@ -177,23 +177,24 @@ def popcount(x):
 
 
 @njit(cache=True)
-def path_hops(traj, start, n, cols, DIST, order):
-    """``DatapathParams.path_hops``."""
+def path_hops(traj, start, n, RG, DIST, order):
+    """``DatapathParams.path_hops`` (``RG[order]``: the embedding's ``seq`` and ``pos``,
+    ``DatapathParams.ring_table``)."""
     total = 0
     c = start
     for _ in range(popcount(traj) - 1):
-        nxt = ring_after(traj, c, n, order, cols)
+        nxt = ring_after(traj, c, n, RG[order, 0], RG[order, 1])
         total += DIST[c, nxt]
         c = nxt
     return total
 
 
 @njit(cache=True)
-def route_tables(traj, order, n, cols, DIST, hops, rdest, rhops):
+def route_tables(traj, order, n, RG, DIST, hops, rdest, rhops):
     """``DatapathParams.path_hops`` and ``DatapathParams.remote_entry`` of ``traj`` in ring
     embedding ``order`` from every chiplet ``a``, tabled once per job or pre-load."""
     for a in range(n):
-        hops[a] = path_hops(traj, a, n, cols, DIST, order) if (traj >> a) & 1 else 0
+        hops[a] = path_hops(traj, a, n, RG, DIST, order) if (traj >> a) & 1 else 0
     for a in range(n):
         best, bj = -1, -1
         for j in range(n):
@@ -277,10 +278,10 @@ def room_take(P, W, CLM, c, r):
 
 @in_step
 def ring_buffer_store(
-    SL, P, DIRT, RO, c, slot, expert, index, traj, dest, legs, r, wait, ddr, held
+    SL, P, DIRT, RO, RG, c, slot, expert, index, traj, dest, legs, r, wait, ddr, held
 ):
     """``ring_buffer.store`` with ``ring_buffer.arrive`` (``RO``: each expert's ring
-    embedding, ``StreamingArray.ring_order``)."""
+    embedding, ``StreamingArray.ring_order``; ``RG``: the embeddings' tables)."""
     n = P[P_N]
     SL[c, slot, S_BUSY] = 1
     SL[c, slot, S_RESV] = 0
@@ -297,7 +298,7 @@ def ring_buffer_store(
     SL[c, slot, S_TRAJ] = traj
     if dest == c:  # a station: compute here, then the next ring leg
         if legs:
-            nxt = ring_after(traj, c, n, RO[expert], P[P_COLS])
+            nxt = ring_after(traj, c, n, RG[RO[expert], 0], RG[RO[expert], 1])
             SL[c, slot, S_COMP] = 1
             SL[c, slot, S_SEND] = 1
             SL[c, slot, S_FINAL] = 0
@@ -428,8 +429,8 @@ def router_commit(S, W, HX):
         CH[c, C_RR] = (d + 1) & 3
         h = HX[c]
         ring_buffer_store(
-            SL, P, S[AT_DIRT], S[AT_RO], c, acc_slot[c], h[F_EXPERT], h[F_INDEX], h[F_TRAJ],
-            h[F_DEST], h[F_LEGS], h[F_R], L - 1, 0, 0,
+            SL, P, S[AT_DIRT], S[AT_RO], S[AT_RG], c, acc_slot[c], h[F_EXPERT], h[F_INDEX],
+            h[F_TRAJ], h[F_DEST], h[F_LEGS], h[F_R], L - 1, 0, 0,
         )  # fmt: skip
 
 
@@ -675,8 +676,8 @@ def ddr_commit(S, W, ISS, ni):
             h = FQ[ch, 0]
             e = FF[ch, h]
             ring_buffer_store(
-                SL, P, S[AT_DIRT], S[AT_RO], e[F_TARGET], e[F_SLOT], e[F_EXPERT], e[F_INDEX],
-                e[F_TRAJ], e[F_DEST], e[F_LEGS], e[F_R], 0, 1, dlv_held[ch],
+                SL, P, S[AT_DIRT], S[AT_RO], S[AT_RG], e[F_TARGET], e[F_SLOT], e[F_EXPERT],
+                e[F_INDEX], e[F_TRAJ], e[F_DEST], e[F_LEGS], e[F_R], 0, 1, dlv_held[ch],
             )  # fmt: skip
             FQ[ch, 0] = h + 1 if h + 1 < fdepth else 0
             FQ[ch, 1] -= 1
@@ -700,7 +701,8 @@ def ddr_commit(S, W, ISS, ni):
         if ISS[x, I_KIND] == 0:
             j = ISS[x, I_IDX]
             JB[j, J_LOADED] += 1
-            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n, S[AT_RO][JB[j, J_EXPERT]], P[P_COLS])
+            o = S[AT_RO][JB[j, J_EXPERT]]
+            JB[j, J_TARGET] = ring_after(JB[j, J_TRAJ], t, n, S[AT_RG][o, 0], S[AT_RG][o, 1])
             SC[X_DDR_RR] = j + 1 if j + 1 < n else 0
         else:
             PR[ISS[x, I_IDX], Q_LOADED] += 1
@@ -727,7 +729,7 @@ def ddr_retire_jobs(S, W):
 
 
 @njit(cache=True)
-def ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, held, hops, rdest, rhops):
+def ddr_bind_ahead(P, DIRT, RO, RG, SL, expert, traj, held, hops, rdest, rhops):
     """``ddr.bind_ahead`` with the trajectory's route tables; returns the count bound."""
     n, K = P[P_N], P[P_K]
     legs = popcount(traj) - 1
@@ -740,7 +742,7 @@ def ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, held, hops, rdest, rhops):
                 else:
                     dest, r = rdest[c], rhops[c]
                 ring_buffer_store(
-                    SL, P, DIRT, RO, c, i, expert, SL[c, i, S_INDEX], traj, dest, legs, r, 0, 1,
+                    SL, P, DIRT, RO, RG, c, i, expert, SL[c, i, S_INDEX], traj, dest, legs, r, 0, 1,
                     held,
                 )  # fmt: skip
                 got += 1
@@ -752,7 +754,7 @@ def ddr_take_dispatch(S, beat, tmp):
     """``ddr.take_dispatch``."""
     P, DIRT, DIST, SL, JB, JH = S[AT_P], S[AT_DIRT], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH]
     JRD, JRR, PR, QH, QRD = S[AT_JRD], S[AT_JRR], S[AT_PR], S[AT_QH], S[AT_QRD]
-    MS, RO, SC = S[AT_MS], S[AT_RO], S[AT_SC]
+    MS, RO, SC, RG = S[AT_MS], S[AT_RO], S[AT_SC], S[AT_RG]
     n, K = P[P_N], P[P_K]
     kind, expert, entry, traj, order = beat[1], beat[2], beat[3], beat[4], beat[5]
     if (
@@ -769,8 +771,8 @@ def ddr_take_dispatch(S, beat, tmp):
         RO[expert] = order
         for k in range(P[P_NPRE]):
             if not PR[k, Q_VALID]:
-                route_tables(traj, order, n, P[P_COLS], DIST, QH[k], QRD[k], tmp)
-                got = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 1, QH[k], QRD[k], tmp)
+                route_tables(traj, order, n, RG, DIST, QH[k], QRD[k], tmp)
+                got = ddr_bind_ahead(P, DIRT, RO, RG, SL, expert, traj, 1, QH[k], QRD[k], tmp)
                 PR[k, Q_VALID], PR[k, Q_EXPERT], PR[k, Q_TRAJ] = 1, expert, traj
                 PR[k, Q_CHIPLET], PR[k, Q_LOADED], PR[k, Q_COUNT] = entry, got, MS[expert]
                 break
@@ -779,8 +781,8 @@ def ddr_take_dispatch(S, beat, tmp):
         SC[X_BAD] = 1
         return
     RO[expert] = order
-    route_tables(traj, order, n, P[P_COLS], DIST, JH[entry], JRD[entry], JRR[entry])
-    loaded = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
+    route_tables(traj, order, n, RG, DIST, JH[entry], JRD[entry], JRR[entry])
+    loaded = ddr_bind_ahead(P, DIRT, RO, RG, SL, expert, traj, 0, JH[entry], JRD[entry], JRR[entry])
     count = MS[expert]
     for k in range(P[P_NPRE]):
         if PR[k, Q_VALID] and PR[k, Q_EXPERT] == expert:

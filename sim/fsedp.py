@@ -80,9 +80,10 @@ def variant_params(setup: Setup, variant: str):
     if variant == "A6":
         return dataclasses.replace(dp, preempt=True, hot_window=HOT_WINDOW)
     if variant in ("A7", "A8"):
-        # and link-aware ring embeddings (the run config's scheduler.ring_orders, or A7's
-        # own), forward-state admission [D16]
-        orders = setup.cfg.scheduler.ring_orders or a7_ring_orders(dp.rows, dp.cols)
+        # and link-aware ring embeddings (the run config's scheduler.ring_orders and
+        # ring_path, or A7's own), forward-state admission [D16]
+        path = setup.cfg.scheduler.ring_path or a7_ring_path(dp.rows, dp.cols)
+        orders = setup.cfg.scheduler.ring_orders or a7_ring_orders(dp.rows, dp.cols, path)
         try:
             return dataclasses.replace(
                 dp,
@@ -90,6 +91,7 @@ def variant_params(setup: Setup, variant: str):
                 hot_window=HOT_WINDOW,
                 admission="forward-state",
                 ring_orders=orders,
+                ring_path=path,
             )
         except InputError as e:  # e.g. the column snake's longer paths need more slots
             raise InputError(
@@ -100,12 +102,20 @@ def variant_params(setup: Setup, variant: str):
     raise ValueError(f"unknown FSE-DP variant {variant!r}; choose from {VARIANTS}")
 
 
-def a7_ring_orders(rows: int, cols: int) -> int:
-    """A7's ring embeddings on a ``rows x cols`` mesh: the row and column snakes both ways
-    (4), unless the column snake's longest path is longer than the row snake's (some
-    non-square meshes: 2x3, 2x4, 4x6), which would cost every chiplet slots; then the row
-    snake both ways (2)."""
-    return 4 if max_hops(cols, rows) <= max_hops(rows, cols) else 2
+def a7_ring_path(rows: int, cols: int) -> str:
+    """A7's and A8's ring path unless the run config names one (``scheduler.ring_path``):
+    ``cycle`` where the mesh has a ring of one-hop legs (a side of even length), so that no
+    ring shares a closing leg across the mesh; ``snake`` on odd x odd meshes, where the cycle
+    keeps a leg of two hops and measured no better (docs/simulator.md)."""
+    return "cycle" if rows % 2 == 0 or cols % 2 == 0 else "snake"
+
+
+def a7_ring_orders(rows: int, cols: int, path: str = "snake") -> int:
+    """A7's ring embeddings on a ``rows x cols`` mesh for ring ``path``: the path and its
+    second embedding both ways (4), unless the second's longest path is longer than the
+    first's (the snake on some non-square meshes: 2x3, 2x4, 4x6), which would cost every
+    chiplet slots; then the first both ways (2)."""
+    return 4 if max_hops(rows, cols, 4, path) <= max_hops(rows, cols, 1, path) else 2
 
 
 def make_scheduler(sp, dp, variant: str) -> Scheduler:
@@ -122,6 +132,7 @@ def make_scheduler(sp, dp, variant: str) -> Scheduler:
                 entry_dispatch=True,
                 ring_orders=dp.ring_orders,
                 mesh_cols=dp.cols,
+                ring_path=dp.ring_path,
             )
         )
     return Scheduler(sp, order="sorted" if variant == "A2" else "paired")

@@ -7,11 +7,11 @@
   expert covered it), hence at most ``C`` experts run at once and a completion is a ``C``-bit
   mask over slots.
 * Ring order of the trajectory: chiplets of ``T_e`` in ascending number, wrapping around (or,
-  with ``ring_orders`` 2 or 4 and another embedding chosen, in descending number or along
-  the mesh's column snake: ``fsedp.params.ring_after``).  ``next_hop[c]`` is the next
-  chiplet of the ring after ``c`` for ``c`` in ``T_e`` (itself for a one-chiplet trajectory)
-  and ``0`` for chiplets outside ``T_e``.  This is the routing table
-  the routers receive; the ring is logical, XY routing maps it onto the mesh.
+  with ``ring_orders`` 2 or 4 and another embedding chosen, or the ``cycle`` ring path, in
+  that embedding's order: ``fsedp.params.ring_after``, ``ring_tables``).  ``next_hop[c]`` is
+  the next chiplet of the ring after ``c`` for ``c`` in ``T_e`` (itself for a one-chiplet
+  trajectory) and ``0`` for chiplets outside ``T_e``.  This is the routing table the routers
+  receive; the ring is logical, XY routing maps it onto the mesh.
 * Release: when the experts in slots ``done`` complete, a chiplet becomes idle iff it was
   covered by one of them and is covered by no expert that keeps running.
 * Rule 4 pre-load: when an expert is dispatched and its pair partner is still unscheduled, not
@@ -20,7 +20,7 @@
   slots with its micro-slices from DDR; the scheduler does not track buffer occupancy).
 """
 
-from fsedp.params import ring_after
+from fsedp.params import ring_after, ring_tables
 
 __all__ = ["lowest_bit", "entry_chiplet", "next_hops", "release_mask"]
 
@@ -35,9 +35,16 @@ def entry_chiplet(traj: int, icv: int) -> int:
     return lowest_bit(traj & icv)
 
 
-def next_hops(traj: int, chiplets: int, order: int = 0, cols: int = 0) -> tuple[int, ...]:
+def next_hops(
+    traj: int, chiplets: int, order: int = 0, cols: int = 0, path: str = "snake"
+) -> tuple[int, ...]:
+    """The next-hop table of ``traj`` in ring embedding ``order`` of ring ``path`` on a mesh of
+    ``cols`` columns (0: one row, where only the snake's ascending and descending orders are
+    defined)."""
+    cols = cols or chiplets
+    seq, pos = ring_tables(chiplets // cols, cols, path)[order]
     return tuple(
-        ring_after(traj, c, chiplets, order, cols) if traj >> c & 1 else 0 for c in range(chiplets)
+        ring_after(traj, c, chiplets, seq, pos) if traj >> c & 1 else 0 for c in range(chiplets)
     )
 
 

@@ -723,3 +723,34 @@ def test_ring_orders_is_the_link_aware_strategies_choice():
     with pytest.raises(InputError) as e:
         run_from_dict(d, "tiny.yaml")
     assert (e.value.file, e.value.field) == ("tiny.yaml", "scheduler.ring_orders")
+
+
+def test_ring_path_is_the_link_aware_strategies_choice():
+    """``scheduler.ring_path`` sets the ring path of A7 and A8 only; left out, they take the
+    cycle where a side of the mesh is even and the snake on odd x odd meshes; the other
+    strategies keep the snake; a value outside RING_PATHS is refused naming the field."""
+    import copy as _copy
+
+    from tiny import TINY
+
+    from fsedp.config import run_from_dict
+    from fsedp.sim.fsedp import a7_ring_path, variant_params
+    from fsedp.sim.setup import make_setup
+
+    assert [a7_ring_path(r, c) for r, c in ((2, 2), (3, 3), (3, 4), (5, 2), (8, 8))] == [
+        "cycle", "snake", "cycle", "cycle", "cycle",
+    ]  # fmt: skip
+    d = _copy.deepcopy(TINY)
+    base = make_setup(run_from_dict(d, "tiny.yaml"))
+    assert variant_params(base, "A7").ring_path == variant_params(base, "A8").ring_path == "cycle"
+    assert variant_params(base, "A3").ring_path == variant_params(base, "A6").ring_path == "snake"
+    d["scheduler"] = {
+        "requests": 8, "theta_min": 2, "n_threshold": 4, "qos_width": 4, "t_qos_init": 0,
+        "ring_path": "snake",
+    }  # fmt: skip
+    s = make_setup(run_from_dict(d, "tiny.yaml"))
+    assert variant_params(s, "A7").ring_path == "snake" and s.sp.ring_path == "snake"
+    d["scheduler"]["ring_path"] = "hilbert"
+    with pytest.raises(InputError) as e:
+        run_from_dict(d, "tiny.yaml")
+    assert (e.value.file, e.value.field) == ("tiny.yaml", "scheduler.ring_path")

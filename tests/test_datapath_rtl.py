@@ -445,3 +445,10 @@ def test_rtl_refuses_what_it_does_not_implement():
             make()
     with pytest.raises(ValueError, match="ring_orders 2: the scheduler RTL"):
         Scheduler(SchedulerParams(ring_orders=2))
+    # the cycle ring path (A7's and A8's) likewise
+    p = DatapathParams(rows=2, cols=2, ring_path="cycle")
+    for make in (lambda: ChipletArray(p), lambda: Router(p, 0), lambda: DDRController(p)):
+        with pytest.raises(ValueError, match="ring_path cycle: the datapath RTL"):
+            make()
+    with pytest.raises(ValueError, match="ring_path cycle: the scheduler RTL"):
+        Scheduler(SchedulerParams(ring_path="cycle", mesh_cols=2))

@@ -13,10 +13,12 @@ from fsedp.experiments.datapath_report import one_expert_cycles, one_expert_idea
 from fsedp.params import (
     ADMISSION_RULES,
     OPPOSITE,
+    RING_PATHS,
     DatapathParams,
     SchedulerParams,
     max_hops,
     ring_after,
+    ring_tables,
 )
 from fsedp.sim.fsedp import a7_ring_orders
 from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch, Scheduler
@@ -85,12 +87,15 @@ def test_max_hops(rows, cols, hops):
 @pytest.mark.parametrize(
     "rows,cols", [(r, c) for r in range(1, 5) for c in range(1, 5) if r * c > 1]
 )
-def test_max_hops_equals_its_definition(rows, cols):
+@pytest.mark.parametrize("path", RING_PATHS)
+def test_max_hops_equals_its_definition(rows, cols, path):
     """The longest-ascending-path computation of ``H`` equals enumerating every trajectory
-    (all meshes up to 16 chiplets, where the enumeration is still possible)."""
+    (all meshes up to 16 chiplets, where the enumeration is still possible), for every ring
+    path."""
     from fsedp.params import _max_hops, max_hops_by_trajectories
 
-    assert _max_hops(rows, cols) == max_hops_by_trajectories(rows, cols)
+    seq = ring_tables(rows, cols, path)[0][0]
+    assert _max_hops(rows, cols, seq) == max_hops_by_trajectories(rows, cols, path)
 
 
 @pytest.mark.parametrize(
@@ -204,6 +209,12 @@ def test_a6_rules_conserve_and_finish(rows, cols, kw, stall, orders):
     assert not arr.bad_dispatch and not arr.orphan
 
 
+def ring_next(traj, c, n, order=0, cols=0, path="snake"):
+    """``ring_after`` in embedding ``order`` of ``path`` on a mesh of ``cols`` columns."""
+    cols = cols or n
+    return ring_after(traj, c, n, *ring_tables(n // cols, cols, path)[order])
+
+
 def test_ring_orders_follow_the_links_load():
     """``ring_orders`` 2: an expert's first beat fixes its ring's direction -- the one whose
     running experts' trajectories hold fewer chiplets, ties in turn -- and its routing table
@@ -216,7 +227,7 @@ def test_ring_orders_follow_the_links_load():
     beats = [b for b in gold.decide() if b.kind == DISPATCH]
     assert [b.order for b in beats][:2] == [0, 1]  # a tie, then the emptier direction
     for b in beats:
-        assert b.next_hop == tuple(ring_after(b.traj, c, 4, b.order) for c in range(4))
+        assert b.next_hop == tuple(ring_next(b.traj, c, 4, b.order) for c in range(4))
     asc, desc = (next(b for b in beats if b.order == o) for o in (0, 1))
     assert asc.next_hop == (1, 2, 3, 0) and desc.next_hop == (3, 0, 1, 2)
     # a station of a descending ring sends its micro-slice to the next lower chiplet
@@ -242,12 +253,12 @@ def test_column_embeddings():
     embedding it does not follow."""
     col = [0, 7, 8, 15, 14, 9, 6, 1, 2, 5, 10, 13, 12, 11, 4, 3]
     for q, c in enumerate(col):
-        assert ring_after(0xFFFF, c, 16, 2, 4) == col[(q + 1) % 16]
-        assert ring_after(0xFFFF, c, 16, 3, 4) == col[(q - 1) % 16]
-    assert ring_after(0b100000000000001, 0, 16, 2, 4) == 14  # skips 7, 8, 15
-    assert [ring_after(0b111111, c, 6, 2, 3) for c in range(6)] == [5, 2, 3, 0, 1, 4]
-    with pytest.raises(ValueError, match="needs the mesh columns"):
-        ring_after(0b11, 0, 4, 2)
+        assert ring_next(0xFFFF, c, 16, 2, 4) == col[(q + 1) % 16]
+        assert ring_next(0xFFFF, c, 16, 3, 4) == col[(q - 1) % 16]
+    assert ring_next(0b100000000000001, 0, 16, 2, 4) == 14  # skips 7, 8, 15
+    assert [ring_next(0b111111, c, 6, 2, 3) for c in range(6)] == [5, 2, 3, 0, 1, 4]
+    with pytest.raises(ValueError, match="unknown ring path 'spiral'"):
+        ring_tables(2, 2, "spiral")
     assert (max_hops(2, 3), max_hops(2, 3, 2), max_hops(2, 3, 4), max_hops(4, 4, 4)) == (
         5,
         5,
@@ -274,7 +285,7 @@ def test_column_embeddings():
     beats = [b for b in gold.decide() if b.kind == DISPATCH]
     assert [b.order for b in beats] == [0, 1, 2, 3]
     for b in beats:
-        assert b.next_hop == tuple(ring_after(b.traj, c, 4, b.order, 2) for c in range(4))
+        assert b.next_hop == tuple(ring_next(b.traj, c, 4, b.order, 2) for c in range(4))
     arr = StreamingArray(DatapathParams(rows=2, cols=2, ring_orders=2))
     arr.step(StepIn(dispatch=beats[2]))
     assert arr.bad_dispatch
@@ -972,3 +983,56 @@ def test_an_unheld_micro_slice_claims_its_hops():
     assert (s.held, s.claim) == (True, top)
     take_dispatch(arr, Dispatch(DISPATCH, 3, 5, 0b0111, 0, (1, 2, 0, 0)))
     assert (s.held, s.claim, s.r) == (False, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "rows,cols", [(2, 2), (2, 3), (3, 3), (3, 4), (4, 4), (5, 5), (4, 6), (8, 8)]
+)
+def test_cycle_ring_path(rows, cols):
+    """The ``cycle`` ring path visits every chiplet once; every leg, the closing one too, is
+    one hop where a side is even (one leg of two on an odd x odd mesh, where a one-hop ring
+    cannot exist: the mesh is bipartite with an odd count); its second embedding is the
+    first turned by 180 degrees; backward orders walk forward ones back; ``H`` bounds every
+    path, and it is never above the snake's."""
+    from fsedp.params import mesh_position
+
+    p = DatapathParams(
+        rows=rows, cols=cols, slots=max_hops(rows, cols, 4) + 1, ring_path="cycle",
+        ring_orders=4,
+    )  # fmt: skip
+    n = p.chiplets
+    tables = ring_tables(rows, cols, "cycle")
+    for seq, pos in tables:
+        assert sorted(seq) == list(range(n)) and all(seq[pos[c]] == c for c in range(n))
+    seq = tables[0][0]
+    legs = sorted(p.distance(seq[i], seq[(i + 1) % n]) for i in range(n))
+    assert legs == ([1] * n if rows % 2 == 0 or cols % 2 == 0 else [1] * (n - 1) + [2])
+    turned = [(rows - 1 - r, cols - 1 - k) for r, k in (mesh_position(c, cols) for c in seq)]
+    assert [mesh_position(c, cols) for c in tables[2][0]] == turned
+    assert tables[1][0] == seq[::-1] and tables[3][0] == tables[2][0][::-1]
+    assert p.max_hops <= max_hops(rows, cols, 4, "snake")
+    rng = random.Random(rows * 10 + cols)
+    for traj in [(1 << n) - 1] + [rng.getrandbits(n) | 1 << rng.randrange(n) for _ in range(40)]:
+        for a in range(n):
+            if traj >> a & 1:
+                assert max(p.path_hops(traj, a, o) for o in range(4)) <= p.max_hops
+
+
+def test_cycle_path_beats_and_stations_agree():
+    """With the cycle path the scheduler's next-hop tables and the array's stations follow
+    the same ring: a 4x4 dispatch over every chiplet hops to a mesh neighbour each leg."""
+    sp = dataclasses.replace(
+        sched(4, 4, experts=16), entry_dispatch=True, ring_orders=4, mesh_cols=4,
+        ring_path="cycle",
+    )  # fmt: skip
+    gold = Scheduler(sp)
+    gold.start_round([(0, c, e) for e in range(4) for c in range(16) for _ in range(4 - e)])
+    beats = [b for b in gold.decide() if b.kind == DISPATCH]
+    p = DatapathParams(rows=4, cols=4, slots=16, ring_path="cycle", ring_orders=4)
+    assert beats and {b.order for b in beats} >= {0, 1}
+    for b in beats:
+        assert b.next_hop == tuple(ring_next(b.traj, c, 16, b.order, 4, "cycle") for c in range(16))
+        if b.traj == 0xFFFF:
+            assert all(p.distance(c, b.next_hop[c]) == 1 for c in range(16))
+        h = Header(expert=b.expert, index=0, traj=b.traj, dest=b.entry, legs=1, r=1)
+        assert arrive(p, b.entry, h, order=b.order)["dest"] == b.next_hop[b.entry]

@@ -71,11 +71,12 @@ def one_expert_ideal(p: DatapathParams, tokens: int) -> tuple[int, int]:
     from fsedp.params import ring_after
 
     n, traj = p.chiplets, (1 << p.chiplets) - 1
+    seq, pos = p.ring_table(0)
     load: dict = {}
     for i in range(p.micro_slices):
-        c = i % n  # ring order from chiplet 0 is 0, 1, ..., n-1
+        c = seq[i % n]  # Rule 4 stripes the loads over the ring from its first chiplet
         for _ in range(n - 1):
-            nxt = ring_after(traj, c, n)
+            nxt = ring_after(traj, c, n, seq, pos)
             a = c
             while a != nxt:  # XY hops of the leg
                 d = p.direction(a, nxt)

@@ -224,7 +224,7 @@ def commit(arr, delivered, issues, issue_out, used):
         if kind == "job":
             job = arr.jobs[idx]
             job.loaded += 1
-            job.target = ring_after(job.traj, t, n, arr.ring_order[job.expert], p.cols)
+            job.target = ring_after(job.traj, t, n, *p.ring_table(arr.ring_order[job.expert]))
             arr.ddr_rr = (idx + 1) % n
         else:
             arr.pre[idx].loaded += 1

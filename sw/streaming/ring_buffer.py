@@ -71,7 +71,7 @@ def arrive(p: DatapathParams, c: int, h: Header, order: int = 0) -> dict:
     ring's embedding is ``order``."""
     if h.dest == c:  # a station: compute here, then the next ring leg
         if h.legs:
-            nxt = ring_after(h.traj, c, p.chiplets, order, p.cols)
+            nxt = ring_after(h.traj, c, p.chiplets, *p.ring_table(order))
             return dict(
                 comp=True,
                 send=True,
