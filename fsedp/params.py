@@ -145,8 +145,8 @@ class SchedulerParams:
         column embeddings of ``ring_orders`` 4 and the ``cycle`` path need; 0: not given.
     ring_path : str
         The ring path the embeddings follow (:data:`RING_PATHS`): ``snake`` (ascending chiplet
-        numbers) or ``cycle``.  The golden models and the compiled engine follow it; the RTL
-        takes ``snake`` (it refuses the other).
+        numbers) or ``cycle``.  The golden models, the compiled engine and the RTL follow it
+        (the RTL with ``ring_orders`` 1).
     """
 
     chiplets: int = spec(int, 4, MAX_CHIPLETS, default=4, doc="compute chiplets C")
@@ -525,7 +525,7 @@ class DatapathParams:
         (:func:`max_hops`).  The RTL takes 1.
     ring_path : str
         The ring path of those embeddings (:data:`RING_PATHS`, as
-        ``SchedulerParams.ring_path``).  The RTL takes ``snake``.
+        ``SchedulerParams.ring_path``).  The RTL takes both (``hw.common.ring_sequence``).
     """
 
     rows: int = spec(int, 1, 16, default=2, doc="mesh rows")

@@ -2,6 +2,8 @@
 
 from amaranth import Cat, Const, Mux, Value
 
+from fsedp.params import DatapathParams, ring_tables
+
 __all__ = [
     "check_chiplet",
     "first_set",
@@ -10,6 +12,7 @@ __all__ = [
     "ring_next_hops",
     "sat_add",
     "ring_after",
+    "ring_sequence",
     "rr_pick",
 ]
 
@@ -18,7 +21,6 @@ def check_chiplet(owner, p, chiplet: int | None = None):
     """Eager checks of a datapath component's generics (``p`` must be ``DatapathParams``,
     ``chiplet`` one of its chiplets).  A component that fails them is never elaborated, so
     Amaranth's unused-elaboratable warning is silenced for ``owner`` first."""
-    from fsedp.params import DatapathParams
 
     def fail(exc):
         owner._MustUse__silence = True
@@ -35,13 +37,6 @@ def check_chiplet(owner, p, chiplet: int | None = None):
                 "only (ring_orders 1); the golden model and the simulator take 2 and 4"
             )
         )
-    if p.ring_path != "snake":
-        fail(
-            ValueError(
-                f"ring_path {p.ring_path}: the datapath RTL follows the snake path only; the "
-                "golden model and the simulator take every RING_PATHS"
-            )
-        )
 
 
 def lowest_bit(x: Value, width: int, out_width: int) -> Value:
@@ -52,12 +47,31 @@ def lowest_bit(x: Value, width: int, out_width: int) -> Value:
     return result
 
 
-def ring_next_hops(traj: Value, chiplets: int, out_width: int) -> list[Value]:
-    """``next_hop[c]``: next chiplet of ``traj`` after ``c`` in ascending order, wrapping
-    (``c`` itself for a one-chiplet ring, 0 for chiplets outside ``traj``)."""
+def ring_sequence(p) -> tuple:
+    """The chiplet sequence the RTL's rings follow: the first embedding of ``p``'s ring path
+    (``fsedp.params.ring_tables``; ``p`` a ``DatapathParams`` or a ``SchedulerParams``, whose
+    mesh is ``mesh_cols`` wide, one row when not given)."""
+    if isinstance(p, DatapathParams):
+        return p.ring_table(0)[0]
+    cols = p.mesh_cols or p.chiplets
+    return ring_tables(p.chiplets // cols, cols, p.ring_path)[0][0]
+
+
+def _after(c: int, seq) -> list[int]:
+    """The chiplets after ``c`` in the ring sequence ``seq``, ``c`` itself last."""
+    n = len(seq)
+    q = seq.index(c)
+    return [seq[(q + s) % n] for s in range(1, n + 1)]
+
+
+def ring_next_hops(traj: Value, chiplets: int, out_width: int, seq=None) -> list[Value]:
+    """``next_hop[c]``: next chiplet of ``traj`` after ``c`` in the ring sequence ``seq``
+    (:func:`ring_sequence`; ascending numbers when not given), wrapping (``c`` itself for a
+    one-chiplet ring, 0 for chiplets outside ``traj``)."""
+    seq = tuple(range(chiplets)) if seq is None else tuple(seq)
     hops = []
     for c in range(chiplets):
-        order = [(c + s) % chiplets for s in range(1, chiplets + 1)]
+        order = _after(c, seq)
         hop = Const(0, out_width)
         for n in reversed(order):
             hop = Mux(traj[n], n, hop)
@@ -72,12 +86,13 @@ def sat_add(a: Value, b: Value, limit: int) -> tuple[Value, Value]:
     return Mux(over, limit, s), over
 
 
-def ring_after(traj: Value, c: int, chiplets: int, out_width: int) -> Value:
-    """Next chiplet of ``traj`` after ``c`` in ascending order, wrapping (``c`` itself when
-    ``c`` is the only one)."""
+def ring_after(traj: Value, c: int, chiplets: int, out_width: int, seq=None) -> Value:
+    """Next chiplet of ``traj`` after ``c`` in the ring sequence ``seq`` (ascending numbers
+    when not given), wrapping (``c`` itself when ``c`` is the only one): a priority chain in
+    the sequence's order, the RTL of ``fsedp.params.ring_after`` for one embedding."""
+    seq = tuple(range(chiplets)) if seq is None else tuple(seq)
     hop = Const(c, out_width)
-    for s in reversed(range(1, chiplets)):
-        n = (c + s) % chiplets
+    for n in reversed(_after(c, seq)[:-1]):
         hop = Mux(traj[n], n, hop)
     return hop
 

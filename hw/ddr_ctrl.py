@@ -12,7 +12,14 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import check_chiplet, first_set, lowest_bit, ring_next_hops, rr_pick
+from fsedp.hw.common import (
+    check_chiplet,
+    first_set,
+    lowest_bit,
+    ring_next_hops,
+    ring_sequence,
+    rr_pick,
+)
 from fsedp.hw.layouts import delivery_layout, dispatch_layout, slices_layout, tokens_layout
 from fsedp.hw.ring_buffer import (
     DeliverySignature,
@@ -30,7 +37,7 @@ def path_hops(m: Module, p: DatapathParams, traj, name: str) -> list:
     legs but the one into ``a``); mirrors :meth:`DatapathParams.path_hops`."""
     n = p.chiplets
     nh = []
-    for a, hop in enumerate(ring_next_hops(traj, n, p.chiplet_bits)):
+    for a, hop in enumerate(ring_next_hops(traj, n, p.chiplet_bits, ring_sequence(p))):
         s = Signal(p.chiplet_bits, name=f"{name}_next{a}")
         m.d.comb += s.eq(hop)
         nh.append(s)
@@ -305,7 +312,7 @@ class DDRController(wiring.Component):
         after = Signal(p.chiplet_bits)
         picked_traj = Signal(n)
         m.d.comb += picked_traj.eq(t.jtraj[jpick])
-        hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits)
+        hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits, ring_sequence(p))
         m.d.comb += after.eq(Array(hops_after)[target])
         with m.If(issue_job):
             m.d.sync += [

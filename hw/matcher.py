@@ -2,7 +2,7 @@ from amaranth import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import lowest_bit, ring_next_hops
+from fsedp.hw.common import lowest_bit, ring_next_hops, ring_sequence
 from fsedp.params import SchedulerParams
 
 __all__ = ["ECMatcher"]
@@ -72,7 +72,7 @@ class ECMatcher(wiring.Component):
             self.entry.eq(lowest_bit(free, C, Cb)),
             self.first.eq(lowest_bit(self.traj, C, Cb)),
         ]
-        for c, hop in enumerate(ring_next_hops(self.traj, C, Cb)):
+        for c, hop in enumerate(ring_next_hops(self.traj, C, Cb, ring_sequence(self.p))):
             m.d.comb += self.next_hop[c].eq(hop)
 
         finished = 0

@@ -63,12 +63,6 @@ class Scheduler(wiring.Component):
                 f"ring_orders {p.ring_orders}: the scheduler RTL chooses no ring embedding yet "
                 "(ring_orders 1); the golden model and the simulator take 2 and 4"
             )
-        if p.ring_path != "snake":
-            self._MustUse__silence = True
-            raise ValueError(
-                f"ring_path {p.ring_path}: the scheduler RTL's next-hop tables follow the snake "
-                "path only; the golden model and the simulator take every RING_PATHS"
-            )
         self.p = p
         super().__init__(
             {

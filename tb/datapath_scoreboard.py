@@ -92,12 +92,20 @@ class LayerDriver:
         stall: float = 0.0,
         gap: float = 0.0,
         done_stall: float = 0.0,
+        timed: bool = False,
         **policy,
     ):
         self.sp, self.p, self.rng = sp, p, rng
         self.stall, self.gap, self.done_stall = stall, gap, done_stall
         #: scheduler options beyond the generics (``order="sorted"``: ablation A2)
         self.sched = Scheduler(sp, **policy)
+        #: ``timed``: beats presented and completions taken in the cycles of the scheduler
+        #: RTL (:class:`fsedp.sw.scheduler_timing.SchedulerTiming`, as the simulator's layer
+        #: loops do), the first beat in the cycle after the token tables are written; else
+        #: every beat as soon as the array takes it
+        self.timed = timed
+        self.timing = None
+        self.now = 0
         self.check = Conservation(p)
         self.token_writes: deque = deque()
         self.slice_writes: deque = deque()
@@ -138,7 +146,12 @@ class LayerDriver:
                         self.slice_writes.append((e, bad))
                 self.slice_writes.append((e, cnt))
                 self.check.counts[e] = cnt
-        self.beats.extend(self.sched.decide())
+        if self.timed:
+            from fsedp.sw.scheduler_timing import SchedulerTiming
+
+            self.timing = SchedulerTiming(self.sched)  # the round started: its plan
+        else:
+            self.beats.extend(self.sched.decide())
         return plan
 
     @property
@@ -146,6 +159,7 @@ class LayerDriver:
         return (
             not self.sched.in_round
             and not self.beats
+            and not (self.timed and self.timing is not None and self.timing.queue)
             and not self.token_writes
             and not self.slice_writes
         )
@@ -162,9 +176,23 @@ class LayerDriver:
         slices = self.slice_writes[0] if self.slice_writes else None
         beat = None
         writing = self.token_writes or self.slice_writes
-        if not writing and self.beats and not (self.gap and rng.random() < self.gap):
-            beat = self.beats[0]
-        ready = not (self.done_stall and rng.random() < self.done_stall)
+        if self.timed:
+            t = self.timing
+            if not writing and t is not None and t.first_beat is None:
+                t.begin(self.now)
+            if t is not None and t.first_beat is not None:
+                b = t.present(self.now)
+                if b is not None:
+                    self.beats.append(b)
+                if self.beats:
+                    beat = self.beats[0]
+                ready = t.ready(self.now)
+            else:
+                ready = False
+        else:
+            if not writing and self.beats and not (self.gap and rng.random() < self.gap):
+                beat = self.beats[0]
+            ready = not (self.done_stall and rng.random() < self.done_stall)
         self.cur = StepIn(beat, ready, stall, ddr_stall, tokens, slices)
         return self.cur
 
@@ -179,9 +207,13 @@ class LayerDriver:
             self.check.on_dispatch(self.beats.popleft())
             self.dispatched += cur.dispatch.kind == DISPATCH
         self.check.on_cycle(cycle, events, occupancy)
+        self.now = cycle + 1
         if done and cur.done_ready:
-            self.sched.complete(done)
-            self.beats.extend(self.sched.decide())
+            if self.timed:
+                self.timing.completed(cycle, done)
+            else:
+                self.sched.complete(done)
+                self.beats.extend(self.sched.decide())
 
 
 def stall_bits(inp: StepIn) -> int:

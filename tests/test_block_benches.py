@@ -124,7 +124,15 @@ def test_icv(tier, p, knobs):
     TIER_ARGS,
     cases(
         {f"{c}c": (SchedulerParams(chiplets=c), {"seed": c}) for c in (4, 9, 16)},
-        {"8e": (SMALL, {"seed": 5, "cycles": 400}), "12e-w3": (ODD, {"seed": 5, "cycles": 400})},
+        {
+            "8e": (SMALL, {"seed": 5, "cycles": 400}),
+            "12e-w3": (ODD, {"seed": 5, "cycles": 400}),
+            # the cycle ring path ([D17]): next-hop tables along its sequence, not the numbers
+            "16c-cycle": (
+                SchedulerParams(chiplets=16, mesh_cols=4, ring_path="cycle"),
+                {"seed": 7, "cycles": 400},
+            ),
+        },
     ),
 )
 def test_matcher(tier, p, knobs):
