@@ -74,17 +74,22 @@ def next_pow2(n: int) -> int:
 MAX_CHIPLETS = 64
 
 #: The ring embeddings a dispatch may choose (``SchedulerParams.ring_orders``), for each ring
-#: path (:data:`RING_PATHS`, :func:`ring_tables`): the path, its reverse, a second embedding
-#: and its reverse.  ``ring_orders`` 1 takes the first, 2 the first two, 4 all four.
-RING_ORDERS = ("forward", "backward", "second forward", "second backward")
+#: path (:data:`RING_PATHS`, :func:`ring_tables`): four embeddings of the path on the mesh,
+#: each forward and backward.  ``ring_orders`` 1 takes the first, 2 the first both ways, 4
+#: the first two both ways, 8 all four both ways.
+RING_ORDERS = (
+    "first forward", "first backward", "second forward", "second backward",
+    "third forward", "third backward", "fourth forward", "fourth backward",
+)  # fmt: skip
 
 #: The ring paths laid on the mesh (``ring_path`` of the scheduler and datapath generics,
 #: :func:`ring_tables`): ``snake`` -- the chiplet numbers in ascending order (row by row,
-#: boustrophedon: :func:`mesh_position`), the second embedding the column snake; ``cycle`` --
-#: a closed ring over every chiplet whose every leg is one hop (:func:`cycle_cells`; one leg
-#: of two hops on an odd x odd mesh, where no such ring exists), the second embedding the
-#: same ring turned by 180 degrees.  A snake's closing leg crosses the mesh (``rows - 1`` or
-#: more hops) and every ring of the path shares it; a cycle has none.
+#: boustrophedon: :func:`mesh_position`), then the column snake, and both turned by 180
+#: degrees; ``cycle`` -- a closed ring over every chiplet whose every leg is one hop
+#: (:func:`cycle_cells`; one leg of two hops on an odd x odd mesh, where no such ring exists),
+#: then the same ring turned by 180 degrees, mirrored (transposed on a square mesh, else
+#: left to right) and mirrored and turned.  A snake's closing leg crosses the mesh (``rows -
+#: 1`` or more hops) and every ring of the path shares it; a cycle has none.
 RING_PATHS = ("snake", "cycle")
 
 #: Buffer admission rules of the ring buffers (``DatapathParams.admission``,
@@ -192,14 +197,14 @@ class SchedulerParams:
         1,
         len(RING_ORDERS),
         default=1,
-        doc="ring embeddings a dispatch chooses from (1, 2 or 4: RING_ORDERS)",
+        doc="ring embeddings a dispatch chooses from (1, 2, 4 or 8: RING_ORDERS)",
     )
     mesh_cols: int = spec(
         int,
         0,
         MAX_CHIPLETS,
         default=0,
-        doc="mesh columns (0: not given; ring_orders 4 and the cycle path need it)",
+        doc="mesh columns (0: not given; ring_orders 4, 8 and the cycle path need it)",
     )
     ring_path: str = spec(
         str, choices=RING_PATHS, default="snake", doc="ring path of the embeddings (RING_PATHS)"
@@ -218,7 +223,9 @@ class SchedulerParams:
             )
         if self.ring_orders > 2 and not self.mesh_cols:
             raise InputError(
-                PARAMS, "mesh_cols", "ring_orders 4 (column embeddings) needs the mesh columns"
+                PARAMS,
+                "mesh_cols",
+                f"ring_orders {self.ring_orders} (other embeddings) needs the mesh columns",
             )
         if self.ring_path != "snake" and not self.mesh_cols:
             raise InputError(
@@ -344,34 +351,43 @@ def _number(r: int, k: int, cols: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def ring_tables(rows: int, cols: int, path: str = "snake") -> tuple:
-    """The four ring embeddings of :data:`RING_ORDERS` on a ``rows x cols`` mesh for a ring
+    """The eight ring embeddings of :data:`RING_ORDERS` on a ``rows x cols`` mesh for a ring
     ``path`` (:data:`RING_PATHS`), each ``(seq, pos)``: the chiplets in ring order and each
-    chiplet's place in it (what :func:`ring_after` follows).  Orders 1 and 3 are 0 and 2
+    chiplet's place in it (what :func:`ring_after` follows).  Odd orders are the even ones
     walked back -- the same chiplets, every leg on the opposite directed links."""
     n = rows * cols
+
+    def turned(cells):  # by 180 degrees
+        return [(rows - 1 - r, cols - 1 - k) for r, k in cells]
+
     if path == "snake":
-        first = list(range(n))
-        second = [_number(r if k % 2 == 0 else rows - 1 - r, k, cols)
-                  for k in range(cols) for r in range(rows)]  # fmt: skip
+        row = [mesh_position(c, cols) for c in range(n)]
+        col = [(r if k % 2 == 0 else rows - 1 - r, k) for k in range(cols) for r in range(rows)]
+        bases = (row, col, turned(row), turned(col))
     elif path == "cycle":
         cells = cycle_cells(rows, cols)
-        first = [_number(r, k, cols) for r, k in cells]
-        second = [_number(rows - 1 - r, cols - 1 - k, cols) for r, k in cells]
+        if rows == cols:
+            mirrored = [(k, r) for r, k in cells]
+        else:
+            mirrored = [(r, cols - 1 - k) for r, k in cells]
+        bases = (cells, turned(cells), mirrored, turned(mirrored))
     else:
         raise ValueError(f"unknown ring path {path!r}; choose from {RING_PATHS}")
     out = []
-    for seq in (first, first[::-1], second, second[::-1]):
-        pos = [0] * n
-        for i, c in enumerate(seq):
-            pos[c] = i
-        out.append((tuple(seq), tuple(pos)))
+    for base in bases:
+        first = [_number(r, k, cols) for r, k in base]
+        for seq in (first, first[::-1]):
+            pos = [0] * n
+            for i, c in enumerate(seq):
+                pos[c] = i
+            out.append((tuple(seq), tuple(pos)))
     return tuple(out)
 
 
 def check_ring_orders(orders: int):
     """``ring_orders`` takes the first 1, 2 or all 4 of :data:`RING_ORDERS`."""
-    if orders not in (1, 2, 4):
-        raise InputError(PARAMS, "ring_orders", f"must be 1, 2 or 4, not {orders}")
+    if orders not in (1, 2, 4, 8):
+        raise InputError(PARAMS, "ring_orders", f"must be 1, 2, 4 or 8, not {orders}")
 
 
 def _max_hops(rows: int, cols: int, seq: tuple) -> int:
@@ -423,11 +439,10 @@ def max_hops(rows: int, cols: int, orders: int = 1, path: str = "snake") -> int:
     """``H`` of a ``rows x cols`` mesh (cached): the most physical hops any micro-slice
     travels in the first ``orders`` ring embeddings (:data:`RING_ORDERS`) of ring ``path``;
     deadlock-free streaming needs ``H + 1`` slots per chiplet.  A backward ring's paths are
-    the forward ones walked back, so ``H`` is the larger of the first and (with 4 orders) the
-    second embedding's."""
+    the forward ones walked back, so ``H`` is the largest of the forward embeddings'."""
     tables = ring_tables(rows, cols, path)
     best = 0
-    for o in (0, 2) if orders > 2 else (0,):
+    for o in range(0, max(orders, 2), 2):
         key = (rows, cols, path, o)
         if key not in _HOPS_CACHE:
             _HOPS_CACHE[key] = _max_hops(rows, cols, tables[o][0])
@@ -520,7 +535,7 @@ class DatapathParams:
         golden model, the compiled engine and the RTL take both.
     ring_orders : int
         Ring embeddings the stations, DDR striping and admission follow
-        (:data:`RING_ORDERS`: 1, 2 or 4, as ``SchedulerParams.ring_orders``); a beat of
+        (:data:`RING_ORDERS`: 1, 2, 4 or 8, as ``SchedulerParams.ring_orders``); a beat of
         another is malformed.  With 4 the longest path ``H`` is also the second embedding's
         (:func:`max_hops`).  The RTL takes 1.
     ring_path : str
@@ -564,7 +579,7 @@ class DatapathParams:
         doc="buffer admission rule of the ring buffers ([D4], [D16])",
     )
     ring_orders: int = spec(
-        int, 1, len(RING_ORDERS), default=1, doc="ring embeddings followed (1, 2 or 4)"
+        int, 1, len(RING_ORDERS), default=1, doc="ring embeddings followed (1, 2, 4 or 8)"
     )
     ring_path: str = spec(
         str, choices=RING_PATHS, default="snake", doc="ring path of the embeddings (RING_PATHS)"

@@ -710,7 +710,7 @@ def test_ring_orders_is_the_link_aware_strategies_choice():
 
     d = _copy.deepcopy(TINY)
     base = make_setup(run_from_dict(d, "tiny.yaml"))
-    assert variant_params(base, "A7").ring_orders == a7_ring_orders(2, 2) == 4
+    assert variant_params(base, "A7").ring_orders == a7_ring_orders(2, 2, "cycle") == 8
     d["scheduler"] = {
         "requests": 8, "theta_min": 2, "n_threshold": 4, "qos_width": 4, "t_qos_init": 0,
         "ring_orders": 2,

@@ -266,13 +266,14 @@ def test_column_embeddings():
         17,
     )
     assert (a7_ring_orders(2, 3), a7_ring_orders(3, 2), a7_ring_orders(4, 4)) == (2, 4, 4)
+    assert [a7_ring_orders(r, c, "cycle") for r, c in ((2, 3), (4, 4), (4, 6), (8, 8))] == [8] * 4
     for rows, cols in ((2, 3), (3, 3)):
         q = DatapathParams(rows=rows, cols=cols, slots=16, ring_orders=4)
         for traj in range(1, 1 << q.chiplets):
             for a in range(q.chiplets):
                 if traj >> a & 1:
                     assert max(q.path_hops(traj, a, o) for o in range(4)) <= q.max_hops
-    with pytest.raises(InputError, match="ring_orders: must be 1, 2 or 4, not 3"):
+    with pytest.raises(InputError, match="ring_orders: must be 1, 2, 4 or 8, not 3"):
         DatapathParams(ring_orders=3)
     with pytest.raises(InputError, match="mesh_cols: ring_orders 4"):
         SchedulerParams(ring_orders=4)
@@ -991,14 +992,15 @@ def test_an_unheld_micro_slice_claims_its_hops():
 def test_cycle_ring_path(rows, cols):
     """The ``cycle`` ring path visits every chiplet once; every leg, the closing one too, is
     one hop where a side is even (one leg of two on an odd x odd mesh, where a one-hop ring
-    cannot exist: the mesh is bipartite with an odd count); its second embedding is the
-    first turned by 180 degrees; backward orders walk forward ones back; ``H`` bounds every
-    path, and it is never above the snake's."""
+    cannot exist: the mesh is bipartite with an odd count); its other embeddings are the first
+    turned by 180 degrees, mirrored (transposed on a square mesh) and both; backward orders
+    walk forward ones back; ``H`` bounds every path of all eight, and it is never above the
+    snake's."""
     from fsedp.params import mesh_position
 
     p = DatapathParams(
         rows=rows, cols=cols, slots=max_hops(rows, cols, 4) + 1, ring_path="cycle",
-        ring_orders=4,
+        ring_orders=8,
     )  # fmt: skip
     n = p.chiplets
     tables = ring_tables(rows, cols, "cycle")
@@ -1009,13 +1011,20 @@ def test_cycle_ring_path(rows, cols):
     assert legs == ([1] * n if rows % 2 == 0 or cols % 2 == 0 else [1] * (n - 1) + [2])
     turned = [(rows - 1 - r, cols - 1 - k) for r, k in (mesh_position(c, cols) for c in seq)]
     assert [mesh_position(c, cols) for c in tables[2][0]] == turned
-    assert tables[1][0] == seq[::-1] and tables[3][0] == tables[2][0][::-1]
+    cells = [mesh_position(c, cols) for c in seq]
+    mirrored = [(k, r) if rows == cols else (r, cols - 1 - k) for r, k in cells]
+    assert [mesh_position(c, cols) for c in tables[4][0]] == mirrored
+    assert [mesh_position(c, cols) for c in tables[6][0]] == [
+        (rows - 1 - r, cols - 1 - k) for r, k in mirrored
+    ]
+    assert len(tables) == 8
+    assert all(tables[o + 1][0] == tables[o][0][::-1] for o in range(0, 8, 2))
     assert p.max_hops <= max_hops(rows, cols, 4, "snake")
     rng = random.Random(rows * 10 + cols)
     for traj in [(1 << n) - 1] + [rng.getrandbits(n) | 1 << rng.randrange(n) for _ in range(40)]:
         for a in range(n):
             if traj >> a & 1:
-                assert max(p.path_hops(traj, a, o) for o in range(4)) <= p.max_hops
+                assert max(p.path_hops(traj, a, o) for o in range(8)) <= p.max_hops
 
 
 def test_cycle_path_beats_and_stations_agree():
