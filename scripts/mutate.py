@@ -95,6 +95,22 @@ MUTANTS = [
         FORMAL,
     ),
     M(
+        "ring-buffer-snake-only",
+        "hw/ring_buffer.py",
+        "nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits, ring_sequence(p))),",
+        "nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits)),",
+        "a station's next leg follows the chiplet numbers, not the ring path ([D17])",
+        DATAPATH,
+    ),
+    M(
+        "matcher-snake-only",
+        "hw/matcher.py",
+        "ring_next_hops(self.traj, C, Cb, ring_sequence(self.p))",
+        "ring_next_hops(self.traj, C, Cb)",
+        "the matcher's next-hop tables follow the chiplet numbers, not the ring path ([D17])",
+        RTL,
+    ),
+    M(
         "matcher-highest",
         "hw/matcher.py",
         "self.entry.eq(lowest_bit(free, C, Cb)),",
@@ -281,8 +297,8 @@ MUTANTS = [
     M(
         "ring-skip",
         "fsedp/params.py",
-        "m = (c + s) % n if order == 0 else (c - s) % n",
-        "m = (c + s + 1) % n if order == 0 else (c - s) % n",
+        "m = seq[(q + s) % n]",
+        "m = seq[(q + s + 1) % n]",
         "golden next_hop skips a chiplet of the trajectory",
         GOLDEN,
         RTL,
@@ -350,8 +366,8 @@ MUTANTS = [
     M(
         "column-snake-up",
         "fsedp/params.py",
-        "r = i if k % 2 == 0 else rows - 1 - i",
-        "r = i",
+        "col = [(r if k % 2 == 0 else rows - 1 - r, k) for k in range(cols) for r in range(rows)]",
+        "col = [(r, k) for k in range(cols) for r in range(rows)]",
         "the column snake runs every column downwards (legs back to the top)",
         STREAM,
     ),
@@ -384,8 +400,8 @@ MUTANTS = [
     M(
         "ahead-released-at-preload-compiled",
         "sim/fast_kernel.py",
-        "got = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 1, QH[k], QRD[k], tmp)",
-        "got = ddr_bind_ahead(P, DIRT, RO, SL, expert, traj, 0, QH[k], QRD[k], tmp)",
+        "got = ddr_bind_ahead(P, DIRT, RO, RG, SL, expert, traj, 1, QH[k], QRD[k], tmp)",
+        "got = ddr_bind_ahead(P, DIRT, RO, RG, SL, expert, traj, 0, QH[k], QRD[k], tmp)",
         "compiled engine: micro-slices loaded ahead released at a PRELOAD beat instead of "
         "held (ran forever before the progress watchdog; now stops as SimulationStalled)",
         FAST,

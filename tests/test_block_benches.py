@@ -120,18 +120,21 @@ def test_icv(tier, p, knobs):
 
 
 # -- E-C matcher -----------------------------------------------------------------------------
+#: the cycle ring path ([D17]): next-hop tables along its sequence, not the chiplet numbers
+CYCLE16 = SchedulerParams(chiplets=16, mesh_cols=4, ring_path="cycle")
+
+
 @pytest.mark.parametrize(
     TIER_ARGS,
     cases(
-        {f"{c}c": (SchedulerParams(chiplets=c), {"seed": c}) for c in (4, 9, 16)},
+        {
+            **{f"{c}c": (SchedulerParams(chiplets=c), {"seed": c}) for c in (4, 9, 16)},
+            "16c-cycle": (CYCLE16, {"seed": 7}),
+        },
         {
             "8e": (SMALL, {"seed": 5, "cycles": 400}),
             "12e-w3": (ODD, {"seed": 5, "cycles": 400}),
-            # the cycle ring path ([D17]): next-hop tables along its sequence, not the numbers
-            "16c-cycle": (
-                SchedulerParams(chiplets=16, mesh_cols=4, ring_path="cycle"),
-                {"seed": 7, "cycles": 400},
-            ),
+            "16c-cycle": (CYCLE16, {"seed": 7, "cycles": 400}),
         },
     ),
 )
