@@ -293,8 +293,8 @@ class SchedulerConfig:
     #: left out: :func:`derived_count_width` of the run's ``scenario.tokens_per_iteration``
     count_width: int | None = same_as(SchedulerParams, "count_width", default=None)
     #: left out: each strategy's own; A7 and A8 (the link-aware ones, the only ones that read
-    #: it) take the row and column snakes both ways, 4, or the row snake both ways, 2, where
-    #: the column snake's paths are longer (:func:`fsedp.sim.fsedp.a7_ring_orders`)
+    #: it) take 8 on the cycle path, 4 on the snake, 2 where the other embeddings' paths are
+    #: longer (:func:`fsedp.sim.fsedp.a7_ring_orders`)
     ring_orders: int | None = same_as(SchedulerParams, "ring_orders", default=None)
     #: left out: each strategy's own; A7 and A8 (the only ones that read it) lay their rings
     #: on the ``cycle`` path (:data:`fsedp.params.RING_PATHS`) where a side of the mesh is

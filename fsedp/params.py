@@ -385,7 +385,7 @@ def ring_tables(rows: int, cols: int, path: str = "snake") -> tuple:
 
 
 def check_ring_orders(orders: int):
-    """``ring_orders`` takes the first 1, 2 or all 4 of :data:`RING_ORDERS`."""
+    """``ring_orders`` takes the first 1, 2, 4 or all 8 of :data:`RING_ORDERS`."""
     if orders not in (1, 2, 4, 8):
         raise InputError(PARAMS, "ring_orders", f"must be 1, 2, 4 or 8, not {orders}")
 
@@ -536,7 +536,7 @@ class DatapathParams:
     ring_orders : int
         Ring embeddings the stations, DDR striping and admission follow
         (:data:`RING_ORDERS`: 1, 2, 4 or 8, as ``SchedulerParams.ring_orders``); a beat of
-        another is malformed.  With 4 the longest path ``H`` is also the second embedding's
+        another is malformed.  ``H`` is the longest path over the embeddings followed
         (:func:`max_hops`).  The RTL takes 1.
     ring_path : str
         The ring path of those embeddings (:data:`RING_PATHS`, as
@@ -619,6 +619,7 @@ class DatapathParams:
                 "rows",
                 f"rows x cols = {rows * cols} must equal the scheduler's chiplets = {p.chiplets}",
             )
+        kw.setdefault("ring_path", p.ring_path)  # the rings the scheduler's next hops follow
         return cls(rows=rows, cols=cols, experts=p.experts, count_width=p.count_width, **kw)
 
     # -- derived ---------------------------------------------------------------------------

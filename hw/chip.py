@@ -33,7 +33,8 @@ __all__ = ["Chip", "ChipParams"]
 class ChipParams:
     """The generics of the chip: the scheduler's and the datapath's, as the simulator uses
     them (``fsedp.sim.fsedp.make_scheduler(...).p`` and ``variant_params``), checked
-    consistent (chiplets, experts, count width).  ``sched`` and ``datapath`` may be given as
+    consistent (chiplets, experts, count width, ring path, and the mesh's columns where the
+    scheduler names them).  ``sched`` and ``datapath`` may be given as
     the dicts of :func:`dataclasses.asdict` (how the cocotb runner passes them)."""
 
     sched: SchedulerParams
@@ -53,12 +54,17 @@ class ChipParams:
             ("chiplets", sp.chiplets, dp.chiplets),
             ("experts", sp.experts, dp.experts),
             ("count_width", sp.count_width, dp.count_width),
+            ("ring_path", sp.ring_path, dp.ring_path),
         ):
             if a != b:
                 raise ValueError(
                     f"{name}: the scheduler's {a} != the datapath's {b} "
                     "(build the datapath with DatapathParams.for_scheduler)"
                 )
+        if sp.mesh_cols and sp.mesh_cols != dp.cols:
+            raise ValueError(
+                f"mesh_cols: the scheduler's {sp.mesh_cols} != the datapath's cols {dp.cols}"
+            )
 
     @classmethod
     def for_scheduler(cls, sp: SchedulerParams, rows: int, cols: int, **kw) -> "ChipParams":

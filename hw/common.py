@@ -33,8 +33,9 @@ def check_chiplet(owner, p, chiplet: int | None = None):
     if p.ring_orders != 1:
         fail(
             ValueError(
-                f"ring_orders {p.ring_orders}: the datapath RTL follows the ascending ring "
-                "only (ring_orders 1); the golden model and the simulator take 2 and 4"
+                f"ring_orders {p.ring_orders}: the datapath RTL follows one ring embedding "
+                "(ring_orders 1, either ring path); the golden model and the simulator take "
+                "2, 4 and 8"
             )
         )
 

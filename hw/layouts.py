@@ -194,13 +194,13 @@ def event_layout(p) -> data.StructLayout:
 
 def dispatch_bits(p, b) -> int:
     """Encode a :class:`fsedp.sw.scheduler.Dispatch` as a ``dispatch`` beat.  The beat has
-    no ring-embedding field yet: a beat of another embedding than the ascending row snake
-    (``ring_orders`` 2 or 4, golden models and simulator only) is refused, not sent as an
-    ascending one."""
+    no ring-embedding field yet: a beat of another embedding than the ring path's first
+    (``ring_orders`` 2, 4 or 8, golden models and simulator only) is refused, not sent as
+    the first one."""
     if getattr(b, "order", 0):
         raise ValueError(
             f"a dispatch beat of expert {b.expert} in ring order {b.order}: the RTL has the "
-            "ascending ring only (ring_orders 1)"
+            "ring path's first embedding only (ring_orders 1)"
         )
     return (
         dispatch_layout(p)

@@ -25,7 +25,8 @@ class ECMatcher(wiring.Component):
     first : Out(chiplet_bits)
         Lowest chiplet of ``T_e`` (the Rule 4 pre-load chiplet).
     next_hop : Out(ArrayLayout(chiplet_bits, C))
-        Ring routing table of ``T_e`` (ascending chiplet order, wrapping).
+        Ring routing table of ``T_e`` (the ring path's first embedding,
+        ``hw.common.ring_sequence``: ascending chiplet numbers on the snake; wrapping).
     commit : In(1)
         Record ``T_e`` as running in slot ``entry`` (next cycle).
     done : In(C)

@@ -61,7 +61,8 @@ class Scheduler(wiring.Component):
             self._MustUse__silence = True  # never elaborated: no unused-elaboratable warning
             raise ValueError(
                 f"ring_orders {p.ring_orders}: the scheduler RTL chooses no ring embedding yet "
-                "(ring_orders 1); the golden model and the simulator take 2 and 4"
+                "(ring_orders 1, either ring path); the golden model and the simulator take "
+                "2, 4 and 8"
             )
         self.p = p
         super().__init__(

@@ -104,9 +104,12 @@ def variant_params(setup: Setup, variant: str):
 
 def a7_ring_path(rows: int, cols: int) -> str:
     """A7's and A8's ring path unless the run config names one (``scheduler.ring_path``):
-    ``cycle`` where the mesh has a ring of one-hop legs (a side of even length), so that no
+    ``cycle`` where the mesh has a ring of one-hop legs (two rows and columns or more, a side
+    of even length), so that no
     ring shares a closing leg across the mesh; ``snake`` on odd x odd meshes, where the cycle
     keeps a leg of two hops and measured no better (docs/simulator.md)."""
+    if min(rows, cols) < 2:  # one row or column: the cycle would be the snake
+        return "snake"
     return "cycle" if rows % 2 == 0 or cols % 2 == 0 else "snake"
 
 

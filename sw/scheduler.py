@@ -48,7 +48,8 @@ class Dispatch:
     ``kind`` is ``DISPATCH`` (start streaming ``expert`` along ``traj`` entering at
     ``entry``) or ``PRELOAD`` (Rule 4: let chiplet ``entry`` pre-load the expert's
     micro-slices into free buffer slots).  ``next_hop`` is the ring routing table of the
-    ring's embedding ``order`` (``fsedp.params.RING_ORDERS``; 0 unless ``ring_orders`` is 2).
+    ring's embedding ``order`` (``fsedp.params.RING_ORDERS``; 0 unless ``ring_orders`` is 2
+    or more).
     """
 
     kind: int
@@ -176,9 +177,9 @@ class Scheduler:
 
     def ring_order(self, position: int) -> int:
         """The ring embedding of the expert at ``position``, chosen at its first beat (a
-        pre-load or its dispatch) and kept: with ``ring_orders`` 2 or 4, the embedding whose
+        pre-load or its dispatch) and kept: with ``ring_orders`` 2, 4 or 8, the embedding whose
         running experts' trajectories hold fewer chiplets (their micro-slices' link use), ties
-        taken in turn; else ascending."""
+        taken in turn; else the ring path's first."""
         o = self.orders[position]
         if o is None:
             o = 0

@@ -117,6 +117,7 @@ class LayerDriver:
         """A reset of the whole system in the middle of a layer: the scheduler, the queues
         and the scoreboard of the layer start afresh (counts and peaks are kept)."""
         self.sched.reset()
+        self.timing = None  # timed: the next layer starts a fresh timing
         self.token_writes.clear()
         self.slice_writes.clear()
         self.beats.clear()

@@ -127,6 +127,8 @@ def test_bad_profile_field_is_one_line(tmp_path, capsys, change, field):
         ["offload", "--trace", "model", "--device", "/nonexistent/d.yaml"],
         ["offload", "--replay"],
         ["offload", "--replay-steps", "3", "--trace", "model"],
+        ["offload", "--replay-repeat", "3", "--profile-device", "x.yaml"],
+        ["offload", "--replay-repeat", "0", "--trace", "model", "--replay"],
     ],
 )
 def test_bad_device_arguments_are_one_line(capsys, argv):

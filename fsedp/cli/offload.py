@@ -254,9 +254,10 @@ def _check_modes(args):
     if args.replay and args.trace is None:
         raise usage("--replay", "replays the decisions of the routing-only mode: it needs --trace")
     if not args.replay:
+        if args.replay_repeat != 1:
+            raise usage("--replay-repeat", "repeats the replay: it needs --replay")
         for option, value in (
             ("--replay-steps", args.replay_steps),
-            ("--replay-repeat", args.replay_repeat != 1 or None),
             ("--replay-scale", args.replay_scale != 1 or None),
         ):
             if value is not None and not args.profile_device:
