@@ -239,6 +239,12 @@ class SchedulerParams:
             )
 
     # -- derived widths, used by RTL and golden model alike ------------------------------
+    def ring_table(self, order: int) -> tuple:
+        """``(seq, pos)`` of ring embedding ``order`` (:func:`ring_tables`) on the mesh of
+        ``mesh_cols`` columns (one row when not given: the snake's ascending numbers)."""
+        cols = self.mesh_cols or self.chiplets
+        return ring_tables(self.chiplets // cols, cols, self.ring_path)[order]
+
     @property
     def chiplet_bits(self) -> int:
         return bits_for(self.chiplets)
@@ -540,7 +546,7 @@ class DatapathParams:
         (:func:`max_hops`).  The RTL takes 1.
     ring_path : str
         The ring path of those embeddings (:data:`RING_PATHS`, as
-        ``SchedulerParams.ring_path``).  The RTL takes both (``hw.common.ring_sequence``).
+        ``SchedulerParams.ring_path``).  The RTL takes both (its first embedding).
     """
 
     rows: int = spec(int, 1, 16, default=2, doc="mesh rows")

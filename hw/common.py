@@ -2,7 +2,7 @@
 
 from amaranth import Cat, Const, Mux, Value
 
-from fsedp.params import DatapathParams, ring_tables
+from fsedp.params import DatapathParams
 
 __all__ = [
     "check_chiplet",
@@ -12,7 +12,6 @@ __all__ = [
     "ring_next_hops",
     "sat_add",
     "ring_after",
-    "ring_sequence",
     "rr_pick",
 ]
 
@@ -48,16 +47,6 @@ def lowest_bit(x: Value, width: int, out_width: int) -> Value:
     return result
 
 
-def ring_sequence(p) -> tuple:
-    """The chiplet sequence the RTL's rings follow: the first embedding of ``p``'s ring path
-    (``fsedp.params.ring_tables``; ``p`` a ``DatapathParams`` or a ``SchedulerParams``, whose
-    mesh is ``mesh_cols`` wide, one row when not given)."""
-    if isinstance(p, DatapathParams):
-        return p.ring_table(0)[0]
-    cols = p.mesh_cols or p.chiplets
-    return ring_tables(p.chiplets // cols, cols, p.ring_path)[0][0]
-
-
 def _after(c: int, seq) -> list[int]:
     """The chiplets after ``c`` in the ring sequence ``seq``, ``c`` itself last."""
     n = len(seq)
@@ -67,7 +56,8 @@ def _after(c: int, seq) -> list[int]:
 
 def ring_next_hops(traj: Value, chiplets: int, out_width: int, seq=None) -> list[Value]:
     """``next_hop[c]``: next chiplet of ``traj`` after ``c`` in the ring sequence ``seq``
-    (:func:`ring_sequence`; ascending numbers when not given), wrapping (``c`` itself for a
+    (the generics' ``ring_table(0)[0]``, the ring path's first embedding; ascending numbers
+    when not given), wrapping (``c`` itself for a
     one-chiplet ring, 0 for chiplets outside ``traj``)."""
     seq = tuple(range(chiplets)) if seq is None else tuple(seq)
     hops = []

@@ -17,7 +17,6 @@ from fsedp.hw.common import (
     first_set,
     lowest_bit,
     ring_next_hops,
-    ring_sequence,
     rr_pick,
 )
 from fsedp.hw.layouts import delivery_layout, dispatch_layout, slices_layout, tokens_layout
@@ -37,7 +36,7 @@ def path_hops(m: Module, p: DatapathParams, traj, name: str) -> list:
     legs but the one into ``a``); mirrors :meth:`DatapathParams.path_hops`."""
     n = p.chiplets
     nh = []
-    for a, hop in enumerate(ring_next_hops(traj, n, p.chiplet_bits, ring_sequence(p))):
+    for a, hop in enumerate(ring_next_hops(traj, n, p.chiplet_bits, p.ring_table(0)[0])):
         s = Signal(p.chiplet_bits, name=f"{name}_next{a}")
         m.d.comb += s.eq(hop)
         nh.append(s)
@@ -312,7 +311,7 @@ class DDRController(wiring.Component):
         after = Signal(p.chiplet_bits)
         picked_traj = Signal(n)
         m.d.comb += picked_traj.eq(t.jtraj[jpick])
-        hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits, ring_sequence(p))
+        hops_after = ring_next_hops(picked_traj, n, p.chiplet_bits, p.ring_table(0)[0])
         m.d.comb += after.eq(Array(hops_after)[target])
         with m.If(issue_job):
             m.d.sync += [

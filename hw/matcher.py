@@ -2,7 +2,7 @@ from amaranth import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import lowest_bit, ring_next_hops, ring_sequence
+from fsedp.hw.common import lowest_bit, ring_next_hops
 from fsedp.params import SchedulerParams
 
 __all__ = ["ECMatcher"]
@@ -26,7 +26,7 @@ class ECMatcher(wiring.Component):
         Lowest chiplet of ``T_e`` (the Rule 4 pre-load chiplet).
     next_hop : Out(ArrayLayout(chiplet_bits, C))
         Ring routing table of ``T_e`` (the ring path's first embedding,
-        ``hw.common.ring_sequence``: ascending chiplet numbers on the snake; wrapping).
+        ``ring_table(0)``: ascending chiplet numbers on the snake; wrapping).
     commit : In(1)
         Record ``T_e`` as running in slot ``entry`` (next cycle).
     done : In(C)
@@ -73,7 +73,7 @@ class ECMatcher(wiring.Component):
             self.entry.eq(lowest_bit(free, C, Cb)),
             self.first.eq(lowest_bit(self.traj, C, Cb)),
         ]
-        for c, hop in enumerate(ring_next_hops(self.traj, C, Cb, ring_sequence(self.p))):
+        for c, hop in enumerate(ring_next_hops(self.traj, C, Cb, self.p.ring_table(0)[0])):
             m.d.comb += self.next_hop[c].eq(hop)
 
         finished = 0

@@ -8,7 +8,7 @@ from amaranth import Array, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import check_chiplet, lowest_bit, ring_after, ring_sequence
+from fsedp.hw.common import check_chiplet, lowest_bit, ring_after
 from fsedp.hw.layouts import (
     candidate_layout,
     delivery_layout,
@@ -108,7 +108,7 @@ def arrive_fields(m: Module, p: DatapathParams, c: int, h, prefix: str) -> dict:
     m.d.comb += [
         station.eq(h.dest == c),
         more.eq(h.legs != 0),
-        nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits, ring_sequence(p))),
+        nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits, p.ring_table(0)[0])),
         dest.eq(Mux(station, Mux(more, nxt, c), h.dest)),
     ]
     return {

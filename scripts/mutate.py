@@ -97,7 +97,7 @@ MUTANTS = [
     M(
         "ring-buffer-snake-only",
         "hw/ring_buffer.py",
-        "nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits, ring_sequence(p))),",
+        "nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits, p.ring_table(0)[0])),",
         "nxt.eq(ring_after(h.traj, c, p.chiplets, p.chiplet_bits)),",
         "a station's next leg follows the chiplet numbers, not the ring path ([D17])",
         DATAPATH,
@@ -105,7 +105,7 @@ MUTANTS = [
     M(
         "matcher-snake-only",
         "hw/matcher.py",
-        "ring_next_hops(self.traj, C, Cb, ring_sequence(self.p))",
+        "ring_next_hops(self.traj, C, Cb, self.p.ring_table(0)[0])",
         "ring_next_hops(self.traj, C, Cb)",
         "the matcher's next-hop tables follow the chiplet numbers, not the ring path ([D17])",
         RTL,

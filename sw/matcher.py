@@ -20,7 +20,7 @@
   slots with its micro-slices from DDR; the scheduler does not track buffer occupancy).
 """
 
-from fsedp.params import ring_after, ring_tables
+from fsedp.params import ring_after
 
 __all__ = ["lowest_bit", "entry_chiplet", "next_hops", "release_mask"]
 
@@ -35,14 +35,10 @@ def entry_chiplet(traj: int, icv: int) -> int:
     return lowest_bit(traj & icv)
 
 
-def next_hops(
-    traj: int, chiplets: int, order: int = 0, cols: int = 0, path: str = "snake"
-) -> tuple[int, ...]:
-    """The next-hop table of ``traj`` in ring embedding ``order`` of ring ``path`` on a mesh of
-    ``cols`` columns (0: one row, where only the snake's ascending and descending orders are
-    defined)."""
-    cols = cols or chiplets
-    seq, pos = ring_tables(chiplets // cols, cols, path)[order]
+def next_hops(traj: int, chiplets: int, table=None) -> tuple[int, ...]:
+    """The next-hop table of ``traj`` in the ring embedding ``table`` (``(seq, pos)``,
+    ``SchedulerParams.ring_table``; ascending chiplet numbers when not given)."""
+    seq, pos = table or (range(chiplets), range(chiplets))
     return tuple(
         ring_after(traj, c, chiplets, seq, pos) if traj >> c & 1 else 0 for c in range(chiplets)
     )

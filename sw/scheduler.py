@@ -172,7 +172,7 @@ class Scheduler:
         e = self.plan.order[position]
         traj = self.plan.trajs[e]
         o = self.ring_order(position)
-        hops = next_hops(traj, self.p.chiplets, o, self.p.mesh_cols, self.p.ring_path)
+        hops = next_hops(traj, self.p.chiplets, self.p.ring_table(o))
         return Dispatch(kind, e, self.plan.counts[e], traj, entry, hops, o)
 
     def ring_order(self, position: int) -> int:

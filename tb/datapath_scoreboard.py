@@ -160,7 +160,7 @@ class LayerDriver:
         return (
             not self.sched.in_round
             and not self.beats
-            and not (self.timed and self.timing is not None and self.timing.queue)
+            and not (self.timing is not None and self.timing.queue)
             and not self.token_writes
             and not self.slice_writes
         )

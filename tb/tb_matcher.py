@@ -62,7 +62,7 @@ async def bench(b: Bench, p, knobs: dict) -> dict:
             b.check(await b.get("entry"), entry_chiplet(traj, icv), "entry c*")
         b.check(await b.get("first"), lowest_bit(traj), "first (pre-load chiplet)")
         got = tuple(unpack(await b.get("next_hop"), Cb, C))
-        b.check(got, next_hops(traj, C, 0, p.mesh_cols, p.ring_path), "next_hop")
+        b.check(got, next_hops(traj, C, p.ring_table(0)), "next_hop")
         valid = sum(1 << s for s in range(C) if running[s])
         b.check(await b.get("running"), valid, "running")
         b.check(await b.get("release"), release_mask(running, done), "release")

@@ -137,6 +137,11 @@ class _ThreadLink:
         if self.failed is not None:
             raise self.failed
 
+    def finish(self, handles):
+        """Return once the copies of ``handles`` (issued in order) are done."""
+        for h in handles:
+            self.wait(h)
+
     def close(self):
         self.q.put(None)
         self.t.join()
@@ -166,6 +171,11 @@ class _StreamLink:
 
     def wait(self, handle):
         self.compute.wait_event(handle)
+
+    def finish(self, handles):
+        """Return once the copies of ``handles`` (issued in order on one stream) are done."""
+        if handles:
+            handles[-1].synchronize()
 
     def close(self):
         self.torch.cuda.synchronize()
@@ -217,6 +227,11 @@ def execute(decisions, rt, sizes, dev, seed: int = 0, verify: bool = False) -> d
 _STORES: dict = {}
 
 
+def _host(t, dev):
+    """``t`` as host memory a copy to ``dev`` reads: pinned on CUDA (as offloaded weights)."""
+    return t.pin_memory() if dev.type == "cuda" else t
+
+
 def _store(torch, units: int, n: int, dtype, dev, seed: int):
     """The host store of ``units`` random experts of ``n`` weights (pinned on CUDA), built
     once per shape and seed: repeated replays copy from the same memory."""
@@ -224,8 +239,7 @@ def _store(torch, units: int, n: int, dtype, dev, seed: int):
     if key not in _STORES:
         _STORES.clear()  # one store at a time: they can be gigabytes
         g = torch.Generator().manual_seed(seed)
-        store = (torch.randn(units, n, generator=g) * 0.05).to(dtype)
-        _STORES[key] = store.pin_memory() if dev.type == "cuda" else store
+        _STORES[key] = _host((torch.randn(units, n, generator=g) * 0.05).to(dtype), dev)
     return _STORES[key]
 
 
@@ -421,19 +435,12 @@ def _measure(torch, sizes, batch, dev, repeat):
         for frac in (1 / 16, 1 / 4, 1, 2):
             m = max(1, int(n * frac))
             # sources rotated over more memory than a CPU cache holds, as the replay's store
-            srcs = torch.randn(_cold(m * esize), m).to(dtype)
-            if dev.type == "cuda":
-                srcs = srcs.pin_memory()
+            srcs = _host(torch.randn(_cold(m * esize), m).to(dtype), dev)
             dst = torch.empty(m, dtype=dtype, device=dev)
             turn = iter(range(1 << 62))
 
             def burst(srcs=srcs, dst=dst, turn=turn):
-                hs = [link.copy(dst, srcs[next(turn) % len(srcs)]) for _ in range(4)]
-                if dev.type == "cuda":
-                    hs[-1].synchronize()
-                else:
-                    for h in hs:
-                        link.wait(h)
+                link.finish([link.copy(dst, srcs[next(turn) % len(srcs)]) for _ in range(4)])
 
             copies[m * esize] = _timed(torch, dev, burst, max(1, repeat // 4)) / 4
         issue_s = _issue_time(torch, dev, link, dtype, n)
@@ -500,20 +507,14 @@ def _cold(item_bytes: int, lo: int = 1, hi: int = 256) -> int:
 def _issue_time(torch, dev, link, dtype, n: int) -> float:
     """Host seconds to issue one expert-sized copy on the link (the issuing loop alone; the
     copies are waited for afterwards), median of 3 rounds of 8."""
-    src = torch.randn(n).to(dtype)
-    if dev.type == "cuda":
-        src = src.pin_memory()
+    src = _host(torch.randn(n).to(dtype), dev)
     dst = torch.empty(n, dtype=dtype, device=dev)
     rounds = []
     for _ in range(3):
         t0 = time.perf_counter()
         hs = [link.copy(dst, src) for _ in range(8)]
         rounds.append((time.perf_counter() - t0) / 8)
-        for h in hs:
-            if dev.type == "cuda":
-                h.synchronize()
-            else:
-                link.wait(h)
+        link.finish(hs)
     return float(np.median(rounds))
 
 

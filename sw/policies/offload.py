@@ -449,9 +449,9 @@ class OffloadRuntime:
             compute = self.cost.compute_s(counts, tokens)
             if asynchronous:
                 host += compute
-                end = max(ready + self.cost.device_s(counts, tokens), host)
-                wait = end - start - self.cost.device_s(counts, tokens)
-                compute = end - start - wait
+                compute = self.cost.device_s(counts, tokens)
+                end = max(ready + compute, host)
+                wait = end - start - compute
             else:
                 wait = ready - start
                 end = start + wait + compute
