@@ -27,13 +27,28 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# Benchmarks (figures, not pass/fail): scheduler latency and cells (docs/rtl-report.md),
+# Benchmarks (figures, not pass/fail): scheduler latency, cells, and area, timing and power
+# in a real library and on an FPGA (docs/rtl-report.md),
 # datapath streaming time, cells and long cosimulations with one package DDR channel
 # (docs/datapath-report.md) and a channel per chiplet (docs/datapath-report-ddr-per-chiplet.md),
 # and the simulator's speed, the Python model against the compiled engine
 # (docs/performance-bench.md).
-bench: $(STAMP)
-	$(BIN)/fsedp rtl report --count-width 10 --sorters shuffle2,shuffle,stage,parallel --out docs/rtl-report.md
+# The real-library tables of docs/rtl-report.md map to LIBERTY (SKY130 HD from the shared
+# data folder when it is there; `make bench LIBERTY=FILE` names another; without one the
+# report has no library tables) and place and route on the ECP5 (the 'fpga' extra, installed
+# here; Debian's yosys needed).
+LIBERTY ?= ../shared/data/liberty/sky130_fd_sc_hd__tt_025C_1v80.lib
+FPGA_STAMP := $(VENV)/.installed-fpga
+
+$(FPGA_STAMP): $(STAMP)
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e '.[test,model,fpga]'
+	@touch $(FPGA_STAMP)
+
+bench: $(STAMP) $(FPGA_STAMP)
+	$(BIN)/fsedp rtl report --count-width 10 --experts 64,128 --chiplets 4,16 \
+	  --sorters shuffle2,shuffle,stage,parallel \
+	  $(if $(wildcard $(LIBERTY)),--liberty $(LIBERTY) --activity) \
+	  $(if $(shell command -v yosys),--fpga) --out docs/rtl-report.md
 	$(BIN)/fsedp rtl datapath --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report.md
 	$(BIN)/fsedp rtl datapath --no-ring --ddr-per-chiplet --mesh 2x2:1000 --mesh 4x4:100 --reset-every 20 --out docs/datapath-report-ddr-per-chiplet.md
 	$(BIN)/fsedp bench --e2e 100 --out docs/performance-bench.md

@@ -115,20 +115,37 @@ def run_tb(
     tag: str = "",
     opt: str = "-O0",
     waves: bool = False,
+    netlist: tuple = (),
+    roots: tuple = (),
 ) -> dict:
     """Run ``tb/tb_<block>.py`` on ``sim``; return the testbench's JSON report plus
     ``tests``/``failed`` counts from the results file.  With ``waves`` the simulator records
-    every signal (Verilator: VCD, Icarus: FST) and the report's ``waves`` names the file."""
+    every signal (Verilator: VCD, Icarus: FST) and the report's ``waves`` names the file.
+    ``netlist`` (Icarus only): Verilog files that stand for the block's generated RTL -- a
+    mapped netlist of the same top and its cell models; ``roots`` (Icarus only): more
+    top-level modules elaborated beside the block, such as a ``$dumpfile``/``$dumpvars`` of
+    its nets (``fsedp.experiments.activity``), whose VCD is then written (the cocotb 2.1
+    runner passes vvp ``-none`` when ``waves`` is off, which turns every ``$dump*`` into a
+    no-op; a later ``-vcd`` wins, so it is appended)."""
     from cocotb_tools.runner import get_results, get_runner  # the 'rtl' extra
 
     params = dataclasses.asdict(p)
     key = hashlib.sha1(
-        json.dumps([block, params, opt] + (["waves"] if waves else []), sort_keys=True).encode()
+        json.dumps(
+            [block, params, opt]
+            + (["waves"] if waves else [])
+            + [hashlib.sha1(Path(f).read_bytes()).hexdigest() for f in netlist],
+            sort_keys=True,
+        ).encode()
     ).hexdigest()[:10]
     build_dir = Path(build_root).resolve() / f"{block}-{sim}-{key}"
-    src = write_verilog(block, p, build_dir / "rtl")
-    if sim == "icarus":
-        src = icarus_safe(src)
+    if netlist:
+        if sim != "icarus":
+            raise ValueError(f"a netlist runs on icarus, not {sim}")
+        sources = [Path(f).resolve() for f in netlist]
+    else:
+        src = write_verilog(block, p, build_dir / "rtl")
+        sources = [icarus_safe(src) if sim == "icarus" else src]
     env = verilator_env(opt) if sim == "verilator" else {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -137,8 +154,14 @@ def run_tb(
         build_args = (
             ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"] if sim == "verilator" else []
         )
+        if roots:
+            if sim != "icarus":
+                raise ValueError(f"extra roots run on icarus, not {sim}")
+            build_args += [a for r in roots for a in ("-s", r)]
+            command = runner._test_command
+            runner._test_command = lambda: [c + ["-vcd"] for c in command()]
         runner.build(
-            sources=[src],
+            sources=sources,
             hdl_toplevel=top_name(block),
             build_dir=build_dir,
             build_args=build_args,

@@ -37,7 +37,9 @@ Knobs: ``layers``, ``seed``, ``stall``, ``gap``, ``tokens``, ``top_k`` (random r
 :func:`fsedp.tb.scoreboard.random_round`), ``rounds`` (a list of ``{"records":
 [[request, chiplet, expert], ...], "req_inits": [[request, t_qos], ...]}``, or
 ``rounds_file``: a JSON file of it), ``expected``, ``reset_every``,
-``max_layer_cycles``.
+``max_layer_cycles``, ``limit`` (cycles of the whole run: the run stops there, every cycle
+before it checked, and says so with ``limited``; a gate-level recording of a window of a
+long layer, ``fsedp.experiments.activity``).
 """
 
 import json
@@ -109,6 +111,7 @@ async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
     stall, gap = k.get("stall", 0.0), k.get("gap", 0.0)
     reset_every = k.get("reset_every", 0)
     bound = k.get("max_layer_cycles", 50_000)
+    limit = k.get("limit")
     rounds = _rounds(k, sp, rng)
     layers = len(rounds) if rounds is not None else k.get("layers", 4)
     expected = k.get("expected")
@@ -239,10 +242,13 @@ async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
                 miss(layer, "idle: golden model idle, RTL not")
                 break
             await b.tick()
+            if limit is not None and b.cycle >= limit:
+                report["limited"] = True
+                break
             if b.cycle - start > bound:
                 miss(layer, f"layer not over within {bound} cycles")
                 break
-        if report["mismatches"]:
+        if report["mismatches"] or report.get("limited"):
             break
         if reset_at is None or b.cycle < reset_at:
             report["layers"] += 1
@@ -285,9 +291,9 @@ async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
 
 def verdict(b: Bench, report: dict, layers: int):
     """Fail the run on a mismatch with the golden model or with the simulator's layers, or
-    when a layer was not run to its end."""
+    when a layer was not run to its end (but for a run stopped at its ``limit``)."""
     problems = list(report["first_mismatches"])
-    if report["layers"] + report["resets"] != layers:
+    if report["layers"] + report["resets"] != layers and not report.get("limited"):
         problems.append(f"{report['layers']} layers + {report['resets']} resets of {layers}")
     if report["sim_mismatches"]:
         problems.append(f"simulator: {report['sim_mismatches'][:2]}")

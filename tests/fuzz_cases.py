@@ -239,6 +239,11 @@ def _without(cfg: dict, dotted: str) -> bytes:
 def _field_values(dotted: str, value) -> dict[str, str]:
     """Certainly invalid YAML values for one field of the default run."""
     bad = dict(_COMMON_BAD)
+    if isinstance(value, bool):  # a flag: everything but true and false
+        for k in ("true", "false"):
+            bad.pop(k)
+        bad.update({"int": "1", "string": "'yes'", "float": "1.5"})
+        return bad
     if isinstance(value, str):
         bad.update(_STR_BAD)
         return bad
@@ -1041,7 +1046,7 @@ CLI = {
         {},
         {
             "--experts": ["0", "-1", "7", "257", HUGE_CLI, "x", "", *_DASH],
-            "--chiplets": ["0", "-1", "3", "17", HUGE_CLI, "x", "", *_DASH],
+            "--chiplets": ["0", "-1", "3", "65", HUGE_CLI, "x", "", *_DASH],
             "--block": CHOICE,
             "--out": ["{dir}/f", "/proc/x/v", "", *OUT_DASH],
             "--config": ["", "{dir}", *_DASH],
@@ -1052,7 +1057,7 @@ CLI = {
         {},
         {
             "--experts": ["0", "7", "257", HUGE_CLI, "x", *_DASH],
-            "--chiplets": ["0", "3", "17", HUGE_CLI, "x", *_DASH],
+            "--chiplets": ["0", "3", "65", HUGE_CLI, "x", *_DASH],
             "--rounds": POS_INT,
             "--seed": SEED_BAD,
             "--stall": ["2", "-1", *PROB],
@@ -1068,9 +1073,11 @@ CLI = {
         {},
         {
             "--experts": [*INT_LIST, "7", "300"],
-            "--chiplets": [*INT_LIST, "3", "17"],
+            "--chiplets": [*INT_LIST, "3", "65"],
             "--sim": CHOICE,
             "--out": ["{dir}/d", "/proc/x/r.md", "", *OUT_DASH],
+            "--liberty": ["{dir}/missing.lib", "{dir}", "", "/proc/x/y.lib"],
+            "--clock-mhz": ["0", "-5", "1e9", "nan", "x", ""],
         },
     ),
     "rtl-report-latency": (

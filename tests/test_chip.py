@@ -71,6 +71,16 @@ def test_chip_2x2_random_layers_with_stalls_and_reset(kw):
     assert res["beats"] > 0
 
 
+def test_chip_bench_stops_at_its_limit():
+    """``limit`` ends the run at that cycle, every cycle before it checked, and the verdict
+    accepts the unfinished layer (the window a gate-level recording takes); without it the
+    same run finishes its layers."""
+    p = ChipParams.for_scheduler(SP4, 2, 2)
+    res = run(p, layers=3, seed=5, limit=60)
+    assert res["limited"] and res["cycles"] == 60 and res["layers"] < 3
+    assert not run(p, layers=1, seed=5).get("limited")
+
+
 def test_chip_2x2_balanced_entry_dispatch():
     """The A6 scheduler generics (balanced order, entry dispatch) on a random layer."""
     import dataclasses

@@ -1,38 +1,63 @@
-"""``fsedp rtl report``'s area figures: the NAND2-equivalent sum and a real Yosys run."""
+"""``fsedp rtl report``'s figures: generic cells from a real Yosys run, the library tables'
+layout, and its options' bad values."""
 
 import shutil
 
 import pytest
 
-from fsedp.experiments.rtl_report import NAND2_AREA, format_report, nand2_area, yosys_cells
+from fsedp.experiments.rtl_report import format_report, yosys_cells
 from fsedp.params import SchedulerParams
-
-STAT = """
-   Number of cells:                  7
-     $_AND_                          2
-     $_MUX_                          1
-     $_NOT_                          3
-     $_SDFFE_PP0P_                   1
-"""
-
-
-def test_nand2_area_weights_each_gate_type():
-    want = 2 * NAND2_AREA["$_AND_"] + NAND2_AREA["$_MUX_"] + 3 * NAND2_AREA["$_NOT_"]
-    want += NAND2_AREA["$_SDFFE_"]  # polarity suffixes fold onto the gate's entry
-    assert nand2_area(STAT) == round(want)
-    assert nand2_area(STAT + "     $_MYSTERY_   4\n") is None  # an unknown gate: no guess
 
 
 @pytest.mark.skipif(shutil.which("yosys") is None, reason="yosys not installed")
 def test_yosys_figures_of_two_sorters():
     """The shuffle-exchange sorter needs fewer cells than the fully parallel one, and each
-    figure comes out of the run (cells, NAND2 equivalents, gate levels)."""
+    figure comes out of the run (cells, gate levels)."""
     p = SchedulerParams(experts=16, chiplets=4)
     small = yosys_cells("sorter", p)
     big = yosys_cells("sorter", SchedulerParams(experts=16, chiplets=4, sorter="parallel"))
     for r in (small, big):
-        assert r["cells"] > 0 and r["nand2"] > r["cells"] / 2 and r["gate_levels"] > 2
+        assert r["cells"] > 0 and r["gate_levels"] > 2 and "nand2" not in r
     assert small["cells"] < big["cells"]
     row = {"experts": 16, "chiplets": 4, "sorter": "shuffle2", "sorter_cycles": 7}
     row["sorter_variants"] = {"shuffle2": {"cycles": 7, **small}}
     assert f"| 16 | 4 | shuffle2 | 7 | {small['cells']} |" in format_report([row])
+
+
+FIG = {
+    "cell_count": 100,
+    "flip_flops": 10,
+    "area_um2": 1234.5,
+    "arrival_ns": 2.5,
+    "arrival_fo4": 30.9,
+    "slack_ns": -1.25,
+    "cycle_fo4": 33.0,
+    "budget_fo4_28nm": 82.8,
+    "meets_28nm": True,
+    "power_mw": 1.5,
+    "activity_power_mw": 1.25,
+    "activity": {"cycles": 400, "failed": 0, "mismatches": 0, "bench": "tb_x"},
+}
+
+
+def test_library_tables_have_no_estimate():
+    """With a library every block's, variant's, datapath block's and the chip's figures are
+    the library's (um^2, slack, FO4, both powers); no NAND2 equivalent or assumed gate
+    area is printed anywhere, with or without a library; a bench the netlist failed says so."""
+    row = {"experts": 16, "chiplets": 4, "sorter": "shuffle2", "sorter_cycles": 7}
+    row["cells"] = {"scheduler": 900, "eit": 500}
+    row["library"] = {"eit": FIG, "scheduler": {**FIG, "area_um2": 250000.0}}
+    row["library_sorters"] = {"shuffle": {**FIG, "activity": {**FIG["activity"], "failed": 1}}}
+    lib = {"name": "lib_tt", "clock_mhz": 800.0, "fo4_ps": 80.9, "activity": True}
+    lib["datapath"] = "2x2 chiplets, E=16"
+    text = format_report([row], lib, {"chip": FIG})
+    eit = "| eit | 100 | 10 | 1234 | 2.500 | 30.9 | -1.250 | 33.0 (met) | 1.500 | 1.250 (400 cyc"
+    assert eit in text
+    assert "| 16 | 4 | shuffle | 100 |" in text and "(400 cycles, FAILED)" in text
+    assert "| chip | 100 | 10 |" in text and "2x2 chiplets, E=16" in text
+    assert "| 0.250 | 0.43 |" in text  # the scheduler's library area in mm^2 beside the paper's
+    assert "lib_tt" in text and "80.9 ps" in text
+    bare = format_report([{k: v for k, v in row.items() if not k.startswith("library")}])
+    for t in (text, bare):
+        assert "NAND2" not in t and "estimate" not in t.replace("vectorless estimate", "")
+    assert "no area is given" in bare

@@ -4,8 +4,10 @@ are checked here (a bad one is one line, exit 2, before any work) and the runs a
 text are :mod:`fsedp.experiments.rtl_runs`'s (the synthesis flow's,
 :mod:`fsedp.experiments.synth`'s)."""
 
+import contextlib
 import dataclasses
 import sys
+import tempfile
 
 from fsedp.cli.common import (
     CONFIG,
@@ -26,6 +28,7 @@ from fsedp.cli.common import (
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.experiments import rtl_runs
 from fsedp.files import build_dir
+from fsedp.log import logger
 from fsedp.params import ADMISSION_RULES, DatapathParams, SchedulerParams
 from fsedp.sw.sorter import SORTERS
 
@@ -161,29 +164,115 @@ def cmd_report(args):
                 dataclasses.replace(base, experts=e, chiplets=c)
             except InputError as err:
                 raise err.at(COMMAND_LINE, f"--{err.field}") from None
+    lib = _report_library(args)
     if not args.no_latency:
         require_simulator(args.sim)
-    try:
-        rows = rtl_report(
-            base,
-            experts,
-            chiplets,
-            sim=args.sim,
-            cells=not args.no_cells,
-            latency=not args.no_latency,
-            rounds=args.rounds,
-            progress=not args.json,
-            sorters=sorters,
-        )
-    except InputError as e:
-        raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
-    doc = {"base_params": dataclasses.asdict(base), "rows": rows}
+    if args.fpga:
+        from fsedp.experiments import fpga
+
+        fpga.check_tools()
+    with contextlib.ExitStack() as stack:
+        library = None
+        if lib is not None:
+            from fsedp.experiments import synth
+            from fsedp.experiments.rtl_report import Library
+
+            work, fo4 = stack.enter_context(
+                synth.workspace(lib, (lambda m: None) if args.json else logger("synth").info)
+            )
+            library = Library(lib, work, fo4, args.clock_mhz, args.activity, not args.json)
+        try:
+            rows = rtl_report(
+                base,
+                experts,
+                chiplets,
+                sim=args.sim,
+                cells=not args.no_cells,
+                latency=not args.no_latency,
+                rounds=args.rounds,
+                progress=not args.json,
+                sorters=sorters,
+                library=library,
+            )
+        except InputError as e:
+            raise e.at(COMMAND_LINE, f"--{e.field.replace('_', '-')}") from None
+        doc = {"base_params": dataclasses.asdict(base), "rows": rows}
+        chip_sp, dp = _report_chip(args, base, experts)
+        if library is not None:
+            from fsedp.experiments.rtl_report import datapath_figures
+
+            doc["library"] = {
+                "name": lib.name,
+                "liberty": str(lib.path),
+                "clock_mhz": args.clock_mhz,
+                "fo4_ps": fo4.get("fo4_ps"),
+                "activity": args.activity,
+                "datapath": f"{dp.rows}x{dp.cols} chiplets, E={dp.experts}",
+            }
+            doc["datapath"] = datapath_figures(library, chip_sp, dp)
+    if args.fpga:
+        doc["fpga"] = _report_fpga(args, chip_sp, dp)
     command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl report"
-    text = rtl_runs.report_page(command, args.sim, base, rows)
+    text = rtl_runs.report_page(command, args.sim, base, rows, doc)
     if args.out:
         write_output(args.out, text)
     emit(args, doc, text)
-    return 0
+    ok = all(
+        not f.get("error") and f.get("activity", {}).get("failed", 0) == 0
+        for r in rows
+        for f in [*(r.get("library") or {}).values(), *(r.get("library_sorters") or {}).values()]
+    ) and all(not f.get("error") for f in [*doc.get("datapath", {}).values(), *doc.get("fpga", [])])
+    return 0 if ok else 1
+
+
+def _report_library(args):
+    """``rtl report --liberty``: the library read and the tools checked, or ``None``."""
+    if args.liberty is None:
+        if args.activity:
+            raise usage("--activity", "needs --liberty (the power of a mapped netlist)")
+        return None
+    from fsedp.experiments import synth
+
+    if not args.liberty.strip() or "\0" in args.liberty:
+        raise usage("--liberty", f"must name a Liberty file, not {args.liberty[:40]!r}")
+    try:
+        lib = synth.read_liberty(args.liberty)
+    except InputError as e:
+        raise usage("--liberty", f"{args.liberty[:200]}: {e.reason}") from None
+    missing = synth.missing_tools()
+    if args.activity:
+        from fsedp.tb.runner import simulator_missing
+
+        why = simulator_missing("icarus")
+        if why:
+            missing.append(f"--activity: {why}")
+    if missing:
+        raise usage("rtl report", f"needs {' and '.join(missing)} on PATH")
+    return lib
+
+
+def _report_chip(args, base, experts):
+    """The generics of the report's datapath blocks and chip top: the run config's mesh and
+    datapath, the scheduler's generics with its chiplets and the grid's smallest E."""
+    dp = load_config(args).datapath_params()
+    dp = dataclasses.replace(dp, experts=min(experts))
+    sp = dataclasses.replace(base, experts=min(experts), chiplets=dp.chiplets)
+    return sp, dp
+
+
+def _report_fpga(args, sp, dp) -> list:
+    """``rtl report --fpga``: the scheduler and the chip top on the ECP5 (``fsedp rtl
+    fpga``'s flow, its default device and target)."""
+    from fsedp.experiments import fpga
+
+    with tempfile.TemporaryDirectory(prefix="fsedp-fpga-") as tmp:
+        return fpga.run_fpga(
+            ("scheduler", "chip"),
+            workdir=tmp,
+            params=sp,
+            dp_params=dp,
+            progress=None if args.json else logger("fpga").info,
+        )
 
 
 def _mesh(text: str, layers: int, option: str = "--mesh") -> tuple[int, int, int]:
@@ -363,11 +452,28 @@ def cmd_synth(args):
     except InputError as e:
         raise usage("--liberty", f"{args.liberty[:200]}: {e.reason}") from None
     missing = synth.missing_tools()  # the options' own rules first: not what is installed
+    if args.activity:
+        from fsedp.tb.runner import simulator_missing
+
+        why = simulator_missing("icarus")
+        if why:
+            missing.append(f"--activity: {why}")
     if missing:
         raise usage("rtl synth", f"needs {' and '.join(missing)} on PATH")
     command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl synth"
     out = args.out or build_dir("synth")
-    run = synth.run(tops, p, dp, lib, args.clock_mhz, out, args.force, command, quiet=args.json)
+    run = synth.run(
+        tops,
+        p,
+        dp,
+        lib,
+        args.clock_mhz,
+        out,
+        args.force,
+        command,
+        quiet=args.json,
+        activity=args.activity,
+    )
     return _done(args, *run)
 
 
@@ -565,6 +671,28 @@ def add_parsers(sub):
         help="comma-separated sorter variants to measure beside the config's "
         f"({', '.join(SORTERS)}; cells only)",
     )
+    r.add_argument(
+        "--liberty",
+        metavar="FILE",
+        help="also map every block, sorter variant, the datapath blocks and the chip top to "
+        "this standard-cell library (Liberty) and time them (the flow of rtl synth)",
+    )
+    r.add_argument(
+        "--clock-mhz",
+        type=number("--clock-mhz", *CLOCK_RANGE_MHZ),
+        default=CLOCK_MHZ,
+        help="clock the mapped paths are timed at, MHz (with --liberty)",
+    )
+    r.add_argument(
+        "--activity",
+        action="store_true",
+        help="with --liberty: power also from a gate-level run of each block's bench",
+    )
+    r.add_argument(
+        "--fpga",
+        action="store_true",
+        help="also place and route the scheduler and the chip top on the ECP5 (the 'fpga' extra)",
+    )
     r.add_argument("--out", help="also write the table (Markdown) to this file")
     r.set_defaults(func=cmd_report, out_kind="file")
 
@@ -590,7 +718,8 @@ def add_parsers(sub):
         "synth",
         parents=[CONFIG, JSON],
         help="synthesis to a standard-cell library (Yosys, ABC) and static timing (OpenSTA): "
-        "area, critical path, slack, FO4, vectorless power",
+        "area, critical path, slack, FO4, vectorless power and, with --activity, power from "
+        "a gate-level run of each block's bench",
     )
     sizes(sy)
     sy.add_argument(
@@ -603,6 +732,12 @@ def add_parsers(sub):
         help="clock frequency the paths are timed at, MHz",
     )
     top_option(sy, "synthesise", SYNTH_TOPS, DEFAULT_TOPS)
+    sy.add_argument(
+        "--activity",
+        action="store_true",
+        help="run each block's bench on its mapped netlist (Icarus) and report the power "
+        "also from the switching activity recorded there",
+    )
     sy.add_argument("--out", help="output folder (default: build/synth)")
     sy.set_defaults(func=cmd_synth, out_kind="folder")
 

@@ -1,5 +1,8 @@
-"""``fsedp rtl report``: scheduling latency in cycles (measured in RTL simulation) and Yosys
-cell counts per block, over a grid of expert and chiplet counts."""
+"""``fsedp rtl report``: scheduling latency in cycles (measured in RTL simulation), Yosys
+cell counts per block, and with a Liberty library (``--liberty``) area, timing and power
+of every block, sorter variant and the chip top mapped to it (the flow of
+:mod:`fsedp.experiments.synth`), over a grid of expert and chiplet counts; with ``--fpga``
+the ECP5 figures of the scheduler and the chip top (:mod:`fsedp.experiments.fpga`)."""
 
 import dataclasses
 import re
@@ -23,33 +26,6 @@ YOSYS_FLOW = (
     "techmap; opt -fast; abc; opt_clean; stat; ltp -noff"
 )
 
-#: Area of each Yosys internal gate in NAND2 equivalents (the assumption of the report's
-#: "NAND2-eq." column: typical ratios of a standard-cell library's X1 cells; a flip-flop
-#: with enable or synchronous reset counts its gate).
-NAND2_AREA = {
-    "$_NOT_": 0.67,
-    "$_BUF_": 1.0,
-    "$_NAND_": 1.0,
-    "$_NOR_": 1.0,
-    "$_AND_": 1.33,
-    "$_OR_": 1.33,
-    "$_ANDNOT_": 1.33,
-    "$_ORNOT_": 1.33,
-    "$_XOR_": 2.33,
-    "$_XNOR_": 2.33,
-    "$_MUX_": 2.33,
-    "$_AOI3_": 1.33,
-    "$_OAI3_": 1.33,
-    "$_AOI4_": 1.67,
-    "$_OAI4_": 1.67,
-    "$_DFF_P_": 4.33,
-    "$_SDFF_": 5.0,
-    "$_DFFE_": 5.33,
-    "$_SDFFE_": 6.0,
-    "$_SDFFCE_": 6.0,
-}
-
-
 #: Whole-scheduler cells of the first generation (two EIT scans, fully parallel bitonic
 #: sorter, scan of the paired order), as measured by this report at commit ca8b52e with
 #: ``abc -fast`` (``git show ca8b52e:docs/rtl-report.md``), per (E, C).
@@ -65,30 +41,9 @@ FIRST_GENERATION_PARAMS = {"count_width": 10, "requests": 8, "theta_min": 2, "n_
 #: First generation, last gate record -> first dispatch (cycles), same source.
 FIRST_GENERATION_LATENCY = {16: 48, 32: 85, 64: 155, 128: 290, 256: 554}
 
-#: Assumptions of the area estimate against the paper's 0.43 mm^2 (Synopsys DC, UMC 28 nm,
-#: the whole scheduler of a 4-chiplet prototype): a NAND2 X1 cell of a 28-nm library and a
-#: small single-port SRAM's area per bit including its periphery.
-UM2_PER_NAND2 = 0.5
-UM2_PER_SRAM_BIT = 0.25
+#: The paper's scheduler: Synopsys DC, UMC 28 nm, the whole scheduler of a 4-chiplet
+#: prototype (expert count not stated).
 PAPER_MM2 = 0.43
-
-
-def area_mm2(nand2: float | None, sram_bits: int | None) -> float | None:
-    """Estimated area at 28 nm from NAND2 equivalents and SRAM bits."""
-    if nand2 is None:
-        return None
-    return round((nand2 * UM2_PER_NAND2 + (sram_bits or 0) * UM2_PER_SRAM_BIT) / 1e6, 3)
-
-
-def nand2_area(stat: str) -> float | None:
-    """NAND2 equivalents of a Yosys ``stat`` listing (None if a gate type is unknown)."""
-    total = 0.0
-    for name, n in re.findall(r"^\s+(\$_\w+_)\s+(\d+)$", stat, re.M):
-        key = name if name in NAND2_AREA else re.sub(r"_[PNX01]+_$", "_", name)
-        if key not in NAND2_AREA:
-            return None
-        total += NAND2_AREA[key] * int(n)
-    return round(total)
 
 
 def yosys_cells(block: str, p: SchedulerParams, blackbox: tuple[str, ...] = ()) -> dict:
@@ -121,7 +76,6 @@ def yosys_cells(block: str, p: SchedulerParams, blackbox: tuple[str, ...] = ()) 
     # ($mem_v2) are reported as bits, not cells
     return {
         "cells": cells - len(blackbox) - macros,
-        "nand2": nand2_area(stat),
         "gate_levels": int(ltp.group(1)) if ltp else None,
         "sram_macros": macros,
         "memory_bits": sram_bits(block, p),
@@ -169,10 +123,13 @@ def rtl_report(
     rounds=6,
     progress=False,
     sorters=(),
+    library=None,
 ) -> list[dict]:
     """One row per (E, C): latency measured in cosimulation (``rounds`` random rounds of 64
-    tokens, top-8, no stalls), and with ``cells`` Yosys cells, NAND2 equivalents and gate
-    levels per block; ``sorters`` adds the sorter variants' figures (cells and cycles)."""
+    tokens, top-8, no stalls), and with ``cells`` Yosys cells and gate levels per block;
+    ``sorters`` adds the sorter variants' figures (cells and cycles).  ``library`` (a
+    :class:`Library`) adds each block's, the scheduler's and the sorter variants' figures
+    mapped to it (``row["library"]``, ``row["library_sorters"]``)."""
     rows = []
     sorter_cache: dict[tuple, dict] = {}
     for e in experts:
@@ -228,7 +185,6 @@ def rtl_report(
                         levels = [x.get("gate_levels") for x in (glue, srt)]
                         blocks[b] = {
                             "cells": _sum(glue, srt, "cells"),
-                            "nand2": _sum(glue, srt, "nand2"),
                             "gate_levels": max(levels) if None not in levels else None,
                             "memory_bits": glue.get("memory_bits"),
                             "note": glue.get("note") or srt.get("note"),
@@ -236,7 +192,6 @@ def rtl_report(
                     else:
                         blocks[b] = yosys_cells(b, p)
                 row["cells"] = {b: v.get("cells") for b, v in blocks.items()}
-                row["nand2"] = {b: v.get("nand2") for b, v in blocks.items()}
                 row["gate_levels"] = {b: v.get("gate_levels") for b, v in blocks.items()}
                 row["memory_bits"] = blocks["scheduler"].get("memory_bits")
                 notes = {v.get("note") for v in blocks.values()} - {None}
@@ -250,20 +205,92 @@ def rtl_report(
                         sorter_cache[key] = yosys_cells("sorter", q)
                     variants[kind] = {
                         "cycles": network(q.sorter_lanes, kind).cycles,
-                        **{k: sorter_cache[key].get(k) for k in ("cells", "nand2", "gate_levels")},
+                        **{k: sorter_cache[key].get(k) for k in ("cells", "gate_levels")},
                     }
                 if variants:
                     row["sorter_variants"] = variants
+            if library is not None:
+                row["library"] = {b: library.figures(b, p) for b in BLOCKS}
+                if sorters and c == min(chiplets):
+                    row["library_sorters"] = {
+                        kind: library.figures("sorter", dataclasses.replace(p, sorter=kind))
+                        for kind in sorters
+                    }
             rows.append(row)
     return rows
+
+
+@dataclasses.dataclass
+class Library:
+    """The blocks mapped to a Liberty library by :func:`fsedp.experiments.synth.synthesize`
+    in one work folder (:func:`~fsedp.experiments.synth.workspace`) at ``clock_mhz``; with
+    ``activity`` each block with a bench of its own runs it on its netlist and its power is
+    also the recorded activity's."""
+
+    lib: object
+    work: object
+    fo4: dict
+    clock_mhz: float
+    activity: bool = False
+    progress: bool = False
+
+    def figures(self, top: str, p) -> dict:
+        """One top's figures (the keys of :data:`LIBRARY_KEYS`), or its ``error``."""
+        from fsedp.experiments import synth
+
+        if self.progress:
+            _log.info(f"{top}: mapping to {self.lib.name} ...")
+        out = self.work / "files"
+        out.mkdir(exist_ok=True)
+        r = synth.synthesize(
+            top, p, self.lib, self.clock_mhz, self.work, out, self.activity, self.fo4
+        )
+        shutil.rmtree(out)  # the netlists are large; the figures are what the report keeps
+        fig = {k: r.get(k) for k in LIBRARY_KEYS}
+        fig["power_mw"] = (r.get("power_mw") or {}).get("total")
+        a = r.get("activity") or {}
+        fig["activity_power_mw"] = (r.get("activity_power_mw") or {}).get("total")
+        if "failed" in a:
+            fig["activity"] = {k: a.get(k) for k in ("cycles", "failed", "mismatches", "bench")}
+        if r.get("error"):
+            fig["error"] = r["error"]
+        return fig
+
+
+def datapath_figures(library: Library, sp: SchedulerParams, dp) -> dict:
+    """The datapath blocks (one chiplet's, the DDR controller) at the datapath generics
+    ``dp`` and the chip top (the scheduler ``sp`` driving ``dp``'s chiplet array), mapped
+    to ``library``."""
+    from fsedp.hw.generate import CHIP_BLOCKS, DATAPATH_BLOCKS, top_params
+
+    tops = [t for t in DATAPATH_BLOCKS if t != "chiplet_array"] + list(CHIP_BLOCKS)
+    return {t: library.figures(t, top_params(t, sp, dp)) for t in tops}
+
+
+#: What the report keeps of a top mapped to a library.
+LIBRARY_KEYS = (
+    "cell_count",
+    "flip_flops",
+    "memory_bits",
+    "area_um2",
+    "arrival_ns",
+    "arrival_fo4",
+    "slack_ns",
+    "cycle_fo4",
+    "budget_fo4_28nm",
+    "meets_28nm",
+    "synth_s",
+)
 
 
 def _v(x):
     return "-" if x is None else str(x)
 
 
-def format_report(rows) -> str:
-    """Markdown tables: latency, cells per block, sorter variants."""
+def format_report(rows, library: dict | None = None, datapath: dict | None = None) -> str:
+    """Markdown tables: latency, cells per block, sorter variants; with ``library`` (how
+    the tops were mapped: ``name``, ``clock_mhz``, ``fo4_ps``, ``activity``) the library
+    tables of the rows and of ``datapath`` (:func:`datapath_figures`)."""
     out = [
         "Latency in clock cycles, measured in RTL simulation (dispatch ready every cycle; "
         "from the cycle after the transfer to the first cycle with `dispatch.valid`).",
@@ -285,25 +312,27 @@ def format_report(rows) -> str:
         out += [
             "",
             "Yosys cells per block (generic gates after ABC; SRAMs counted in bits, not cells; "
-            "`scheduler` is the whole top including every block), then the whole scheduler's "
-            "area in NAND2 equivalents (`NAND2_AREA`) and its longest combinational path in "
-            "gates (`ltp -noff`).",
+            "`scheduler` is the whole top including every block) and the whole scheduler's "
+            "longest combinational path in gates (`ltp -noff`).",
             "",
-            "| E | C | " + " | ".join(names) + " | scheduler NAND2-eq. | gate levels | SRAM bits |",
-            "|---|---|" + "---|" * (len(names) + 3),
+            "| E | C | " + " | ".join(names) + " | gate levels | SRAM bits |",
+            "|---|---|" + "---|" * (len(names) + 2),
         ]
         for r in rows:
             cells = r.get("cells", {})
             out.append(
                 f"| {r['experts']} | {r['chiplets']} | "
                 + " | ".join(_v(cells.get(n)) for n in names)
-                + f" | {_v(r.get('nand2', {}).get('scheduler'))} | "
-                f"{_v(r.get('gate_levels', {}).get('scheduler'))} | {_v(r.get('memory_bits'))} |"
+                + f" | {_v(r.get('gate_levels', {}).get('scheduler'))} | "
+                f"{_v(r.get('memory_bits'))} |"
             )
         notes = sorted({r["note"] for r in rows if r.get("note")})
         if notes:
             out += ["", "Not measured: " + "; ".join(notes) + "."]
+    if library:
+        out += _library_tables(rows, library, datapath or {})
     if any("cells" in r for r in rows):
+        lib_name = library["name"] if library else None
         out += [
             "",
             "Against the first generation (its whole-scheduler cells and first-dispatch latency "
@@ -311,12 +340,18 @@ def format_report(rows) -> str:
             f"`{FIRST_GENERATION_PARAMS}`; its cells are shown only for rows with those "
             "parameters) and the paper's "
             f"{PAPER_MM2} mm^2 (Synopsys DC, UMC 28 nm, 4-chiplet prototype; expert count "
-            f"not stated). Area estimate: {UM2_PER_NAND2} um^2 per NAND2 equivalent and "
-            f"{UM2_PER_SRAM_BIT} um^2 per SRAM bit (28-nm assumptions, not a library "
-            "mapping).",
+            "not stated)"
+            + (
+                f"; the area is the whole scheduler's mapped to `{lib_name}` (memories as "
+                "flip-flops, see above)."
+                if lib_name
+                else "; without `--liberty` no area is given (it needs a library)."
+            ),
             "",
             "| E | C | first gen. cells | cells | smaller by | first gen. 1st dispatch | "
-            "1st dispatch | est. area mm^2 | paper mm^2 |",
+            "1st dispatch | area mm^2"
+            + (f" ({lib_name})" if lib_name else "")
+            + " | paper mm^2 (UMC 28 nm) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
@@ -324,24 +359,115 @@ def format_report(rows) -> str:
             old = FIRST_GENERATION_CELLS.get((r["experts"], r["chiplets"])) if same else None
             new = r.get("cells", {}).get("scheduler")
             ratio = f"{old / new:.1f}x" if old and new else "-"
-            area = area_mm2(r.get("nand2", {}).get("scheduler"), r.get("memory_bits"))
+            um2 = (r.get("library") or {}).get("scheduler", {}).get("area_um2")
             out.append(
                 f"| {r['experts']} | {r['chiplets']} | {_v(old)} | {_v(new)} | {ratio} | "
                 f"{_v(FIRST_GENERATION_LATENCY.get(r['experts']))} | "
-                f"{_v(r.get('first_dispatch_max'))} | {_v(area)} | {PAPER_MM2} |"
+                f"{_v(r.get('first_dispatch_max'))} | "
+                f"{'-' if um2 is None else f'{um2 / 1e6:.3f}'} | {PAPER_MM2} |"
             )
     if any("sorter_variants" in r for r in rows):
         out += [
             "",
-            "Sorter variants (`--sorter`; every one gives the same order):",
+            "Sorter variants (`--sorter`; every one gives the same order), generic cells:",
             "",
-            "| E | C | variant | sort cycles | cells | NAND2-eq. | gate levels |",
-            "|---|---|---|---|---|---|---|",
+            "| E | C | variant | sort cycles | cells | gate levels |",
+            "|---|---|---|---|---|---|",
         ]
         for r in rows:
             for kind, v in r.get("sorter_variants", {}).items():
                 out.append(
                     f"| {r['experts']} | {r['chiplets']} | {kind} | {v['cycles']} | "
-                    f"{_v(v['cells'])} | {_v(v['nand2'])} | {_v(v['gate_levels'])} |"
+                    f"{_v(v['cells'])} | {_v(v['gate_levels'])} |"
                 )
     return "\n".join(out)
+
+
+def _lib_row(first: str, f: dict, activity: bool) -> str:
+    if f.get("error") and f.get("area_um2") is None:
+        return f"| {first} | failed: {f['error'][:120]} |"
+    a = f.get("activity")
+    rec = "-"
+    if a is not None:
+        ok = a.get("failed") == 0 and not a.get("mismatches")
+        rec = f"{_num(f.get('activity_power_mw'))} ({a['cycles']} cycles{'' if ok else ', FAILED'})"
+    return (
+        f"| {first} | {_v(f.get('cell_count'))} | {_v(f.get('flip_flops'))} | "
+        f"{_num(f.get('area_um2'), '{:.0f}')} | {_num(f.get('arrival_ns'))} | "
+        f"{_num(f.get('arrival_fo4'), '{:.1f}')} | {_num(f.get('slack_ns'))} | "
+        f"{_num(f.get('cycle_fo4'), '{:.1f}')} "
+        f"({'-' if f.get('meets_28nm') is None else 'met' if f['meets_28nm'] else 'missed'}) | "
+        f"{_num(f.get('power_mw'))} |" + (f" {rec} |" if activity else "")
+    )
+
+
+def _num(x, fmt="{:.3f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def _library_tables(rows, library: dict, datapath: dict) -> list[str]:
+    act = library.get("activity", False)
+    from fsedp.experiments.synth import FO4_28NM_PS, budget_fo4
+
+    head = (
+        "| cells | flip-flops | area um^2 | critical path ns | in FO4 | slack ns | "
+        f"cycle in FO4 (at 28 nm: {budget_fo4(library['clock_mhz']):.1f}) | "
+        "power mW (vectorless) |" + (" power mW (recorded activity) |" if act else "")
+    )
+    rule = "|---|---|---|---|---|---|---|---|" + ("---|" if act else "")
+    intro = (
+        f"Mapped to `{library['name']}` and timed at {library['clock_mhz']:g} MHz (period "
+        f"{1000 / library['clock_mhz']:.3f} ns) by the flow of `fsedp rtl synth` "
+        "([`rtl-synthesis.md`](rtl-synthesis.md): Yosys and ABC with delay target, buffering "
+        "and sizing; OpenSTA), pre-layout: no wires, ideal clock, memories as flip-flops. "
+        f"FO4 of the library {_num(library.get('fo4_ps'), '{:.1f}')} ps. The cycle (critical "
+        "path plus the capturing flip-flop's setup) in FO4 against the clock's period in "
+        f"28-nm FO4 ({FO4_28NM_PS} ps assumed: `fsedp.experiments.synth.FO4_28NM_PS`, "
+        "[`rtl-synthesis.md`](rtl-synthesis.md)): met or missed at the paper's technology. "
+        "Power: OpenSTA's "
+        "vectorless estimate (0.1 transitions per cycle at the inputs)"
+        + (
+            ", and from the activity recorded in a gate-level run of the block's own bench "
+            "on its mapped netlist (Icarus; every cell output's toggles per cycle; the "
+            "bench checks the netlist against the golden model: FAILED would say it did "
+            "not pass)."
+            if act
+            else "."
+        )
+    )
+    out = ["", intro, ""]
+    for r in rows:
+        lib = r.get("library")
+        if not lib:
+            continue
+        out += [
+            f"E = {r['experts']}, C = {r['chiplets']}:",
+            "",
+            "| block " + head,
+            "|---" + rule,
+        ]
+        out += [_lib_row(b, f, act) for b, f in lib.items()]
+        out.append("")
+    variants = [r for r in rows if r.get("library_sorters")]
+    if variants:
+        out += [
+            "Sorter variants mapped to the library (at the smallest C of the grid):",
+            "",
+            "| E | C | variant " + head,
+            "|---|---|---" + rule,
+        ]
+        for r in variants:
+            for kind, f in r["library_sorters"].items():
+                out.append(_lib_row(f"{r['experts']} | {r['chiplets']} | {kind}", f, act))
+        out.append("")
+    if datapath:
+        out += [
+            "The datapath's blocks (one chiplet's ring buffer and router, the chiplet, the "
+            "DDR controller) and the chip top (`fsedp_chip`: the scheduler and the chiplet "
+            f"array) at {library.get('datapath', '')}:",
+            "",
+            "| top " + head,
+            "|---" + rule,
+        ]
+        out += [_lib_row(t, f, act) for t, f in datapath.items()]
+    return out

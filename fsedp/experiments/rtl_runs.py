@@ -372,18 +372,32 @@ def coverage(p, rounds: int, batches: int, seed: int, opt: str, quiet: bool):
     return doc, "\n".join(lines), not missed and not mismatches
 
 
-def report_page(command: str, sim: str, base, rows) -> str:
+def report_page(command: str, sim: str, base, rows, doc: dict | None = None) -> str:
     """The page of ``fsedp rtl report`` (Markdown): how it was produced (``command``, today,
-    ``sim``, the generics ``base`` other than E and C) and the table of ``rows``
-    (:func:`fsedp.experiments.rtl_report.rtl_report`)."""
+    ``sim``, the generics ``base`` other than E and C) and the tables of ``rows``
+    (:func:`fsedp.experiments.rtl_report.rtl_report`); from ``doc`` (the command's JSON
+    document) the library tables and the FPGA table where they were asked for."""
     from fsedp.experiments.rtl_report import format_report
 
-    return (
-        "# RTL report: scheduling latency and cell counts\n\n"
+    doc = doc or {}
+    lib = doc.get("library")
+    text = (
+        "# RTL report: scheduling latency, cells, area, timing and power\n\n"
         f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} "
-        f"({sim} for latency; Debian Yosys with ABC for cells). Parameters other than "
-        f"E and C: `{dataclasses.asdict(base)}`.\n\n" + format_report(rows)
+        f"({sim} for latency; Debian Yosys with ABC for cells"
+        + (f"; `{lib['name']}` with Yosys, ABC and OpenSTA for area and timing" if lib else "")
+        + f"). Parameters other than E and C: `{dataclasses.asdict(base)}`.\n\n"
+        + format_report(rows, lib, doc.get("datapath"))
     )
+    if doc.get("fpga"):
+        from fsedp.experiments.fpga import fpga_table
+
+        text += (
+            "\n\nOn the FPGA (`fsedp rtl fpga`'s flow: Yosys `synth_ecp5`, nextpnr-ecp5, "
+            "[`fpga.md`](fpga.md)), the scheduler and the chip top at the generics of the "
+            "chip above:\n\n" + fpga_table(doc["fpga"])
+        )
+    return text
 
 
 def datapath_mesh(sp, p, layers: int, sim: str, seed: int, stall, reset_every, opt, waves, quiet):

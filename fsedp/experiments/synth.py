@@ -14,6 +14,7 @@ reads what the flow needs of it (cell areas and pins, units, which cells are spe
 The command-line module (:mod:`fsedp.cli.rtl`) checks the options and calls :func:`run`;
 the flow and its choices are described in ``docs/rtl-synthesis.md``."""
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -67,6 +68,15 @@ _log = logger("synth")
 DEFAULT_TOPS = (*BLOCKS, *(b for b in DATAPATH_BLOCKS if b != "chiplet_array"))
 #: The clock of a run without ``--clock-mhz`` (the embedded hardware config's clock).
 CLOCK_MHZ = 800.0
+#: The FO4 delay assumed for 28 nm, the technology of the paper's synthesized scheduler
+#: (UMC 28 nm): the rule of thumb of 500 ps per um of drawn gate length (worst case; Ho,
+#: Mai and Horowitz, "The Future of Wires", Proc. IEEE 89(4), 2001) gives 14 ps, scaled by
+#: 1.08, the ratio of SKY130 HD's measured FO4 (80.9 ps, typical corner) to the same rule at
+#: its 0.15 um (75 ps).  A path meets a clock "at 28 nm" when its cycle -- arrival plus the
+#: capturing flip-flop's setup (or the output delay), in FO4 of the library it was mapped
+#: to -- fits the period in 28-nm FO4: at 800 MHz, 1250 / 15.1 = 82.8 FO4
+#: (``docs/rtl-synthesis.md``).
+FO4_28NM_PS = 15.1
 #: Clock frequencies ``--clock-mhz`` takes.
 CLOCK_RANGE_MHZ = (1.0, 5000.0)
 #: The tools the flow runs and the Debian package of each.
@@ -123,6 +133,9 @@ class LibertyCell:
     #: why ABC must not use it (:data:`SPECIAL`), ``None`` for an ordinary cell
     special: str | None
     pins: dict = field(default_factory=dict)
+    #: the ``ff`` or ``latch`` group: ``kind``, ``vars`` (its two state variables) and its
+    #: attributes (``clocked_on``, ``next_state``, ``enable``, ``data_in``, ``clear``, ...)
+    state: dict | None = field(default=None, compare=False)
 
     def inputs(self) -> list:
         return [p for p in self.pins.values() if p.direction == "input"]
@@ -235,6 +248,9 @@ def read_liberty(path) -> Liberty:
             elif cur is not None and len(stack) >= 3:
                 if name in ("ff", "latch", "statetable", "ff_bank", "latch_bank"):
                     cur["seq"] = True
+                    if name in ("ff", "latch") and len(stack) == 3:
+                        names = [v.strip().strip('"') for v in args.split(",")]
+                        cur["state"] = {"kind": name, "vars": names}
                 elif name == "pin":
                     pin = {"name": args}
                     cur["pins"][args] = pin
@@ -261,6 +277,8 @@ def read_liberty(path) -> Liberty:
                     cur["attrs"]["area"] = value
                 elif pin is not None and stack[-1][0] == "pin":
                     pin[key] = value
+                elif len(stack) == 3 and stack[-1][0] in ("ff", "latch") and cur.get("state"):
+                    cur["state"][key] = value
     if stack:
         raise _fail(path, f"unbalanced braces: the {stack[-1][0]} group is never closed")
     lib = Liberty(
@@ -285,7 +303,7 @@ def read_liberty(path) -> Liberty:
                 cap = None
             pins[pname] = LibertyPin(pname, p.get("direction", ""), p.get("function"), cap)
         if math.isfinite(area):
-            lib.cells[name] = LibertyCell(name, area, c["seq"], c["special"], pins)
+            lib.cells[name] = LibertyCell(name, area, c["seq"], c["special"], pins, c.get("state"))
     if not lib.cells:
         raise _fail(path, "not a Liberty library: it has no cell with an area")
     if not any(c.is_inverter() and not c.special for c in lib.cells.values()):
@@ -384,13 +402,16 @@ WORK_FILES = {
 }
 
 
-def sta_script(lib: Liberty, top: str, period: float, clock: str | None) -> str:
+def sta_script(
+    lib: Liberty, top: str, period: float, clock: str | None, activity: str | None = None
+) -> str:
     """OpenSTA's script of one mapped top (run in the work folder): a clock of ``period``
     (library time units) on the port ``clock`` (a virtual clock for a top without one),
     every other input arriving at the clock edge from the library's smallest inverter,
     every output due at the next edge with one inverter input as its load; then the worst
     path, the worst and total negative slack, the max-transition violations and the
-    vectorless power."""
+    vectorless power; with ``activity`` (a script of recorded activities,
+    :mod:`fsedp.experiments.activity`) the power again with those activities."""
     f = WORK_FILES
     inv = lib.inverter()
     out_pin = inv.outputs()[0].name
@@ -421,6 +442,11 @@ def sta_script(lib: Liberty, top: str, period: float, clock: str | None) -> str:
             "report_check_types -max_transition -all_violators -digits 4",
             'puts "@@ power"',
             "report_power -digits 6",
+            *(
+                [f"source {activity}", 'puts "@@ activity_power"', "report_power -digits 6"]
+                if activity
+                else []
+            ),
             'puts "@@ end"',
             "",
         ]
@@ -582,11 +608,6 @@ def _parse_sta(out: str, period: float, unit_ps: float) -> dict:
     start = re.search(r"^Startpoint: (.*)$", checks, re.M)
     end = re.search(r"^Endpoint: (.*)$", checks, re.M)
     levels = len(re.findall(r"^\s*-?[0-9.]+\s+-?[0-9.]+ [v^] \S+/\S+ \(", checks, re.M))
-    power = re.search(
-        r"^Total\s+([0-9.eE+-]+)\s+([0-9.eE+-]+)\s+([0-9.eE+-]+)\s+([0-9.eE+-]+)",
-        s.get("power", ""),
-        re.M,
-    )
     tr = s.get("transition", "")
     return {
         "period_ns": round(period * ns, 6),
@@ -601,12 +622,21 @@ def _parse_sta(out: str, period: float, unit_ps: float) -> dict:
         "endpoint": end[1].strip() if end else None,
         "path_cells": levels,
         "max_transition_violations": len(re.findall(r"\(VIOLATED\)", tr)),
-        "power_mw": None
-        if power is None
-        else {
-            k: float(f"{float(power[i]) * 1e3:.6g}")  # W -> mW, the digits STA gave
-            for i, k in enumerate(("internal", "switching", "leakage", "total"), 1)
-        },
+        "power_mw": _power(s.get("power", "")),
+        **({"activity_power_mw": _power(s["activity_power"])} if "activity_power" in s else {}),
+    }
+
+
+def _power(text: str) -> dict | None:
+    """The ``Total`` line of ``report_power``, in mW."""
+    m = re.search(
+        r"^Total\s+([0-9.eE+-]+)\s+([0-9.eE+-]+)\s+([0-9.eE+-]+)\s+([0-9.eE+-]+)", text, re.M
+    )
+    if m is None:
+        return None
+    return {
+        k: float(f"{float(m[i]) * 1e3:.6g}")  # W -> mW, the digits STA gave
+        for i, k in enumerate(("internal", "switching", "leakage", "total"), 1)
     }
 
 
@@ -614,11 +644,23 @@ def _scaled(x, k):
     return None if x is None else round(x * k, 6)
 
 
-def synthesize(top: str, params, lib: Liberty, clock_mhz: float, work: Path, out: Path) -> dict:
+def synthesize(
+    top: str,
+    params,
+    lib: Liberty,
+    clock_mhz: float,
+    work: Path,
+    out: Path,
+    activity: bool = False,
+    fo4: dict | None = None,
+) -> dict:
     """One top through the flow in the work folder ``work`` (which holds the library, the
     mapping library and ABC's constraints, :data:`WORK_FILES`): its Verilog, mapped netlist,
-    Yosys statistics and STA report written into ``out``; its figures.  A tool that fails
-    is the top's ``error``, not an exception."""
+    Yosys statistics and STA report written into ``out``; its figures.  With ``activity``,
+    a top with a bench of its own (:data:`fsedp.experiments.activity.BENCH_KNOBS`) also
+    runs it on the mapped netlist under Icarus, and its power is reported again with the
+    activity recorded there; with ``fo4`` (:func:`workspace`'s) its critical path in FO4
+    too.  A tool that fails is the top's ``error``, not an exception."""
     f = WORK_FILES
     name = top_name(top)
     period_ps = 1e6 / clock_mhz
@@ -657,7 +699,28 @@ def synthesize(top: str, params, lib: Liberty, clock_mhz: float, work: Path, out
     clock = _clock_port(text, name)
     res["clock_port"] = clock
     res["max_fanout"], res["max_fanout_net"] = _max_fanout(text, lib, clock)
-    (work / f["sta"]).write_text(sta_script(lib, name, period, clock))
+    script = None
+    if activity:
+        from fsedp.experiments import activity as act
+
+        if top not in act.BENCH_KNOBS or clock is None:
+            res["activity"] = {"error": "no bench of its own: vectorless only"}
+        else:
+            t0 = time.time()
+            try:
+                rec = act.record(
+                    top, params, lib, work / f["netlist"], name, clock, work / "gate-level"
+                )
+            except (RuntimeError, ValueError) as e:
+                res["activity"] = {"error": str(e)}
+            else:
+                script = f"{name}.activity.tcl"
+                (work / script).write_text(rec.pop("tcl"))
+                shutil.copyfile(work / script, out / script)
+                files["activity"] = script
+                rec["seconds"] = round(time.time() - t0, 1)
+                res["activity"] = rec
+    (work / f["sta"]).write_text(sta_script(lib, name, period, clock, script))
     t0 = time.time()
     try:
         report = _sta(work, f["sta"], f["sta_log"])
@@ -667,10 +730,49 @@ def synthesize(top: str, params, lib: Liberty, clock_mhz: float, work: Path, out
     res["sta_s"] = round(time.time() - t0, 1)
     (out / files["sta"]).write_text(report)
     res.update(_parse_sta(report, period, lib.time_unit_ps))
+    if res.get("arrival_ns") is not None and (fo4 or {}).get("fo4_ps"):
+        res["arrival_fo4"] = round(res["arrival_ns"] * 1000 / fo4["fo4_ps"], 1)
+        if res.get("required_ns") is not None:
+            cycle = res["arrival_ns"] + res["period_ns"] - res["required_ns"]
+            res["cycle_fo4"] = round(cycle * 1000 / fo4["fo4_ps"], 1)
+            res["budget_fo4_28nm"] = round(budget_fo4(clock_mhz), 1)
+            res["meets_28nm"] = res["cycle_fo4"] <= res["budget_fo4_28nm"]
     return res
 
 
+def budget_fo4(clock_mhz: float) -> float:
+    """The clock period in FO4 delays of 28 nm (:data:`FO4_28NM_PS`)."""
+    return 1e6 / clock_mhz / FO4_28NM_PS
+
+
 # -- the run ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def workspace(lib: Liberty, say=lambda msg: None):
+    """A temporary work folder for :func:`synthesize` (the library linked, the mapping
+    library and ABC's constraints written, :data:`WORK_FILES`) and the library's FO4
+    delay measured there (its chain and report left as ``fo4_chain.v``, ``fo4.sta.txt``):
+    ``(work, fo4)``, ``fo4["fo4_ps"]`` None with an ``error`` where it failed (the tops
+    are still measured; a run then fails)."""
+    with tempfile.TemporaryDirectory(prefix="fsedp-synth-") as tmp:
+        work = Path(tmp)
+        f = WORK_FILES
+        (work / f["lib"]).symlink_to(lib.path.resolve())
+        if lib.special():
+            (work / f["maplib"]).write_text(lib.mapping_text(), encoding="latin-1")
+        else:
+            (work / f["maplib"]).symlink_to(lib.path.resolve())
+        (work / f["constr"]).write_text(abc_constraints(lib))
+        say(f"measuring the FO4 delay of {lib.name} ...")
+        try:
+            fo4 = measure_fo4(lib, work)
+            (work / "fo4_chain.v").write_text(fo4.pop("netlist"))
+            (work / "fo4.sta.txt").write_text(fo4.pop("report"))
+        except RuntimeError as e:
+            fo4 = {"cell": lib.inverter().name, "fo4_ps": None, "error": str(e)}
+            say(f"FO4: {e}")
+        yield work, fo4
+
+
 def run(
     tops,
     params,
@@ -681,43 +783,28 @@ def run(
     force: bool,
     command: str,
     quiet: bool = False,
+    activity: bool = False,
 ):
     """``fsedp rtl synth``: each of ``tops`` (scheduler blocks at ``params``, datapath
     blocks at ``dp_params``) synthesised to ``lib`` at ``clock_mhz`` and timed, after the
     library's FO4 delay is measured; everything written into the folder ``out`` whole or
     not at all (:func:`~fsedp.files.output_dir`): per top the Verilog, the mapped netlist,
     Yosys' statistics and the STA report, and the report itself (``synth.md``,
-    ``synth.json``).  ``(doc, text, ok)``: ok when every top went through."""
+    ``synth.json``); with ``activity`` the power also from activity recorded in a
+    gate-level run of each top's bench (:func:`synthesize`).  ``(doc, text, ok)``: ok when
+    every top went through (and, with ``activity``, its netlist passed its bench)."""
     say = (lambda msg: None) if quiet else _log.info
     versions = _tool_versions()
-    with (
-        tempfile.TemporaryDirectory(prefix="fsedp-synth-") as tmp,
-        output_dir(out, force) as staged,
-    ):
-        work = Path(tmp)
-        f = WORK_FILES
-        (work / f["lib"]).symlink_to(lib.path.resolve())
-        special = lib.special()
-        if special:
-            (work / f["maplib"]).write_text(lib.mapping_text(), encoding="latin-1")
-        else:
-            (work / f["maplib"]).symlink_to(lib.path.resolve())
-        (work / f["constr"]).write_text(abc_constraints(lib))
-        say(f"measuring the FO4 delay of {lib.name} ...")
-        try:
-            fo4 = measure_fo4(lib, work)
-            (staged / "fo4_chain.v").write_text(fo4.pop("netlist"))
-            (staged / "fo4.sta.txt").write_text(fo4.pop("report"))
-        except RuntimeError as e:  # the tops are still measured; the run fails
-            fo4 = {"cell": lib.inverter().name, "fo4_ps": None, "error": str(e)}
-            say(f"FO4: {e}")
+    special = lib.special()
+    with workspace(lib, say) as (work, fo4), output_dir(out, force) as staged:
+        for name in ("fo4_chain.v", "fo4.sta.txt"):
+            if (work / name).exists():
+                shutil.copyfile(work / name, staged / name)
         results = []
         for top in tops:
             p = top_params(top, params, dp_params)
             say(f"synthesising {top} ...")
-            r = synthesize(top, p, lib, clock_mhz, work, staged)
-            if r.get("arrival_ns") is not None and fo4["fo4_ps"]:
-                r["arrival_fo4"] = round(r["arrival_ns"] * 1000 / fo4["fo4_ps"], 1)
+            r = synthesize(top, p, lib, clock_mhz, work, staged, activity, fo4)
             if r.get("error"):
                 say(f"{top}: {r['error']}")
             results.append(r)
@@ -731,7 +818,12 @@ def run(
             "excluded_cells": special,
             "abc_script": abc_script(1e6 / clock_mhz),
             "tools": versions,
-            "power": "vectorless (OpenSTA defaults: activity 0.1, duty 0.5 at the inputs)",
+            "power": "vectorless (OpenSTA defaults: activity 0.1, duty 0.5 at the inputs)"
+            + (
+                "; and from activity recorded in a gate-level run of each top's bench"
+                if activity
+                else ""
+            ),
             "params": dataclasses.asdict(params),
             "datapath_params": dataclasses.asdict(dp_params) if dp_params else None,
             "tops": results,
@@ -740,8 +832,19 @@ def run(
         (staged / "synth.json").write_text(json.dumps(doc, indent=1) + "\n")
         (staged / "synth.md").write_text(text + "\n")
     doc["out"] = str(out)
-    ok = all(not r.get("error") for r in results) and not fo4.get("error")
+    ok = all(not r.get("error") and _netlist_passed(r) for r in results) and not fo4.get("error")
     return doc, text + f"\n\nwritten to {out}", ok
+
+
+def _netlist_passed(r: dict) -> bool:
+    """A top's gate-level run, where one was made, passed its bench."""
+    a = r.get("activity") or {}
+    return "failed" not in a or (a["failed"] == 0 and not a.get("mismatches"))
+
+
+def _met(r: dict) -> str:
+    m = r.get("meets_28nm")
+    return "-" if m is None else "met" if m else "missed"
 
 
 def _f(x, fmt="{:.3f}"):
@@ -751,6 +854,7 @@ def _f(x, fmt="{:.3f}"):
 def format_report(doc: dict) -> str:
     """The report (Markdown): how it was produced, one row per top, the cells by kind."""
     fo4 = doc["fo4"]
+    activity = any("activity" in r for r in doc["tops"])
     lines = [
         f"Synthesis to `{doc['library']}` ({doc['liberty']}) at {doc['clock_mhz']:g} MHz "
         f"(period {doc['period_ns']:g} ns): `{doc['command']}`.",
@@ -762,17 +866,21 @@ def format_report(doc: dict) -> str:
             if fo4.get("fo4_ps")
             else f"FO4 not measured: {fo4.get('error')}."
         )
+        + f" Cycle: critical path plus setup, in FO4, against the period in 28-nm FO4 "
+        f"({FO4_28NM_PS} ps assumed, `FO4_28NM_PS`): met or missed at the paper's technology."
         + " Power: OpenSTA's "
         "vectorless estimate (default activities: 0.1 transitions per cycle, duty 0.5 at "
         "the inputs, propagated through the logic; no wires, ideal clock).",
         "",
         "| top | cells | flip-flops | memory bits (as flip-flops) | area um^2 | critical path "
-        "ns | in FO4 | slack ns | TNS ns | power mW | max fanout | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"ns | in FO4 | slack ns | TNS ns | cycle in FO4 (at 28 nm: "
+        f"{budget_fo4(doc['clock_mhz']):.1f}) | power mW | max fanout | seconds |"
+        + (" power mW, recorded activity |" if activity else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if activity else ""),
     ]
     for r in doc["tops"]:
         if r.get("error") and r.get("cell_count") is None:
-            lines.append(f"| {r['top']} | failed: {r['error']} |" + " |" * 10)
+            lines.append(f"| {r['top']} | failed: {r['error']} |" + " |" * 11)
             continue
         power = (r.get("power_mw") or {}).get("total")
         lines.append(
@@ -780,8 +888,10 @@ def format_report(doc: dict) -> str:
             f"{r.get('memory_bits', 0)} | {_f(r.get('area_um2'), '{:.1f}')} | "
             f"{_f(r.get('arrival_ns'))} | {_f(r.get('arrival_fo4'), '{:.1f}')} | "
             f"{_f(r.get('slack_ns'))} | {_f(r.get('tns_ns'), '{:.2f}')} | "
+            f"{_f(r.get('cycle_fo4'), '{:.1f}')} ({_met(r)}) | "
             f"{_f(power, '{:.3f}')} | {r.get('max_fanout', '-')} | "
             f"{r.get('synth_s', 0) + r.get('sta_s', 0):.1f} |"
+            + (f" {_f((r.get('activity_power_mw') or {}).get('total'))} |" if activity else "")
         )
     failed = [r for r in doc["tops"] if r.get("error")]
     if failed:
@@ -794,6 +904,36 @@ def format_report(doc: dict) -> str:
                 f"arrival {r['arrival_ns']:.3f} ns, required {r['required_ns']:.3f} ns, "
                 f"slack {r['slack_ns']:.3f} ns; max-transition violations: "
                 f"{r['max_transition_violations']}"
+            )
+    if activity:
+        lines += [
+            "",
+            "Recorded activity: each top's own bench (driver, monitor and checker against "
+            "the golden model) run on its mapped netlist under Icarus with cell models "
+            "written from the Liberty functions, every net recorded; each cell output's "
+            "toggles per clock cycle and its time high set in OpenSTA "
+            "(`sta::set_power_pin_activity`), the input ports' likewise "
+            "(`fsedp.experiments.activity`):",
+            "",
+        ]
+        for r in doc["tops"]:
+            a = r.get("activity")
+            if a is None:
+                continue
+            if "error" in a:
+                lines.append(f"* {r['top']}: {a['error']}")
+                continue
+            verdict = (
+                "the netlist passed its bench"
+                if _netlist_passed(r)
+                else f"the netlist FAILED its bench ({a.get('failed')} failed, "
+                f"{a.get('mismatches')} mismatches)"
+            )
+            lines.append(
+                f"* {r['top']}: `{a['bench']}` {a['knobs']}, {a['cycles']} cycles; activity "
+                f"on {a['cell_outputs_recorded']} of {a['cell_outputs']} cell outputs and "
+                f"{a['input_ports_recorded']} of {a['input_ports']} input bits; {verdict} "
+                f"({a['seconds']:.1f} s)"
             )
     lines += ["", "Cells by kind (the ten most used):", ""]
     for r in doc["tops"]:
