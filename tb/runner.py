@@ -116,17 +116,13 @@ def run_tb(
     opt: str = "-O0",
     waves: bool = False,
     netlist: tuple = (),
-    roots: tuple = (),
 ) -> dict:
     """Run ``tb/tb_<block>.py`` on ``sim``; return the testbench's JSON report plus
     ``tests``/``failed`` counts from the results file.  With ``waves`` the simulator records
     every signal (Verilator: VCD, Icarus: FST) and the report's ``waves`` names the file.
-    ``netlist`` (Icarus only): Verilog files that stand for the block's generated RTL -- a
-    mapped netlist of the same top and its cell models; ``roots`` (Icarus only): more
-    top-level modules elaborated beside the block, such as a ``$dumpfile``/``$dumpvars`` of
-    its nets (``fsedp.experiments.activity``), whose VCD is then written (the cocotb 2.1
-    runner passes vvp ``-none`` when ``waves`` is off, which turns every ``$dump*`` into a
-    no-op; a later ``-vcd`` wins, so it is appended)."""
+    ``netlist``: Verilog files that stand for the block's generated RTL -- a mapped netlist
+    of the same top and its cell models (``fsedp.experiments.activity``); with ``waves``
+    under Verilator only the netlist's own nets are recorded, not its cells' ports."""
     from cocotb_tools.runner import get_results, get_runner  # the 'rtl' extra
 
     params = dataclasses.asdict(p)
@@ -140,8 +136,6 @@ def run_tb(
     ).hexdigest()[:10]
     build_dir = Path(build_root).resolve() / f"{block}-{sim}-{key}"
     if netlist:
-        if sim != "icarus":
-            raise ValueError(f"a netlist runs on icarus, not {sim}")
         sources = [Path(f).resolve() for f in netlist]
     else:
         src = write_verilog(block, p, build_dir / "rtl")
@@ -154,12 +148,8 @@ def run_tb(
         build_args = (
             ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"] if sim == "verilator" else []
         )
-        if roots:
-            if sim != "icarus":
-                raise ValueError(f"extra roots run on icarus, not {sim}")
-            build_args += [a for r in roots for a in ("-s", r)]
-            command = runner._test_command
-            runner._test_command = lambda: [c + ["-vcd"] for c in command()]
+        if netlist and sim == "verilator" and waves:
+            build_args += ["--trace-depth", "2"]  # the netlist's nets, not its cells' ports
         runner.build(
             sources=sources,
             hdl_toplevel=top_name(block),

@@ -1,7 +1,8 @@
-"""Power from switching activity recorded in a gate-level cosimulation
-(``fsedp rtl synth --activity``, :mod:`fsedp.experiments.activity`): Liberty functions as
-Verilog, the VCD reader, the OpenSTA commands, and the whole flow on SKY130 HD (skipped,
-saying why, without the library, Yosys, OpenSTA or Icarus)."""
+"""Power from the switching activity of a gate-level cosimulation (``fsedp rtl synth
+--activity``, :mod:`fsedp.experiments.activity`): Liberty functions as Verilog, the VCD
+sampler, the cycle-based evaluation and its check, the OpenSTA commands, and the whole flow
+on SKY130 HD (skipped, saying why, without the library, Yosys, OpenSTA, Icarus or
+Verilator)."""
 
 import contextlib
 import io
@@ -9,6 +10,7 @@ import itertools
 import json
 import subprocess
 
+import numpy as np
 import pytest
 from test_synth import LIBERTY, MINI_LIB, needs_liberty, needs_tools
 
@@ -19,6 +21,9 @@ from fsedp.tb.runner import simulator_missing
 
 needs_icarus = pytest.mark.skipif(
     simulator_missing("icarus") is not None, reason=str(simulator_missing("icarus"))
+)
+needs_verilator = pytest.mark.skipif(
+    simulator_missing("verilator") is not None, reason=str(simulator_missing("verilator"))
 )
 
 
@@ -84,22 +89,58 @@ b10 "
 """
 
 
-def test_vcd_activity_counts_toggles_and_time_high(tmp_path):
+def test_vcd_samples_before_each_rising_edge(tmp_path):
+    """Every signal of the scope, bit by bit, sampled just before each rising edge of the
+    clock but the first; toggles per cycle and duty from the samples."""
     path = tmp_path / "a.vcd"
     path.write_text(VCD)
-    cycles, bits = act.vcd_activity(path, "top", "clk")
-    assert cycles == 2  # rising edges of clk
-    assert bits["clk"] == (4, 10 / 20)
-    assert bits["bus[0]"] == (2, 10 / 20)  # 0 -> 1 at 5, 1 -> 0 at 15
-    assert bits["bus[1]"] == (1, 5 / 20)  # 0 -> 1 at 15
-    assert bits["odd.name"] == (1, 10 / 20)  # x -> 0 is no toggle; 0 -> 1 at 10
+    cycles, bits = act.vcd_samples(path, "top", "clk")
+    assert cycles == 1  # rising edges at 5 and 15; the first starts the recording
+    assert bits["bus[0]"].tolist() == [True]  # b01 from 5 until 15
+    assert bits["bus[1]"].tolist() == [False]  # b10 only from 15
+    assert bits["odd.name"].tolist() == [True]  # 1 from 10
     assert "ignored" not in bits
-    tcl, cover = act.activity_tcl(
-        [("_1_", "Y", "bus[0]"), ("_2_", "Y", "gone")], ["odd.name"], bits, cycles
-    )
+    values = {"a": np.array([0, 1, 1, 0, 1], bool), "p": np.array([1, 1, 1, 1, 0], bool)}
+    tcl, cover = act.activity_tcl([("_1_", "Y", "a"), ("_2_", "Y", "gone")], ["p"], values, 5)
     assert cover["cell_outputs_recorded"] == 1 and cover["input_ports_recorded"] == 1
-    assert "sta::set_power_pin_activity $p 1 0.5" in tcl  # 2 toggles over 2 cycles
-    assert "-input_ports [get_ports {odd.name}] -activity 0.5 -duty 0.5" in tcl
+    assert "sta::set_power_pin_activity $p 0.75 0.6" in tcl  # 3 changes over 4 steps
+    assert "-input_ports [get_ports {p}] -activity 0.25 -duty 0.8" in tcl
+
+
+NETLIST = """module t (clk, a, y);
+  input clk; input [1:0] a; output y; wire _1_; wire _2_;
+  nand2_x1 _5_ (
+    .A(a[0]),
+    .B(\\r.x [1]),
+    .Y(_1_)
+  );
+  inv_x1 _6_ (.A(_1_), .Y(_2_));
+  dff_x1 \\q$reg  (.CLK(clk), .D(_2_), .Q(y));
+endmodule
+"""
+
+
+def test_evaluation_follows_the_cells_and_checks_the_recording(tmp_path):
+    """The combinational nets are the cells' functions of the recorded ones, cycle by cycle;
+    a recording the netlist does not explain (a flip-flop whose output is not its next
+    state, a recorded net the functions contradict) is counted, not hidden."""
+    path = tmp_path / "mini.lib"
+    path.write_text(MINI_LIB)
+    lib = synth.read_liberty(path)
+    inst = act.netlist_instances(NETLIST, lib)
+    a0 = np.array([0, 1, 1, 0, 1], bool)
+    x1 = np.array([1, 1, 0, 0, 1], bool)
+    q = np.concatenate([[False], a0[:-1] & x1[:-1]])  # D = !(!(a0 & x1)) one cycle later
+    values, check = act.evaluate(inst, lib, {"a[0]": a0, "r.x[1]": x1, "y": q}, 5)
+    assert values["_1_"].tolist() == (~(a0 & x1)).tolist()
+    assert values["_2_"].tolist() == (a0 & x1).tolist()
+    assert not any(check.values()), check
+    _, check = act.evaluate(inst, lib, {"a[0]": a0, "r.x[1]": x1, "y": ~q}, 5)
+    assert check["flip_flops_next_state_wrong"] == 1
+    _, check = act.evaluate(inst, lib, {"a[0]": a0, "r.x[1]": x1, "y": q, "_2_": ~a0}, 5)
+    assert check["recorded_nets_disagreeing"] == 1
+    _, check = act.evaluate(inst, lib, {"a[0]": a0, "y": q}, 5)  # r.x[1] unknown
+    assert check["cells_unevaluated"] == 2
 
 
 def test_netlist_drivers_are_the_output_pins(tmp_path):
@@ -117,6 +158,8 @@ def test_netlist_drivers_are_the_output_pins(tmp_path):
 endmodule
 """
     assert act.netlist_drivers(text, lib) == [("_5_", "Y", "_1_"), ("q$reg", "Q", "y")]
+    (i, _) = act.netlist_instances(text, lib)
+    assert i.inputs == {"A": "a[0]", "B": "r.x[1]"} and i.outputs == {"Y": "_1_"}
     assert act.input_bits(text, "clk") == ["a[0]", "a[1]"]
     assert lib.cells["dff_x1"].state == {
         "kind": "ff",
@@ -172,16 +215,17 @@ def _synth(tmp_path, *argv) -> dict:
 
 @needs_liberty
 @needs_tools
-@needs_icarus
+@needs_verilator
 def test_recorded_activity_power_on_the_mapped_netlist(tmp_path):
-    """The matcher's and the token buffer's benches pass on their mapped netlists; every
-    cell output gets an activity; the power with it differs from the vectorless one and
-    adds up; the report says where the activity comes from."""
+    """The matcher's and the token buffer's benches pass on their mapped netlists; the
+    recording checks; every cell output gets an activity; the power with it differs from
+    the vectorless one and adds up; the report says where the activity comes from."""
     rc, doc = _synth(tmp_path, "--top", "matcher", "--top", "token_buffer", "--activity")
     assert rc == 0
     for t in doc["tops"]:
         a = t["activity"]
         assert a["failed"] == 0 and a["tests"] == 1, a
+        assert not any(a["check"].values()), a["check"]
         assert a["cell_outputs_recorded"] == a["cell_outputs"] > 0
         assert a["input_ports_recorded"] == a["input_ports"] > 0
         assert a["cycles"] >= 400
@@ -191,12 +235,12 @@ def test_recorded_activity_power_on_the_mapped_netlist(tmp_path):
         assert p["leakage"] == pytest.approx(v["leakage"], rel=1e-3)  # not an activity's
         assert (tmp_path / "out" / t["files"]["activity"]).exists()
     report = (tmp_path / "out" / "synth.md").read_text()
-    assert "recorded activity" in report and "the netlist passed its bench" in report
+    assert "Recorded activity" in report and "the netlist passed its bench" in report
 
 
 @needs_liberty
 @needs_tools
-@needs_icarus
+@needs_verilator
 def test_a_wrong_netlist_fails_its_bench(tmp_path, monkeypatch):
     """The gate-level run is a check: a netlist with one gate changed (a NAND made an AND
     in the cell models) fails the matcher's bench, and the run's status says so."""
@@ -213,6 +257,7 @@ def test_a_wrong_netlist_fails_its_bench(tmp_path, monkeypatch):
     (t,) = doc["tops"]
     assert t["activity"]["failed"] == 1 and rc == 1
     assert "FAILED its bench" in (tmp_path / "out" / "synth.md").read_text()
+    assert any(t["activity"]["check"].values())  # the library's NAND contradicts the run
 
 
 @needs_liberty
@@ -234,7 +279,8 @@ endmodule
     )
     power = {}
     for rate in (0.0, 1.0):
-        tcl, _ = act.activity_tcl([("_1_", "Q", "q")], ["a"], {"q": (rate * 10, 0.5)}, 10)
+        q = np.arange(10) % 2 == 1 if rate else np.arange(10) >= 5  # 9 changes, or 1
+        tcl, _ = act.activity_tcl([("_1_", "Q", "q")], ["a"], {"q": q}, 10)
         (tmp_path / "a.tcl").write_text(tcl)
         script = "\n".join(
             [

@@ -217,11 +217,17 @@ def cmd_report(args):
     if args.out:
         write_output(args.out, text)
     emit(args, doc, text)
-    ok = all(
-        not f.get("error") and f.get("activity", {}).get("failed", 0) == 0
+    figures = [
+        f
         for r in rows
         for f in [*(r.get("library") or {}).values(), *(r.get("library_sorters") or {}).values()]
-    ) and all(not f.get("error") for f in [*doc.get("datapath", {}).values(), *doc.get("fpga", [])])
+    ] + list(doc.get("datapath", {}).values())
+    ok = all(
+        not f.get("error")
+        and f.get("activity", {}).get("failed", 0) == 0
+        and not any(f.get("activity", {}).get("check", {}).values())
+        for f in figures
+    ) and all(not f.get("error") for f in doc.get("fpga", []))
     return 0 if ok else 1
 
 
@@ -243,7 +249,7 @@ def _report_library(args):
     if args.activity:
         from fsedp.tb.runner import simulator_missing
 
-        why = simulator_missing("icarus")
+        why = simulator_missing("verilator")
         if why:
             missing.append(f"--activity: {why}")
     if missing:
@@ -455,7 +461,7 @@ def cmd_synth(args):
     if args.activity:
         from fsedp.tb.runner import simulator_missing
 
-        why = simulator_missing("icarus")
+        why = simulator_missing("verilator")
         if why:
             missing.append(f"--activity: {why}")
     if missing:
@@ -735,7 +741,7 @@ def add_parsers(sub):
     sy.add_argument(
         "--activity",
         action="store_true",
-        help="run each block's bench on its mapped netlist (Icarus) and report the power "
+        help="run each block's bench on its mapped netlist (Verilator) and report the power "
         "also from the switching activity recorded there",
     )
     sy.add_argument("--out", help="output folder (default: build/synth)")

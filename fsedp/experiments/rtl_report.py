@@ -251,7 +251,9 @@ class Library:
         a = r.get("activity") or {}
         fig["activity_power_mw"] = (r.get("activity_power_mw") or {}).get("total")
         if "failed" in a:
-            fig["activity"] = {k: a.get(k) for k in ("cycles", "failed", "mismatches", "bench")}
+            fig["activity"] = {
+                k: a.get(k) for k in ("cycles", "failed", "mismatches", "bench", "check")
+            }
         if r.get("error"):
             fig["error"] = r["error"]
         return fig
@@ -390,6 +392,7 @@ def _lib_row(first: str, f: dict, activity: bool) -> str:
     rec = "-"
     if a is not None:
         ok = a.get("failed") == 0 and not a.get("mismatches")
+        ok = ok and not any((a.get("check") or {}).values())
         rec = f"{_num(f.get('activity_power_mw'))} ({a['cycles']} cycles{'' if ok else ', FAILED'})"
     return (
         f"| {first} | {_v(f.get('cell_count'))} | {_v(f.get('flip_flops'))} | "
@@ -427,10 +430,11 @@ def _library_tables(rows, library: dict, datapath: dict) -> list[str]:
         "Power: OpenSTA's "
         "vectorless estimate (0.1 transitions per cycle at the inputs)"
         + (
-            ", and from the activity recorded in a gate-level run of the block's own bench "
-            "on its mapped netlist (Icarus; every cell output's toggles per cycle; the "
-            "bench checks the netlist against the golden model: FAILED would say it did "
-            "not pass)."
+            ", and from the activity of a gate-level run of the block's own bench on its "
+            "mapped netlist (Verilator; registers and ports recorded, the other nets "
+            "evaluated cycle by cycle; every cell output's toggles per cycle; the bench "
+            "checks the netlist against the golden model: FAILED would say it did not pass "
+            "or its recording did not check)."
             if act
             else "."
         )

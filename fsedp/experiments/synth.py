@@ -658,7 +658,7 @@ def synthesize(
     mapping library and ABC's constraints, :data:`WORK_FILES`): its Verilog, mapped netlist,
     Yosys statistics and STA report written into ``out``; its figures.  With ``activity``,
     a top with a bench of its own (:data:`fsedp.experiments.activity.BENCH_KNOBS`) also
-    runs it on the mapped netlist under Icarus, and its power is reported again with the
+    runs it on the mapped netlist under Verilator, and its power is reported again with the
     activity recorded there; with ``fo4`` (:func:`workspace`'s) its critical path in FO4
     too.  A tool that fails is the top's ``error``, not an exception."""
     f = WORK_FILES
@@ -837,9 +837,12 @@ def run(
 
 
 def _netlist_passed(r: dict) -> bool:
-    """A top's gate-level run, where one was made, passed its bench."""
+    """A top's gate-level run, where one was made, passed its bench and its recording
+    checked (:func:`fsedp.experiments.activity.evaluate`)."""
     a = r.get("activity") or {}
-    return "failed" not in a or (a["failed"] == 0 and not a.get("mismatches"))
+    if "failed" not in a:
+        return True
+    return a["failed"] == 0 and not a.get("mismatches") and not any(a["check"].values())
 
 
 def _met(r: dict) -> str:
@@ -909,10 +912,11 @@ def format_report(doc: dict) -> str:
         lines += [
             "",
             "Recorded activity: each top's own bench (driver, monitor and checker against "
-            "the golden model) run on its mapped netlist under Icarus with cell models "
-            "written from the Liberty functions, every net recorded; each cell output's "
-            "toggles per clock cycle and its time high set in OpenSTA "
-            "(`sta::set_power_pin_activity`), the input ports' likewise "
+            "the golden model) run on its mapped netlist under Verilator with cell models "
+            "written from the Liberty functions; registers and ports recorded, every other "
+            "net evaluated from the cell functions cycle by cycle (zero delay, no glitch); "
+            "each cell output's toggles per cycle and its share of cycles high set in "
+            "OpenSTA (`sta::set_power_pin_activity`), the input bits' likewise "
             "(`fsedp.experiments.activity`):",
             "",
         ]
@@ -924,10 +928,10 @@ def format_report(doc: dict) -> str:
                 lines.append(f"* {r['top']}: {a['error']}")
                 continue
             verdict = (
-                "the netlist passed its bench"
+                "the netlist passed its bench, the recording checked"
                 if _netlist_passed(r)
-                else f"the netlist FAILED its bench ({a.get('failed')} failed, "
-                f"{a.get('mismatches')} mismatches)"
+                else f"the netlist FAILED its bench or its check ({a.get('failed')} failed, "
+                f"{a.get('mismatches')} mismatches; {a['check']})"
             )
             lines.append(
                 f"* {r['top']}: `{a['bench']}` {a['knobs']}, {a['cycles']} cycles; activity "
