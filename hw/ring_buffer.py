@@ -124,23 +124,37 @@ def arrive_fields(m: Module, p: DatapathParams, c: int, h, prefix: str) -> dict:
 
 def shortest(m: Module, prefix: str, cands: list, keys, key_width: int, index_width: int):
     """``(valid, key, index)`` of the candidate with the smallest key, ties to the lower
-    index: a chain of stages, each a named signal so that the netlist stays linear in the
-    number of candidates (the router offers' fewest hops, [D11]'s shortest computation)."""
-    best_v, best_k, best_i = Const(0), Const(0, key_width), Const(0, index_width)
-    for i, c in enumerate(cands):
-        cand = Signal(name=f"{prefix}_cand{i}")
-        take = Signal(name=f"{prefix}_take{i}")
-        nv, nk = Signal(name=f"{prefix}_v{i}"), Signal(key_width, name=f"{prefix}_k{i}")
-        ni = Signal(index_width, name=f"{prefix}_i{i}")
+    index: a balanced tree of ``len(cands) - 1`` compare-and-select nodes, ``ceil(log2 K)``
+    deep, each a named signal (the router offers' fewest hops, [D11]'s shortest
+    computation).  A node takes its upper half's pick only when it is strictly smaller, so
+    the lower index wins every tie, as in a scan from slot 0; with no candidate, key and
+    index are 0.  (A scan was ``K`` stages deep: the ring buffer's critical path.)"""
+
+    def node(lo: int, hi: int):
+        if hi - lo == 1:  # a leaf: key and index 0 unless it is a candidate (as the scan's)
+            v = Signal(name=f"{prefix}_cand{lo}")
+            k, i = (
+                Signal(key_width, name=f"{prefix}_k{lo}"),
+                Signal(index_width, name=f"{prefix}_i{lo}"),
+            )
+            m.d.comb += [v.eq(cands[lo]), k.eq(Mux(v, keys[lo], 0)), i.eq(Mux(v, lo, 0))]
+            return v, k, i
+        mid = (lo + hi + 1) // 2
+        (av, ak, ai), (bv, bk, bi) = node(lo, mid), node(mid, hi)
+        take = Signal(name=f"{prefix}_take{lo}_{hi}")
+        nv, nk = Signal(name=f"{prefix}_v{lo}_{hi}"), Signal(key_width, name=f"{prefix}_k{lo}_{hi}")
+        ni = Signal(index_width, name=f"{prefix}_i{lo}_{hi}")
         m.d.comb += [
-            cand.eq(c),
-            take.eq(cand if i == 0 else cand & (~best_v | (keys[i] < best_k))),
-            nv.eq(best_v | cand),
-            nk.eq(Mux(take, keys[i], best_k)),
-            ni.eq(Mux(take, i, best_i)),
+            take.eq(bv & (~av | (bk < ak))),
+            nv.eq(av | bv),
+            nk.eq(Mux(take, bk, ak)),
+            ni.eq(Mux(take, bi, ai)),
         ]
-        best_v, best_k, best_i = nv, nk, ni
-    return best_v, best_k, best_i
+        return nv, nk, ni
+
+    if not cands:
+        return Const(0), Const(0, key_width), Const(0, index_width)
+    return node(0, len(cands))
 
 
 class RingBuffer(wiring.Component):
@@ -239,6 +253,11 @@ class RingBuffer(wiring.Component):
         comp, computing, send = slot_signal("comp"), slot_signal("computing"), slot_signal("send")
         ddr, final = slot_signal("ddr"), slot_signal("final")
         wait, tx = slot_signal("wait", cnt_bits), slot_signal("tx", cnt_bits)
+        # ``wait == 0`` and ``tx == 0`` kept as registers, set with the counters they mirror
+        # (retimed: the counters' zero-detect is off the offer and compute paths; cycle for
+        # cycle the same values)
+        wz = Array(Signal(name=f"wait_zero{i}", init=1) for i in range(K))
+        tz = Array(Signal(name=f"tx_zero{i}", init=1) for i in range(K))
         dirr, hops = slot_signal("dir", 2), slot_signal("hops", p.hop_bits)
         expert = slot_signal("expert", p.expert_bits)
 
@@ -246,8 +265,8 @@ class RingBuffer(wiring.Component):
         releasable = [Signal(name=f"releasable{i}") for i in range(K)]
         for i in range(K):
             m.d.comb += [
-                present[i].eq(busy[i] & ~resv[i] & (wait[i] == 0) & ~held[i]),
-                releasable[i].eq(present[i] & ~comp[i] & ~computing[i] & ~send[i] & (tx[i] == 0)),
+                present[i].eq(busy[i] & ~resv[i] & wz[i] & ~held[i]),
+                releasable[i].eq(present[i] & ~comp[i] & ~computing[i] & ~send[i] & tz[i]),
             ]
 
         # -- free slots -----------------------------------------------------------------
@@ -288,7 +307,7 @@ class RingBuffer(wiring.Component):
             best_v, _, best_i = shortest(
                 m,
                 f"tx{d}",
-                [present[i] & send[i] & (tx[i] == 0) & (dirr[i] == d) for i in range(K)],
+                [present[i] & send[i] & tz[i] & (dirr[i] == d) for i in range(K)],
                 hops,
                 p.hop_bits,
                 p.slot_bits,
@@ -385,10 +404,12 @@ class RingBuffer(wiring.Component):
                 busy[i].eq(1),
                 resv[i].eq(0),
                 wait[i].eq(wait_value),
+                wz[i].eq(wait_value == 0),
                 held[i].eq(held_value),
                 ddr[i].eq(from_ddr),
                 computing[i].eq(0),
                 tx[i].eq(0),
+                tz[i].eq(1),
                 comp[i].eq(f["comp"]),
                 send[i].eq(f["send"]),
                 final[i].eq(f["final"]),
@@ -409,17 +430,17 @@ class RingBuffer(wiring.Component):
                     m.d.sync += dur[i].eq(wr.payload.cycles)
             with m.If(releasable[i]):
                 m.d.sync += busy[i].eq(0)
-            with m.If(wait[i] != 0):
-                m.d.sync += wait[i].eq(wait[i] - 1)
-            with m.If(tx[i] != 0):
-                m.d.sync += tx[i].eq(tx[i] - 1)
+            with m.If(~wz[i]):
+                m.d.sync += [wait[i].eq(wait[i] - 1), wz[i].eq(wait[i] == 1)]
+            with m.If(~tz[i]):
+                m.d.sync += [tx[i].eq(tx[i] - 1), tz[i].eq(tx[i] == 1)]
             with m.If(self.unhold.valid & held[i] & (expert[i] == self.unhold.payload.expert)):
                 m.d.sync += held[i].eq(0)
                 if state:
                     m.d.sync += claim[i].eq(hops[i])
             for d in range(4):
                 with m.If(self.offer[d].valid & self.offer[d].ready & (tx_slot[d] == i)):
-                    m.d.sync += [send[i].eq(0), tx[i].eq(L - 1)]
+                    m.d.sync += [send[i].eq(0), tx[i].eq(L - 1), tz[i].eq(L == 1)]
             with m.If(rx_fire & (rx_slot == i)):
                 store(i, self.rx.payload, f_rx, L - 1, 0, 0, look[0])
             with m.If(self.ddr.valid & (ddr_in.slot == i)):
