@@ -210,10 +210,13 @@ def rtl_report(
                 if variants:
                     row["sorter_variants"] = variants
             if library is not None:
-                row["library"] = {b: library.figures(b, p) for b in BLOCKS}
+                # the gate-level runs at the grid's smallest size only (their Verilator
+                # builds grow with the netlist: docs/rtl-synthesis.md)
+                first = (e, c) == (min(experts), min(chiplets))
+                row["library"] = {b: library.figures(b, p, first) for b in BLOCKS}
                 if sorters and c == min(chiplets):
                     row["library_sorters"] = {
-                        kind: library.figures("sorter", dataclasses.replace(p, sorter=kind))
+                        kind: library.figures("sorter", dataclasses.replace(p, sorter=kind), first)
                         for kind in sorters
                     }
             rows.append(row)
@@ -234,8 +237,9 @@ class Library:
     activity: bool = False
     progress: bool = False
 
-    def figures(self, top: str, p) -> dict:
-        """One top's figures (the keys of :data:`LIBRARY_KEYS`), or its ``error``."""
+    def figures(self, top: str, p, activity: bool = True) -> dict:
+        """One top's figures (the keys of :data:`LIBRARY_KEYS`), or its ``error``; the
+        gate-level run where ``activity`` and the library's ``activity`` both ask for it."""
         from fsedp.experiments import synth
 
         if self.progress:
@@ -243,7 +247,7 @@ class Library:
         out = self.work / "files"
         out.mkdir(exist_ok=True)
         r = synth.synthesize(
-            top, p, self.lib, self.clock_mhz, self.work, out, self.activity, self.fo4
+            top, p, self.lib, self.clock_mhz, self.work, out, self.activity and activity, self.fo4
         )
         shutil.rmtree(out)  # the netlists are large; the figures are what the report keeps
         fig = {k: r.get(k) for k in LIBRARY_KEYS}
@@ -434,7 +438,9 @@ def _library_tables(rows, library: dict, datapath: dict) -> list[str]:
             "mapped netlist (Verilator; registers and ports recorded, the other nets "
             "evaluated cycle by cycle; every cell output's toggles per cycle; the bench "
             "checks the netlist against the golden model: FAILED would say it did not pass "
-            "or its recording did not check)."
+            "or its recording did not check), made at the grid's smallest size and for the "
+            "datapath blocks and the chip top (`-` elsewhere: the Verilator build of a "
+            "mapped netlist grows with it, see `rtl-synthesis.md`)."
             if act
             else "."
         )
