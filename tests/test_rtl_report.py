@@ -61,3 +61,28 @@ def test_library_tables_have_no_estimate():
     for t in (text, bare):
         assert "NAND2" not in t and "estimate" not in t.replace("vectorless estimate", "")
     assert "no area is given" in bare
+
+
+def test_report_library_options_are_checked_first(tmp_path, capsys, monkeypatch):
+    """``--activity`` needs ``--liberty``; a library that is not one, or a missing tool, is
+    one line and exit 2 before anything runs."""
+    from test_synth import MINI_LIB
+
+    from fsedp.cli import main
+    from fsedp.experiments import synth
+
+    base = ["rtl", "report", "--no-latency", "--no-cells", "--experts", "16", "--chiplets", "4"]
+    lib = tmp_path / "mini.lib"
+    lib.write_text(MINI_LIB)
+    bad = tmp_path / "bad.lib"
+    bad.write_text("not a library")
+    monkeypatch.setattr(synth, "missing_tools", lambda: ["yosys (Debian package yosys)"])
+    for argv, words in (
+        ([*base, "--activity"], ["--activity", "needs --liberty"]),
+        ([*base, "--liberty", str(bad)], ["--liberty", "not a Liberty library"]),
+        ([*base, "--liberty", str(lib)], ["needs yosys"]),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "Traceback" not in err, err
+        assert all(w in err for w in words), (words, err)
