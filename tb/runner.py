@@ -149,7 +149,8 @@ def run_tb(
             ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"] if sim == "verilator" else []
         )
         if netlist and sim == "verilator" and waves:
-            build_args += ["--trace-depth", "2"]  # the netlist's nets, not its cells' ports
+            # the netlist's nets, not its cells' ports; Yosys' _N_ names are traced too
+            build_args += ["--trace-depth", "2", "--trace-underscore"]
         runner.build(
             sources=sources,
             hdl_toplevel=top_name(block),

@@ -244,6 +244,12 @@ async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
             await b.tick()
             if limit is not None and b.cycle >= limit:
                 report["limited"] = True
+                flags = {
+                    f: await b.get(f)
+                    for f in ("overflow", "bad_record", "spurious_done", "bad_dispatch", "orphan")
+                }
+                if any(flags.values()):
+                    miss(layer, f"error flags raised: {flags}")
                 break
             if b.cycle - start > bound:
                 miss(layer, f"layer not over within {bound} cycles")

@@ -120,6 +120,31 @@ endmodule
 """
 
 
+def test_vcd_code_shared_by_two_nets(tmp_path):
+    """A simulator may give two nets of one value one identifier code (a port and the net
+    assigned to it): each gets the value at its own width."""
+    path = tmp_path / "s.vcd"
+    path.write_text(
+        "$scope module top $end\n$var wire 1 ! clk $end\n$var wire 1 # a $end\n"
+        "$var wire 1 # a_alias $end\n$var wire 3 $ v [3:1] $end\n$upscope $end\n"
+        "$enddefinitions $end\n#0\n0!\n0#\nb0 $\n#5\n1!\n#10\n0!\n1#\nb101 $\n"
+        "#15\n1!\n#20\n0!\n#25\n1!\n"
+    )
+    cycles, bits = act.vcd_samples(path, "top", "clk")
+    assert cycles == 2
+    assert bits["a"].tolist() == bits["a_alias"].tolist() == [True, True]
+    assert [bits[f"v[{i}]"].tolist() for i in (3, 2, 1)] == [[True] * 2, [False] * 2, [True] * 2]
+
+
+def test_input_cone_stops_at_flip_flops(tmp_path):
+    path = tmp_path / "mini.lib"
+    path.write_text(MINI_LIB)
+    lib = synth.read_liberty(path)
+    inst = act.netlist_instances(NETLIST, lib)
+    assert {inst[k].name for k in act.input_cone(inst, lib, ["a[0]"])} == {"_5_", "_6_"}
+    assert act.input_cone(inst, lib, ["y"]) == set()
+
+
 def test_evaluation_follows_the_cells_and_checks_the_recording(tmp_path):
     """The combinational nets are the cells' functions of the recorded ones, cycle by cycle;
     a recording the netlist does not explain (a flip-flop whose output is not its next
@@ -258,6 +283,57 @@ def test_a_wrong_netlist_fails_its_bench(tmp_path, monkeypatch):
     assert t["activity"]["failed"] == 1 and rc == 1
     assert "FAILED its bench" in (tmp_path / "out" / "synth.md").read_text()
     assert any(t["activity"]["check"].values())  # the library's NAND contradicts the run
+
+
+@needs_liberty
+@needs_tools
+def test_sta_repropagates_input_cones(tmp_path):
+    """What this OpenSTA does with a pin activity inside an input port's cone: its
+    ``report_power`` propagates the port's activity over it, so the value set is lost (the
+    report counts those cells, ``input_cone``)."""
+    (tmp_path / "lib.lib").symlink_to(LIBERTY)
+    (tmp_path / "n.v").write_text(
+        """module t (clk, a, y);
+  input clk; input a; output y; wire n1; wire n2;
+  sky130_fd_sc_hd__inv_1 _1_ (.A(a), .Y(n1));
+  sky130_fd_sc_hd__inv_1 _2_ (.A(n1), .Y(n2));
+  sky130_fd_sc_hd__dfxtp_1 _3_ (.CLK(clk), .D(n2), .Q(y));
+endmodule
+"""
+    )
+    power = {}
+    for rate in (0.0, 1.0):
+        tcl, _ = act.activity_tcl(
+            [("_1_", "Y", "n1"), ("_2_", "Y", "n2")],
+            [],
+            {
+                "n1": np.arange(10) % 2 == 1 if rate else np.zeros(10, bool),
+                "n2": np.zeros(10, bool),
+            },
+            10,
+        )
+        (tmp_path / "a.tcl").write_text(tcl)
+        (tmp_path / "s.tcl").write_text(
+            "\n".join(
+                [
+                    "read_liberty lib.lib",
+                    "read_verilog n.v",
+                    "link_design t",
+                    "create_clock -name clk -period 1.25 [get_ports clk]",
+                    "set_input_delay 0 -clock clk [get_ports a]",
+                    "set_power_activity -input_ports [get_ports a] -activity 0.5 -duty 0.5",
+                    "report_power",
+                    "source a.tcl",
+                    'puts "@@ power"',
+                    "report_power -digits 6",
+                    'puts "@@ end"',
+                ]
+            )
+        )
+        out = synth._sta(tmp_path, "s.tcl", "sta.log")
+        assert "@@ pins_set 2" in out
+        power[rate] = synth._power(synth._sections(out)["power"])["total"]
+    assert power[0.0] == power[1.0]
 
 
 @needs_liberty

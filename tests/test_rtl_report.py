@@ -36,7 +36,7 @@ FIG = {
     "meets_28nm": True,
     "power_mw": 1.5,
     "activity_power_mw": 1.25,
-    "activity": {"cycles": 400, "failed": 0, "mismatches": 0, "bench": "tb_x"},
+    "activity": {"cycles": 400, "passed": True, "input_cone": 0.25, "bench": "tb_x"},
 }
 
 
@@ -47,13 +47,15 @@ def test_library_tables_have_no_estimate():
     row = {"experts": 16, "chiplets": 4, "sorter": "shuffle2", "sorter_cycles": 7}
     row["cells"] = {"scheduler": 900, "eit": 500}
     row["library"] = {"eit": FIG, "scheduler": {**FIG, "area_um2": 250000.0}}
-    row["library_sorters"] = {"shuffle": {**FIG, "activity": {**FIG["activity"], "failed": 1}}}
+    row["library_sorters"] = {"shuffle": {**FIG, "activity": {**FIG["activity"], "passed": False}}}
     lib = {"name": "lib_tt", "clock_mhz": 800.0, "fo4_ps": 80.9, "activity": True}
     lib["datapath"] = "2x2 chiplets, E=16"
     text = format_report([row], lib, {"chip": FIG})
     eit = "| eit | 100 | 10 | 1234 | 2.500 | 30.9 | -1.250 | 33.0 (met) | 1.500 | 1.250 (400 cyc"
     assert eit in text
-    assert "| 16 | 4 | shuffle | 100 |" in text and "(400 cycles, FAILED)" in text
+    assert (
+        "| 16 | 4 | shuffle | 100 |" in text and "(400 cycles, 25 % in input cones, FAILED)" in text
+    )
     assert "| chip | 100 | 10 |" in text and "2x2 chiplets, E=16" in text
     assert "| 0.250 | 0.43 |" in text  # the scheduler's library area in mm^2 beside the paper's
     assert "lib_tt" in text and "80.9 ps" in text

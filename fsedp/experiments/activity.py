@@ -246,7 +246,7 @@ def vcd_samples(path, scope: str, clock: str) -> tuple[int, dict]:
     vector's bits one by one, ``name[i]``) sampled just before each rising edge of
     ``clock`` but the first -- the settled value of every cycle, what the flip-flops
     capture -- as a numpy bool array (X and Z read as 0)."""
-    ids: dict[str, list[str]] = {}  # identifier code -> bit names, MSB first
+    ids: dict[str, list[list[str]]] = {}  # identifier code -> per $var its bits, MSB first
     stack: list[str] = []
     changes: dict[str, list] = {}
     with open(path) as f:
@@ -269,7 +269,7 @@ def vcd_samples(path, scope: str, clock: str) -> tuple[int, dict]:
                     hi, lo = (int(m[1]), int(m[2])) if m else (width - 1, 0)
                     step = -1 if hi >= lo else 1
                     bits = [f"{name}[{i}]" for i in range(hi, lo + step, step)]
-                ids.setdefault(code, []).extend(bits)
+                ids.setdefault(code, []).append(bits)  # one code may name several nets
             elif w[0] == "$enddefinitions":
                 break
         for code in ids:
@@ -287,7 +287,7 @@ def vcd_samples(path, scope: str, clock: str) -> tuple[int, dict]:
                 v, code = line[1:].split()
                 if code in changes:
                     changes[code].append((now, v))
-    clock_code = next((k for k, b in ids.items() if b == [clock]), None)
+    clock_code = next((k for k, vs in ids.items() if [clock] in vs), None)
     if clock_code is None:
         raise ValueError(f"the recording has no clock {clock!r} in {scope!r}")
     edges = [
@@ -300,9 +300,9 @@ def vcd_samples(path, scope: str, clock: str) -> tuple[int, dict]:
     edges = edges[1:]  # before the first edge the recording has not settled
     at = np.asarray(edges, np.int64)
     samples = {}
-    for code, names in ids.items():
+    for code, variables in ids.items():
         ch = changes[code]
-        width = len(names)
+        width = max(len(b) for b in variables)
         times = np.asarray([t for t, _ in ch], np.int64)
         vals = np.zeros((len(ch) + 1, width), bool)  # row 0: before any change
         for r, (_, v) in enumerate(ch, 1):
@@ -310,8 +310,9 @@ def vcd_samples(path, scope: str, clock: str) -> tuple[int, dict]:
             vals[r] = np.frombuffer(v.encode(), np.uint8) == ord("1")
         rows = np.searchsorted(times, at, side="left")  # the last change strictly before
         picked = vals[rows]
-        for i, n in enumerate(names):
-            samples[n] = picked[:, i]
+        for names in variables:  # each $var at its own width (the value's low bits)
+            for i, n in enumerate(names):
+                samples[n] = picked[:, width - len(names) + i]
     return len(edges), samples
 
 
@@ -340,9 +341,12 @@ def evaluate(instances, lib, samples: dict, cycles: int) -> tuple[dict, dict]:
             fns[func] = (names, eval(f"lambda {args}: {_py_expr(func)}"))  # noqa: S307
         return fns[func]
 
-    def apply(func: str, i: Instance):
+    def apply(func: str, i: Instance, state=None):
+        """``func`` over ``i``'s pins' values (``state``: the state variables' values);
+        a KeyError where a pin it reads is unconnected or has no value."""
         names, f = fn(func)
-        return np.broadcast_to(f(zero, one, *(values[i.inputs[q]] for q in names)), (cycles,))
+        args = [(state or {}).get(q) if q in (state or {}) else values[i.inputs[q]] for q in names]
+        return np.broadcast_to(f(zero, one, *args), (cycles,))
 
     seq = [i for i in instances if lib.cells[i.cell].sequential]
     comb = [i for i in instances if not lib.cells[i.cell].sequential]
@@ -370,8 +374,12 @@ def evaluate(instances, lib, samples: dict, cycles: int) -> tuple[dict, dict]:
         k = ready.pop()
         i = comb[k]
         cell = lib.cells[i.cell]
-        for pin, net in i.outputs.items():
-            v = apply(cell.pins[pin].function, i).astype(bool)
+        try:
+            outs = {net: apply(cell.pins[pin].function, i) for pin, net in i.outputs.items()}
+        except KeyError:  # an input pin left unconnected: counted as unevaluated
+            continue
+        for net, v in outs.items():
+            v = v.astype(bool)
             if net in samples and not np.array_equal(samples[net], v):
                 disagree += 1
             first = net not in values
@@ -383,28 +391,87 @@ def evaluate(instances, lib, samples: dict, cycles: int) -> tuple[dict, dict]:
                         ready.append(r)
         done += 1
     unevaluated = len(comb) - done
-    bad_next = 0
+    bad_next = unchecked = 0
     for i in seq:
-        st = lib.cells[i.cell].state or {}
-        if st.get("kind") != "ff" or st.get("clear") or st.get("preset"):
+        cell = lib.cells[i.cell]
+        st = cell.state or {}
+        q_var, qn_var = (st.get("vars") or [None, None])[:2]
+        q = next((n for p, n in i.outputs.items() if cell.pins[p].function == q_var), None)
+        qn = next((n for p, n in i.outputs.items() if cell.pins[p].function == qn_var), None)
+        if q is not None and q in values:
+            state = values[q]
+        elif qn is not None and qn in values:
+            state = ~values[qn]
+        else:
+            unchecked += 1
             continue
-        nxt = st.get("next_state")
-        outs = lib.cells[i.cell].pins
-        q = next((n for p, n in i.outputs.items() if outs[p].function == st["vars"][0]), None)
-        if not nxt or q is None or q not in values:
+        if st.get("kind") != "ff" or not st.get("next_state"):
+            unchecked += 1  # a latch: its output follows within the cycle
             continue
         try:
-            d = apply(nxt, i)
-        except KeyError:  # an input net nothing recorded or evaluated: already counted
+            d = apply(st["next_state"], i, {q_var: state, qn_var: ~state})
+            quiet = np.ones(cycles, bool)  # cycles in which no clear or preset acts
+            for key in ("clear", "preset"):
+                if st.get(key):
+                    quiet &= ~apply(st[key], i, {q_var: state, qn_var: ~state})
+        except KeyError:
+            unchecked += 1
             continue
-        if not np.array_equal(d[:-1], values[q][1:]):
+        both = quiet[:-1] & quiet[1:]
+        if not np.array_equal(d[:-1][both], state[1:][both]):
             bad_next += 1
     return values, {
         "flip_flop_outputs_unrecorded": missing,
         "cells_unevaluated": unevaluated,
         "recorded_nets_disagreeing": disagree,
         "flip_flops_next_state_wrong": bad_next,
+        "flip_flops_unchecked": unchecked,
     }
+
+
+#: The counts of :func:`evaluate`'s check that mean the recording is not explained by the
+#: netlist or does not cover it (``flip_flops_unchecked`` is information: a latch, or a
+#: flip-flop whose next state reads an unconnected pin).
+CHECK_FAILURES = (
+    "flip_flop_outputs_unrecorded",
+    "cells_unevaluated",
+    "recorded_nets_disagreeing",
+    "flip_flops_next_state_wrong",
+)
+
+
+def passed(rec: dict) -> bool:
+    """A gate-level run (``record``'s result, or an ``error``) passed: the bench ran and
+    passed on the netlist, the recording checked, and OpenSTA found every pin it set."""
+    if "error" in rec:
+        return False
+    check = rec.get("check") or {}
+    return (
+        (rec.get("tests") or 0) >= 1
+        and rec.get("failed") == 0
+        and not rec.get("mismatches")
+        and not any(check.get(k) for k in CHECK_FAILURES)
+        and rec.get("pins_set", rec.get("cell_outputs_recorded"))
+        == rec.get("cell_outputs_recorded")
+    )
+
+
+def input_cone(instances, lib, inputs) -> set:
+    """The cells reached from the input bits through combinational cells: their outputs'
+    activities OpenSTA (the 2019 snapshot) re-propagates from the input ports' on every
+    ``report_power``, over the values set (measured: ``tests/test_activity.py``)."""
+    readers: dict = {}
+    for k, i in enumerate(instances):
+        if not lib.cells[i.cell].sequential:
+            for net in i.inputs.values():
+                readers.setdefault(net, []).append(k)
+    seen, todo = set(), list(inputs)
+    while todo:
+        for k in readers.get(todo.pop(), ()):
+            if k not in seen:
+                seen.add(k)
+                todo.extend(instances[k].outputs.values())
+    return seen
 
 
 def activity_tcl(drivers, inputs, values: dict, cycles: int) -> tuple[str, dict]:
@@ -412,7 +479,7 @@ def activity_tcl(drivers, inputs, values: dict, cycles: int) -> tuple[str, dict]
     clock cycle over the ``cycles`` values of ``values``) and duty; ``(script, coverage)``."""
     if cycles <= 1:
         raise ValueError("the recording has fewer than two clock cycles")
-    lines = ["# switching activity of a cycle-based gate-level recording (fsedp)"]
+    lines = ["# switching activity of a cycle-based gate-level recording (fsedp)", "set fsedp_n 0"]
 
     def rate(v):
         v = np.asarray(v, bool)
@@ -426,7 +493,7 @@ def activity_tcl(drivers, inputs, values: dict, cycles: int) -> tuple[str, dict]
         found += 1
         lines.append(
             f"foreach p [get_pins {{{inst}/{pin}}}] "
-            f"{{ sta::set_power_pin_activity $p {a:.6g} {duty:.6g} }}"
+            f"{{ sta::set_power_pin_activity $p {a:.6g} {duty:.6g}; incr fsedp_n }}"
         )
     ports = 0
     for port in inputs:
@@ -437,6 +504,7 @@ def activity_tcl(drivers, inputs, values: dict, cycles: int) -> tuple[str, dict]
                 f"set_power_activity -input_ports [get_ports {{{port}}}] "
                 f"-activity {a:.6g} -duty {duty:.6g}"
             )
+    lines.append('puts "@@ pins_set $fsedp_n"')
     return "\n".join(lines) + "\n", {
         "cell_outputs": len(drivers),
         "cell_outputs_recorded": found,
@@ -496,10 +564,14 @@ def record(top: str, params, lib, netlist: Path, module: str, clock: str, work: 
     cycles, samples = vcd_samples(vcd, module, clock)
     vcd.unlink()  # large; the activity is in the script
     values, check = evaluate(instances, lib, samples, cycles)
-    tcl, cover = activity_tcl(netlist_drivers(text, lib), input_bits(text, clock), values, cycles)
+    inputs = input_bits(text, clock)
+    tcl, cover = activity_tcl(netlist_drivers(text, lib), inputs, values, cycles)
+    cone = input_cone(instances, lib, inputs)
     return {
         "tcl": tcl,
         **cover,
+        "input_cone_cells": len(cone),
+        "cells": len(instances),
         "check": check,
         "bench": f"tb_{top}",
         "knobs": BENCH_KNOBS[top],

@@ -129,7 +129,9 @@ def rtl_report(
     tokens, top-8, no stalls), and with ``cells`` Yosys cells and gate levels per block;
     ``sorters`` adds the sorter variants' figures (cells and cycles).  ``library`` (a
     :class:`Library`) adds each block's, the scheduler's and the sorter variants' figures
-    mapped to it (``row["library"]``, ``row["library_sorters"]``)."""
+    mapped to it (``row["library"]``, ``row["library_sorters"]``), vectorless (the
+    gate-level runs are :func:`chip_figures`' at one small size: their Verilator builds grow
+    with the netlist)."""
     rows = []
     sorter_cache: dict[tuple, dict] = {}
     for e in experts:
@@ -209,14 +211,11 @@ def rtl_report(
                     }
                 if variants:
                     row["sorter_variants"] = variants
-            if library is not None:
-                # the gate-level runs at the grid's smallest size only (their Verilator
-                # builds grow with the netlist: docs/rtl-synthesis.md)
-                first = (e, c) == (min(experts), min(chiplets))
-                row["library"] = {b: library.figures(b, p, first) for b in BLOCKS}
+            if library is not None:  # vectorless; the gate-level runs: chip_figures
+                row["library"] = {b: library.figures(b, p, False) for b in BLOCKS}
                 if sorters and c == min(chiplets):
                     row["library_sorters"] = {
-                        kind: library.figures("sorter", dataclasses.replace(p, sorter=kind), first)
+                        kind: library.figures("sorter", dataclasses.replace(p, sorter=kind), False)
                         for kind in sorters
                     }
             rows.append(row)
@@ -254,22 +253,29 @@ class Library:
         fig["power_mw"] = (r.get("power_mw") or {}).get("total")
         a = r.get("activity") or {}
         fig["activity_power_mw"] = (r.get("activity_power_mw") or {}).get("total")
-        if "failed" in a:
+        if a and not a.get("no_bench"):
+            from fsedp.experiments.activity import passed
+
             fig["activity"] = {
-                k: a.get(k) for k in ("cycles", "failed", "mismatches", "bench", "check")
+                "cycles": a.get("cycles"),
+                "passed": passed(a),
+                "input_cone": round(a["input_cone_cells"] / max(1, a["cells"]), 3)
+                if "cells" in a
+                else None,
+                **{k: a.get(k) for k in ("bench", "check", "error", "pins_set")},
             }
         if r.get("error"):
             fig["error"] = r["error"]
         return fig
 
 
-def datapath_figures(library: Library, sp: SchedulerParams, dp) -> dict:
-    """The datapath blocks (one chiplet's, the DDR controller) at the datapath generics
-    ``dp`` and the chip top (the scheduler ``sp`` driving ``dp``'s chiplet array), mapped
-    to ``library``."""
+def chip_figures(library: Library, sp: SchedulerParams, dp) -> dict:
+    """Every block of one chip -- the scheduler's at ``sp``, the datapath's (one chiplet's,
+    the DDR controller) at the datapath generics ``dp`` -- and the chip top (the scheduler
+    driving ``dp``'s chiplet array), mapped to ``library`` with the gate-level runs."""
     from fsedp.hw.generate import CHIP_BLOCKS, DATAPATH_BLOCKS, top_params
 
-    tops = [t for t in DATAPATH_BLOCKS if t != "chiplet_array"] + list(CHIP_BLOCKS)
+    tops = [*BLOCKS, *(t for t in DATAPATH_BLOCKS if t != "chiplet_array"), *CHIP_BLOCKS]
     return {t: library.figures(t, top_params(t, sp, dp)) for t in tops}
 
 
@@ -394,10 +400,16 @@ def _lib_row(first: str, f: dict, activity: bool) -> str:
         return f"| {first} | failed: {f['error'][:120]} |"
     a = f.get("activity")
     rec = "-"
-    if a is not None:
-        ok = a.get("failed") == 0 and not a.get("mismatches")
-        ok = ok and not any((a.get("check") or {}).values())
-        rec = f"{_num(f.get('activity_power_mw'))} ({a['cycles']} cycles{'' if ok else ', FAILED'})"
+    if a is not None and a.get("cycles") is None:
+        rec = "FAILED: " + str(a.get("error"))[:80]
+    elif a is not None:
+        cone = (
+            "" if a.get("input_cone") is None else f", {100 * a['input_cone']:.0f} % in input cones"
+        )
+        rec = (
+            f"{_num(f.get('activity_power_mw'))} ({a['cycles']} cycles{cone}"
+            f"{'' if a['passed'] else ', FAILED'})"
+        )
     return (
         f"| {first} | {_v(f.get('cell_count'))} | {_v(f.get('flip_flops'))} | "
         f"{_num(f.get('area_um2'), '{:.0f}')} | {_num(f.get('arrival_ns'))} | "
@@ -438,9 +450,11 @@ def _library_tables(rows, library: dict, datapath: dict) -> list[str]:
             "mapped netlist (Verilator; registers and ports recorded, the other nets "
             "evaluated cycle by cycle; every cell output's toggles per cycle; the bench "
             "checks the netlist against the golden model: FAILED would say it did not pass "
-            "or its recording did not check), made at the grid's smallest size and for the "
-            "datapath blocks and the chip top (`-` elsewhere: the Verilator build of a "
-            "mapped netlist grows with it, see `rtl-synthesis.md`)."
+            "or its recording did not check; the cells in input bits' cones, whose "
+            "activities this OpenSTA re-propagates from the recorded input activity, are "
+            "counted), for every block and the chip top of the "
+            "small chip below (`-` in the grid: the Verilator build of a mapped netlist "
+            "grows with it, see `rtl-synthesis.md`)."
             if act
             else "."
         )
@@ -472,9 +486,10 @@ def _library_tables(rows, library: dict, datapath: dict) -> list[str]:
         out.append("")
     if datapath:
         out += [
-            "The datapath's blocks (one chiplet's ring buffer and router, the chiplet, the "
-            "DDR controller) and the chip top (`fsedp_chip`: the scheduler and the chiplet "
-            f"array) at {library.get('datapath', '')}:",
+            f"A small chip, every block and the chip top: {library.get('datapath', '')} "
+            "(the scheduler's blocks at its generics, one chiplet's ring buffer and router, "
+            "the chiplet, the DDR controller, and `fsedp_chip`, the scheduler and the "
+            "chiplet array):",
             "",
             "| top " + head,
             "|---" + rule,
