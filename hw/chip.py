@@ -121,8 +121,13 @@ class Chip(wiring.Component):
         if not isinstance(p, ChipParams):
             self._MustUse__silence = True
             raise TypeError(f"p must be ChipParams, not {p!r}")
-        # the blocks check their own generics (ring_orders, admission) eagerly
-        sched = Scheduler(p.sched)
+        # the blocks check their own generics (ring_orders, admission) eagerly; a chip
+        # refused is never elaborated (no UnusedElaboratable warning for it)
+        try:
+            sched = Scheduler(p.sched)
+        except Exception:
+            self._MustUse__silence = True
+            raise
         try:
             array = ChipletArray(p.datapath)
         except Exception:
