@@ -103,6 +103,10 @@ def _rounds(k: dict, sp, rng: random.Random) -> list | None:
     return k.get("rounds")
 
 
+#: the chip's sticky error flags, checked at the end of every layer (and at a ``limit``)
+FLAGS = ("overflow", "bad_record", "spurious_done", "bad_dispatch", "orphan")
+
+
 async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
     sp, dp = p.sched, p.datapath
     n = dp.chiplets
@@ -134,6 +138,13 @@ async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
         report["mismatches"] += 1
         if len(report["first_mismatches"]) < 5:
             report["first_mismatches"].append(f"layer {layer} cycle {b.cycle}: {what}")
+
+    async def check_flags(layer) -> bool:
+        """The chip's sticky error flags, a mismatch when one is raised."""
+        flags = {f: await b.get(f) for f in FLAGS}
+        if any(flags.values()):
+            miss(layer, f"error flags raised: {flags}")
+        return any(flags.values())
 
     for layer in range(layers):
         if rounds is not None:
@@ -244,12 +255,7 @@ async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
             await b.tick()
             if limit is not None and b.cycle >= limit:
                 report["limited"] = True
-                flags = {
-                    f: await b.get(f)
-                    for f in ("overflow", "bad_record", "spurious_done", "bad_dispatch", "orphan")
-                }
-                if any(flags.values()):
-                    miss(layer, f"error flags raised: {flags}")
+                await check_flags(layer)
                 break
             if b.cycle - start > bound:
                 miss(layer, f"layer not over within {bound} cycles")
@@ -260,12 +266,7 @@ async def bench(b: Bench, p: ChipParams, k: dict) -> dict:
             report["layers"] += 1
             report["beats"] += len(beats)
             cyc = end - first if first is not None else 0
-            flags = {
-                f: await b.get(f)
-                for f in ("overflow", "bad_record", "spurious_done", "bad_dispatch", "orphan")
-            }
-            if any(flags.values()):
-                miss(layer, f"error flags raised: {flags}")
+            if await check_flags(layer):
                 break
             first_ok = first is None or first == model.timing.first_beat
             if not first_ok:

@@ -234,6 +234,12 @@ def _report_library(args):
         if args.activity:
             raise usage("--activity", "needs --liberty (the power of a mapped netlist)")
         return None
+    return _read_library(args, "rtl report")
+
+
+def _read_library(args, verb: str):
+    """``--liberty`` read and checked, then the tools its flow (and ``--activity``) needs:
+    each a line and exit 2 (the options' own rules first, not what is installed)."""
     from fsedp.experiments import synth
 
     if not args.liberty.strip() or "\0" in args.liberty:
@@ -250,8 +256,31 @@ def _report_library(args):
         if why:
             missing.append(f"--activity: {why}")
     if missing:
-        raise usage("rtl report", f"needs {' and '.join(missing)} on PATH")
+        raise usage(verb, f"needs {' and '.join(missing)} on PATH")
     return lib
+
+
+def library_options(parser, required: bool, CLOCK_MHZ, CLOCK_RANGE_MHZ):
+    """``--liberty``, ``--clock-mhz`` and ``--activity`` of the flows to a library."""
+    parser.add_argument(
+        "--liberty",
+        required=required,
+        metavar="FILE",
+        help="the standard-cell library (Liberty)"
+        + ("" if required else ": also map and time every block, sorter variant and the chip"),
+    )
+    parser.add_argument(
+        "--clock-mhz",
+        type=number("--clock-mhz", *CLOCK_RANGE_MHZ),
+        default=CLOCK_MHZ,
+        help="clock the mapped paths are timed at, MHz",
+    )
+    parser.add_argument(
+        "--activity",
+        action="store_true",
+        help="run each block's bench on its mapped netlist (Verilator) and report the power "
+        "also from the switching activity recorded there",
+    )
 
 
 def _report_chip(args, base):
@@ -452,21 +481,7 @@ def cmd_synth(args):
             )
         tops, dp_tops = [t for t in tops if t not in dp_tops], []  # reshapes the scheduler only
     dp = _datapath_of(args, tops, p)
-    if not args.liberty.strip() or "\0" in args.liberty:
-        raise usage("--liberty", f"must name a Liberty file, not {args.liberty[:40]!r}")
-    try:
-        lib = synth.read_liberty(args.liberty)
-    except InputError as e:
-        raise usage("--liberty", f"{args.liberty[:200]}: {e.reason}") from None
-    missing = synth.missing_tools()  # the options' own rules first: not what is installed
-    if args.activity:
-        from fsedp.tb.runner import simulator_missing
-
-        why = simulator_missing("verilator")
-        if why:
-            missing.append(f"--activity: {why}")
-    if missing:
-        raise usage("rtl synth", f"needs {' and '.join(missing)} on PATH")
+    lib = _read_library(args, "rtl synth")
     command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl synth"
     out = args.out or build_dir("synth")
     run = synth.run(
@@ -678,23 +693,7 @@ def add_parsers(sub):
         help="comma-separated sorter variants to measure beside the config's "
         f"({', '.join(SORTERS)}; cells only)",
     )
-    r.add_argument(
-        "--liberty",
-        metavar="FILE",
-        help="also map every block, sorter variant, the datapath blocks and the chip top to "
-        "this standard-cell library (Liberty) and time them (the flow of rtl synth)",
-    )
-    r.add_argument(
-        "--clock-mhz",
-        type=number("--clock-mhz", *CLOCK_RANGE_MHZ),
-        default=CLOCK_MHZ,
-        help="clock the mapped paths are timed at, MHz (with --liberty)",
-    )
-    r.add_argument(
-        "--activity",
-        action="store_true",
-        help="with --liberty: power also from a gate-level run of each block's bench",
-    )
+    library_options(r, False, CLOCK_MHZ, CLOCK_RANGE_MHZ)
     r.add_argument(
         "--fpga",
         action="store_true",
@@ -736,22 +735,8 @@ def add_parsers(sub):
         "a gate-level run of each block's bench",
     )
     sizes(sy)
-    sy.add_argument(
-        "--liberty", required=True, metavar="FILE", help="the standard-cell library (Liberty)"
-    )
-    sy.add_argument(
-        "--clock-mhz",
-        type=number("--clock-mhz", *CLOCK_RANGE_MHZ),
-        default=CLOCK_MHZ,
-        help="clock frequency the paths are timed at, MHz",
-    )
+    library_options(sy, True, CLOCK_MHZ, CLOCK_RANGE_MHZ)
     top_option(sy, "synthesise", SYNTH_TOPS, DEFAULT_TOPS)
-    sy.add_argument(
-        "--activity",
-        action="store_true",
-        help="run each block's bench on its mapped netlist (Verilator) and report the power "
-        "also from the switching activity recorded there",
-    )
     sy.add_argument("--out", help="output folder (default: build/synth)")
     sy.set_defaults(func=cmd_synth, out_kind="folder")
 
