@@ -215,11 +215,9 @@ def netlist_instances(text: str, lib) -> list[Instance]:
     return out
 
 
-def netlist_drivers(text: str, lib) -> list[tuple[str, str, str]]:
-    """``(instance, pin, net)`` for every output pin of a library cell in a Yosys netlist."""
-    return [
-        (i.name, pin, net) for i in netlist_instances(text, lib) for pin, net in i.outputs.items()
-    ]
+def drivers(instances) -> list[tuple[str, str, str]]:
+    """``(instance, pin, net)`` for every output pin of the instances."""
+    return [(i.name, pin, net) for i in instances for pin, net in i.outputs.items()]
 
 
 _PORT = re.compile(r"(?<![\w$\\])input\s+(?:\[(\d+):(\d+)\]\s+)?(\\\S+|[A-Za-z_][\w$]*)\s*;", re.M)
@@ -565,7 +563,7 @@ def record(top: str, params, lib, netlist: Path, module: str, clock: str, work: 
     vcd.unlink()  # large; the activity is in the script
     values, check = evaluate(instances, lib, samples, cycles)
     inputs = input_bits(text, clock)
-    tcl, cover = activity_tcl(netlist_drivers(text, lib), inputs, values, cycles)
+    tcl, cover = activity_tcl(drivers(instances), inputs, values, cycles)
     cone = input_cone(instances, lib, inputs)
     return {
         "tcl": tcl,
