@@ -57,6 +57,8 @@ def test_library_tables_have_no_estimate():
         "| 16 | 4 | shuffle | 100 |" in text and "(400 cycles, 25 % in input cones, FAILED)" in text
     )
     assert "| chip | 100 | 10 |" in text and "2x2 chiplets, E=16" in text
+    failed = format_report([row], lib, {"ddr_ctrl": {**FIG, "error": "sta: Error: NaN"}})
+    assert "| ddr_ctrl | 100 | 10 | 1234 |" in failed and "(failed: sta: Error: NaN)" in failed
     assert "| 0.250 | 0.43 |" in text  # the scheduler's library area in mm^2 beside the paper's
     assert "lib_tt" in text and "80.9 ps" in text
     bare = format_report([{k: v for k, v in row.items() if not k.startswith("library")}])

@@ -416,7 +416,10 @@ def _lib_row(first: str, f: dict, activity: bool) -> str:
         f"{_num(f.get('arrival_fo4'), '{:.1f}')} | {_num(f.get('slack_ns'))} | "
         f"{_num(f.get('cycle_fo4'), '{:.1f}')} "
         f"({'-' if f.get('meets_28nm') is None else 'met' if f['meets_28nm'] else 'missed'}) | "
-        f"{_num(f.get('power_mw'))} |" + (f" {rec} |" if activity else "")
+        f"{_num(f.get('power_mw'))}"
+        + (f" (failed: {f['error'][:100]})" if f.get("error") else "")
+        + " |"
+        + (f" {rec} |" if activity else "")
     )
 
 

@@ -460,15 +460,24 @@ def _run_tool(argv, work: Path, log: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def _sta(work: Path, script: str, log: str) -> str:
-    """OpenSTA on ``script`` in ``work``; its output, or a RuntimeError with its first
-    error line."""
+def _sta_run(work: Path, script: str, log: str) -> tuple[str, str | None]:
+    """OpenSTA on ``script`` in ``work``: its output and its first error line (``None``
+    when it ran clean to the script's end)."""
     argv = [shutil.which("sta"), "-no_init", "-no_splash", "-exit", script]
     proc = _run_tool(argv, work, log)
     out = proc.stdout + proc.stderr
     errors = [x for x in out.splitlines() if x.startswith("Error")]
     if proc.returncode != 0 or errors or "@@ end" not in out:
-        raise RuntimeError(f"sta: {(errors or out.strip().splitlines()[-1:] or ['failed'])[0]}")
+        return out, f"sta: {(errors or out.strip().splitlines()[-1:] or ['failed'])[0]}"
+    return out, None
+
+
+def _sta(work: Path, script: str, log: str) -> str:
+    """OpenSTA on ``script`` in ``work``; its output, or a RuntimeError with its first
+    error line."""
+    out, error = _sta_run(work, script, log)
+    if error:
+        raise RuntimeError(error)
     return out
 
 
@@ -723,11 +732,11 @@ def synthesize(
                 res["activity"] = rec
     (work / f["sta"]).write_text(sta_script(lib, name, period, clock, script))
     t0 = time.time()
-    try:
-        report = _sta(work, f["sta"], f["sta_log"])
-    except RuntimeError as e:
-        res["error"] = str(e)
-        return res
+    report, error = _sta_run(work, f["sta"], f["sta_log"])
+    if error:  # the top fails; what STA did report is kept (a power error after the timing)
+        res["error"] = error
+        if "@@ checks" not in report:
+            return res
     res["sta_s"] = round(time.time() - t0, 1)
     (out / files["sta"]).write_text(report)
     if script is not None:
