@@ -103,10 +103,13 @@ SPECIAL = {
 #: mapped by ``dfflibmap``), then delay-targeted mapping, buffering, up- and down-sizing.
 #: ``buffer -p`` buffers the primary inputs too, which are the flip-flop outputs and the
 #: top's inputs: with the driving cell of :func:`abc_constraints` ABC sizes and buffers
-#: them as it does every gate, without one it leaves them alone.
+#: them as it does every gate, without one it leaves them alone.  ``-N 4``: at ABC's
+#: default fanout of ten ``buffer`` strings a net's sinks along a chain of buffers, each
+#: driving nine sinks and the next (22 buffers, 4.6 ns, on the 64-expert EIT's read
+#: address); at four the chains are a few buffers deep (``docs/rtl-synthesis.md``).
 ABC_SCRIPT = (
     "strash; &get -n; &fraig -x; &put; dc2; strash; &get -n; &dch -f; &nf -D {D}; &put; "
-    "topo; buffer -p; upsize -D {D}; dnsize -D {D}; stime -p"
+    "topo; buffer -p -N 4; upsize -D {D}; dnsize -D {D}; stime -p"
 )
 
 #: Inverters of the FO4 chain: stages driving 1 + 3 loads each, and where the delay is
