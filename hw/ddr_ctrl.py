@@ -18,6 +18,7 @@ from fsedp.hw.common import (
     lowest_bit,
     ring_next_hops,
     rr_pick,
+    tree_sum,
 )
 from fsedp.hw.layouts import delivery_layout, dispatch_layout, slices_layout, tokens_layout
 from fsedp.hw.ring_buffer import (
@@ -45,7 +46,7 @@ def path_hops(m: Module, p: DatapathParams, traj, name: str) -> list:
     for a in range(n):
         m.d.comb += legs[a].eq(Mux(traj[a], dist[a][nh[a]], 0))
     ring = Signal(p.hop_bits + bits_for(n + 1), name=f"{name}_ring")
-    m.d.comb += ring.eq(sum(legs))
+    m.d.comb += ring.eq(tree_sum(legs))
     out = []
     for a in range(n):
         into = Const(0, p.hop_bits)
@@ -545,7 +546,7 @@ class DDRController(wiring.Component):
         bv = self.dispatch.valid
         b_hops = path_hops(m, p, b.traj, "beat")
         b_legs = Signal(p.chiplet_bits)
-        m.d.comb += b_legs.eq(sum(b.traj[a] for a in range(n)) - 1)
+        m.d.comb += b_legs.eq(tree_sum(b.traj[a] for a in range(n)) - 1)
         b_ok = Signal()
         # range checks only where the field can encode an out-of-range value
         in_range = Const(1)
@@ -751,7 +752,7 @@ class DDRController(wiring.Component):
             with m.If(retire[c].valid & ~matched):
                 m.d.sync += orphan.eq(1)
         for j in range(n):
-            inc = sum(retire[c].valid & (retire[c].payload == t.jexpert[j]) for c in range(n))
+            inc = tree_sum(retire[c].valid & (retire[c].payload == t.jexpert[j]) for c in range(n))
             total = Signal(ld_bits + 1, name=f"job_total{j}")
             m.d.comb += total.eq(t.jretired[j] + inc)
             with m.If(t.jvalid[j] & (inc != 0)):

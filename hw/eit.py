@@ -2,7 +2,7 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import sat_add
+from fsedp.hw.common import sat_add, tree_sum
 from fsedp.hw.layouts import entry_layout, record_layout
 from fsedp.params import SchedulerParams
 
@@ -179,12 +179,12 @@ class EIT(wiring.Component):
         # the re-merged values of the word's W experts (W adder trees over R requests)
         g_count, g_mask = [], []
         for j in range(W):
-            total, mask = 0, 0
+            terms, mask = [], 0
             for r in range(R):
                 use = g_include[r] & g_present[j][r]
-                total = total + Mux(use, reads[r][j].count, 0)
+                terms.append(Mux(use, reads[r][j].count, 0))
                 mask = mask | Mux(use, reads[r][j].mask, 0)
-            count, _ = sat_add(total, 0, p.count_max)
+            count, _ = sat_add(tree_sum(terms), 0, p.count_max)
             g_count.append(Signal(p.count_width, name=f"merge_count{j}"))
             g_mask.append(Signal(p.chiplets, name=f"merge_mask{j}"))
             m.d.comb += [g_count[j].eq(count), g_mask[j].eq(mask)]

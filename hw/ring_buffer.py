@@ -8,7 +8,7 @@ from amaranth import Array, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from fsedp.hw.common import check_chiplet, lowest_bit, ring_after
+from fsedp.hw.common import check_chiplet, lowest_bit, ring_after, tree_sum
 from fsedp.hw.layouts import (
     candidate_layout,
     delivery_layout,
@@ -270,7 +270,7 @@ class RingBuffer(wiring.Component):
             ]
 
         # -- free slots -----------------------------------------------------------------
-        nbusy = sum(busy[i] for i in range(K))
+        nbusy = tree_sum(busy[i] for i in range(K))
         free_vec = Signal(K)
         m.d.comb += [free_vec[i].eq(~busy[i]) for i in range(K)]
         m.d.comb += [self.free.eq(K - nbusy), self.occupancy.eq(nbusy)]
@@ -291,7 +291,7 @@ class RingBuffer(wiring.Component):
             ok1 = Const(1)
             for i in range(top + 1):
                 at_least = Signal(p.free_bits, name=f"claims_ge{i}")
-                m.d.comb += at_least.eq(sum(busy[s] & (claim[s] >= i) for s in range(K)))
+                m.d.comb += at_least.eq(tree_sum(busy[s] & (claim[s] >= i) for s in range(K)))
                 n0, n1 = Signal(name=f"admit{i}"), Signal(name=f"admit_spare{i}")
                 m.d.comb += [
                     n0.eq(ok0 & (at_least + 1 + i <= K)),
