@@ -81,9 +81,8 @@ def sat_add(a: Value, b: Value, limit: int) -> tuple[Value, Value]:
 def tree_sum(terms) -> Value:
     """The sum of ``terms`` (values or ints) as a balanced tree of adders, ``ceil(log2 n)``
     deep: Python's ``sum`` builds a chain ``n - 1`` adders deep, which Yosys and ABC keep
-    (measured: the EIT re-merge's sum over the requests, the ring buffer's count of busy
-    slots, on their blocks' critical paths).  The same value as ``sum(terms)``, at least
-    as wide."""
+    (measured: the EIT re-merge's sum over the requests, on the 128-expert scheduler's
+    critical path).  The same value as ``sum(terms)``, at least as wide."""
     level = list(terms)
     if not level:
         return Const(0, 1)
