@@ -342,13 +342,226 @@ class DDRController(wiring.Component):
             best_v, best_f, best_a = nv, nf, na
         return best_v, best_a
 
-    # -- a channel per chiplet ---------------------------------------------------------------
+    # -- a channel per chiplet, Rule 4 ---------------------------------------------------------
+    def _quotas(self, m, t, hot) -> tuple:
+        """Per job and pre-load entry, the micro-slices it may load this cycle, capped at
+        ``n`` (no more chiplets pick it): its micro-slices left, and for a compute-heavy job
+        the room left in its ``hot_window`` ([D12]; mirrors ``ddr.window_quota``)."""
+        p = self.p
+        n, P = p.chiplets, p.preload_entries
+        qb = bits_for(n + 1)
+        cap = Const(n, qb)
+        quota, pquota = [], []
+        for j in range(n):
+            left = Signal(len(t.jloaded[j]), name=f"job_left{j}")
+            m.d.comb += left.eq(t.jcount[j] - t.jloaded[j])
+            lim = left
+            if hot is not None:
+                inflight = t.jloaded[j] - t.jretired[j]
+                room = Signal(bits_for(p.hot_window + 1), name=f"job_window_left{j}")
+                m.d.comb += room.eq(Mux(inflight < p.hot_window, p.hot_window - inflight, 0))
+                lim = Mux(hot[j] & (room < left), room, left)
+            q = Signal(qb, name=f"quota{j}")
+            m.d.comb += q.eq(Mux(t.jvalid[j], Mux(lim < cap, lim, cap), 0))
+            quota.append(q)
+        for k in range(P):
+            left = t.pcount[k] - t.pload[k]
+            q = Signal(qb, name=f"pre_quota{k}")
+            m.d.comb += q.eq(Mux(t.pvalid[k], Mux(left < cap, left, cap), 0))
+            pquota.append(q)
+        return quota, pquota
+
+    def _grants(self, m, picks, quota, name: str) -> tuple:
+        """Grants of one kind of pick (jobs or pre-load entries): ``picks`` is, per phase
+        (local, then remote), per chiplet ``(valid, index)``; a pick of ``x`` is granted
+        while the picks of ``x`` before it (earlier phase, or lower chiplet) are fewer than
+        ``quota[x]``: a prefix count per ``x``, not a chain over the chiplets.  Returns,
+        per phase and chiplet, ``(granted, rank)`` (``rank``: the micro-slices of ``x``
+        issued before it this cycle) and per ``x`` the grants."""
+        n = self.p.chiplets
+        nx = len(quota)
+        qb = bits_for(n + 1)
+        base = [Const(0, qb)] * nx  # grants of the earlier phases
+        out, granted = [], [[] for _ in range(nx)]
+        for ph, phase in enumerate(picks):
+            hits = [[v & (i == x) for x in range(nx)] for v, i in phase]
+            rows = []
+            for c in range(n):
+                g_any, r_any = Const(0), Const(0, qb)
+                for x in range(nx):
+                    before = Signal(qb, name=f"{name}{ph}_c{c}_before{x}")
+                    m.d.comb += before.eq(base[x] + tree_sum(hits[d][x] for d in range(c)))
+                    g = Signal(name=f"{name}{ph}_c{c}_grant{x}")
+                    m.d.comb += g.eq(hits[c][x] & (before < quota[x]))
+                    granted[x].append(g)
+                    g_any = g_any | g
+                    r_any = r_any | Mux(hits[c][x], before, 0)
+                gs, rs = Signal(name=f"{name}{ph}_grant{c}"), Signal(qb, name=f"{name}{ph}_rank{c}")
+                m.d.comb += [gs.eq(g_any), rs.eq(r_any)]
+                rows.append((gs, rs))
+            out.append(rows)
+            nbase = []
+            for x in range(nx):
+                total = Signal(qb + 1, name=f"{name}{ph}_picks{x}")
+                m.d.comb += total.eq(base[x] + tree_sum(hits[c][x] for c in range(n)))
+                b = Signal(qb, name=f"{name}{ph}_base{x}")
+                m.d.comb += b.eq(Mux(total < quota[x], total, quota[x]))
+                nbase.append(b)
+            base = nbase
+        return out, granted
+
+    def _issue_chiplets(self, m, t, free2, can_issue, hot, rr) -> tuple:
+        """Chiplet-driven Rule 4 issue (mirrors :func:`fsedp.sw.streaming.ddr.per_chiplet`,
+        [D18]): every chiplet's pick from the cycle's starting state, in parallel (a local
+        load, else a local pre-load, else a remote load, else a remote pre-load), then the
+        grants up to each job's and entry's quota (:meth:`_grants`).  Depth: a round-robin
+        pick and a prefix count, independent of the other chiplets' picks.  Returns
+        ``(w_en, entry)`` per channel and ``after(k)``."""
+        p = self.p
+        n, P, cb = p.chiplets, p.preload_entries, p.chiplet_bits
+        pb = max(1, bits_for(P))
+        top = p.held_claim
+        quota, pquota = self._quotas(m, t, hot)
+        lj, lp, rj, rp = [], [], [], []  # per chiplet: (valid, index)
+        for c in range(n):
+            elig = []
+            for j in range(n):
+                e = Signal(name=f"a{c}_elig{j}")
+                m.d.comb += e.eq(
+                    (quota[j] != 0) & t.jtraj[j][c] & self._room(free2, c, t.jneed[j][c])
+                )
+                elig.append(e)
+            any_l, pick_l = rr_pick(elig, rr, cb)
+            room_top = self._room(free2, c, top)
+            if P:
+                any_p, pick_p = first_set([(pquota[k] != 0) & t.ptraj[k][c] for k in range(P)])
+            else:
+                any_p, pick_p = Const(0), Const(0, pb)
+            relig = []
+            for j in range(n):
+                e = Signal(name=f"c{c}_elig{j}")
+                m.d.comb += e.eq((quota[j] != 0) & self._room(free2, c, t.jrr[j][c]))
+                relig.append(e)
+            any_r, pick_r = rr_pick(relig, rr, cb)
+            if P:
+                any_q, pick_q = first_set([pquota[k] != 0 for k in range(P)])
+            else:
+                any_q, pick_q = Const(0), Const(0, pb)
+            v = [Signal(name=f"c{c}_pick_{s}") for s in ("a", "b", "c", "c_pre")]
+            x = [
+                Signal(cb, name=f"c{c}_job"),
+                Signal(pb, name=f"c{c}_pre"),
+                Signal(cb, name=f"c{c}_rjob"),
+                Signal(pb, name=f"c{c}_rpre"),
+            ]
+            local_p = room_top & any_p
+            m.d.comb += [
+                v[0].eq(can_issue[c] & any_l),
+                v[1].eq(can_issue[c] & ~any_l & local_p),
+                v[2].eq(can_issue[c] & ~any_l & ~local_p & any_r),
+                v[3].eq(can_issue[c] & ~any_l & ~local_p & ~any_r & room_top & any_q),
+                x[0].eq(pick_l),
+                x[1].eq(pick_p),
+                x[2].eq(pick_r),
+                x[3].eq(pick_q),
+            ]
+            lj.append((v[0], x[0]))
+            lp.append((v[1], x[1]))
+            rj.append((v[2], x[2]))
+            rp.append((v[3], x[3]))
+        (jl, jr), jgrants = self._grants(m, [lj, rj], quota, "job")
+        if P:
+            (pl, pr), pgrants = self._grants(m, [lp, rp], pquota, "pre")
+        else:
+            pl = pr = [(Const(0), Const(0, 1))] * n
+            pgrants = []
+
+        def job_fields(sel, rank, dest, r):
+            return dict(
+                expert=t.jexpert[sel], index=t.jloaded[sel] + rank, traj=t.jtraj[sel],
+                legs=t.jlegs[sel], dest=dest, r=r, held=0,
+            )  # fmt: skip
+
+        def pre_fields(sel, rank, dest, r):
+            return dict(
+                expert=t.pexpert[sel], index=t.pload[sel] + rank, traj=t.ptraj[sel],
+                legs=t.plegs[sel], dest=dest, r=r, held=1,
+            )  # fmt: skip
+
+        def col(rows, c, width):
+            return Array(rows[x][c] for x in range(width))
+
+        cands = []
+        for c in range(n):
+            sl, sr = lj[c][1], rj[c][1]
+            cc = [
+                (jl[c][0], job_fields(sl, jl[c][1], c, col(t.jneed, c, n)[sl])),
+                (jr[c][0], job_fields(sr, jr[c][1], col(t.jrd, c, n)[sr], col(t.jrr, c, n)[sr])),
+            ]
+            if P:
+                sp, sq = lp[c][1], rp[c][1]
+                rhops = col(t.prr, c, P)
+                cc += [
+                    (pl[c][0], pre_fields(sp, pl[c][1], c, col(t.pneed, c, P)[sp])),
+                    (pr[c][0], pre_fields(sq, pr[c][1], col(t.prd, c, P)[sq], rhops[sq])),
+                ]
+            cands.append(cc)
+        # the round-robin pointer follows the last job issued, in the golden model's order
+        # (local loads by chiplet, then remote ones)
+        for rows, picks in ((jl, lj), (jr, rj)):
+            for c in range(n):
+                sel = picks[c][1]
+                with m.If(rows[c][0]):
+                    m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
+        ew = bits_for(n + 1)
+        for j in range(n):
+            inc = Signal(ew, name=f"job_issued{j}")
+            m.d.comb += inc.eq(tree_sum(jgrants[j]))
+            m.d.sync += t.jloaded[j].eq(t.jloaded[j] + inc)
+        pext = []
+        for k in range(P):
+            inc = Signal(ew, name=f"pre_issued{k}")
+            m.d.comb += inc.eq(tree_sum(pgrants[k]))
+            m.d.sync += t.pload[k].eq(t.pload[k] + inc)
+            pext.append(inc)
+        return self._entries(m, t, cands), lambda k: t.pload[k] + Array(pext)[k]
+
+    def _entries(self, m, t, cands) -> tuple:
+        """Per channel, its delivery-queue entry from the first of its candidate loads that
+        issues: ``(w_en, entry)``."""
+        n = self.p.chiplets
+        wens, ws = [], []
+        for c in range(n):
+            w = Signal(t.entry_layout, name=f"w{c}")
+            wen = Signal(name=f"w_en{c}")
+            first = True
+            for iss, f in cands[c]:
+                with m.If(iss) if first else m.Elif(iss):
+                    m.d.comb += [
+                        w.d.packet.expert.eq(f["expert"]),
+                        w.d.packet.index.eq(f["index"]),
+                        w.d.packet.traj.eq(f["traj"]),
+                        w.d.packet.legs.eq(f["legs"]),
+                        w.d.packet.dest.eq(f["dest"]),
+                        w.d.packet.r.eq(f["r"]),
+                        w.d.held.eq(f["held"]),
+                    ]
+                first = False
+            any_iss = Const(0)
+            for iss, _ in cands[c]:
+                any_iss = any_iss | iss
+            m.d.comb += [wen.eq(any_iss), w.d.target.eq(c)]
+            wens.append(wen)
+            ws.append(w)
+        return wens, ws
+
+    # -- a channel per chiplet, Rule 5 ---------------------------------------------------------
     def _issue_per_chiplet(self, m, t, free2, can_issue, hot, rr) -> tuple:
-        """Chiplet-driven issue (mirrors the ``channels > 1`` branches of
-        :func:`fsedp.sw.streaming.ddr.issue`): per chiplet in ascending order, a local Rule 4
-        load (or Rule 5's chain over the jobs), then local pre-loads, then remote loads.  A job
-        may load several micro-slices in one cycle: ``extra[j]`` counts the ones issued by the
-        chiplets before.  Returns ``(w_en, entry)`` per channel and ``after(k)``."""
+        """Rule 5 with a channel per chiplet (A4; mirrors the ``rule5`` branches of
+        :func:`fsedp.sw.streaming.ddr.issue`): the jobs round-robin, each one load into its
+        emptiest chiplet whose channel is unused, then the pre-loads chiplet by chiplet.  A
+        chain over the jobs and the chiplets (the ablation, not the chip's rule).  Returns
+        ``(w_en, entry)`` per channel and ``after(k)``."""
         p = self.p
         n, P, cb = p.chiplets, p.preload_entries, p.chiplet_bits
         ew = bits_for(n + 1)
@@ -375,36 +588,10 @@ class DDRController(wiring.Component):
                 dest=dest, r=r, held=1,
             )  # fmt: skip
 
-        def job_load(tag, c, covers, hops, dests, enable):
-            """A load on chiplet ``c`` for the first running expert (round-robin) that
-            ``covers(j)`` it, has micro-slices left, is in its window and is admitted with
-            ``hops[j]``; it goes to ``dests[j]``.  Returns ``(issue, any eligible)``."""
-            elig = []
-            for j in range(n):
-                e = Signal(name=f"{tag}{c}_elig{j}")
-                m.d.comb += e.eq(
-                    t.jvalid[j]
-                    & covers(j)
-                    & (t.jloaded[j] + extra[j] < t.jcount[j])
-                    & self._room(free2, c, hops[j])
-                    & self._window(m, t, hot, j, extra[j], f"{tag}{c}_window{j}")
-                )
-                elig.append(e)
-            anyj, pick = rr_pick(elig, rr, cb)
-            iss, sel = Signal(name=f"{tag}{c}_issue"), Signal(cb, name=f"{tag}{c}_job")
-            m.d.comb += [iss.eq(enable & anyj), sel.eq(pick)]
-            index = Array(t.jloaded[j] + extra[j] for j in range(n))[sel]
-            dest = c if dests is None else Array(dests)[sel]
-            cands[c].append((iss, job_fields(sel, index, dest, Array(hops)[sel])))
-            with m.If(iss):
-                m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
-            extra[:] = [count(extra[j], iss, sel, j, f"{tag}{c}_extra{j}") for j in range(n)]
-            return iss, anyj
-
         def pre_load(tag, c, covers, hops, dests, enable):
             """A held load on chiplet ``c`` for the lowest pre-load entry that ``covers(k)``
             it and has micro-slices left, into room for ``H + 1``; ``hops``/``dests`` as in
-            :func:`job_load`."""
+            a local Rule 4 load."""
             elig = [
                 t.pvalid[k] & covers(k) & (t.pload[k] + pext[k] < t.pcount[k]) for k in range(P)
             ]
@@ -417,46 +604,32 @@ class DDRController(wiring.Component):
             pext[:] = [count(pext[k], iss, sel, k, f"{tag}{c}_extra{k}") for k in range(P)]
             return iss
 
-        local = [Const(0)] * n  # channel already issued before the remote loads
-        if not p.rule5:
-            # local Rule 4: the first running expert (round-robin) that covers c
-            for c in range(n):
-                local[c], _ = job_load(
-                    "a",
-                    c,
-                    lambda j, c=c: t.jtraj[j][c],
-                    [t.jneed[j][c] for j in range(n)],
-                    None,
-                    can_issue[c],
-                )
-        else:
-            # Rule 5: the jobs round-robin, each one load into its emptiest chiplet whose
-            # channel is still unused
-            used = [Const(0)] * n
-            win = [self._window(m, t, hot, j, None, f"job_window_ok{j}") for j in range(n)]
-            for k in range(n):
-                sel = Signal(cb, name=f"r5_{k}_job")
-                s = rr + k
-                m.d.comb += sel.eq(Mux(s >= n, s - n, s))
-                need = [Array(t.jneed[j][a] for j in range(n))[sel] for a in range(n)]
-                traj = t.jtraj[sel]
-                cand = [
-                    traj[a] & can_issue[a] & ~used[a] & self._room(free2, a, need[a])
-                    for a in range(n)
-                ]
-                anyc, tgt = self._emptiest(m, cand, free2, f"r5_{k}_")
-                iss = Signal(name=f"r5_{k}_issue")
-                m.d.comb += iss.eq(
-                    t.jvalid[sel] & (t.jloaded[sel] < t.jcount[sel]) & Array(win)[sel] & anyc
-                )
-                for a in range(n):
-                    hit = iss & (tgt == a)
-                    cands[a].append((hit, job_fields(sel, t.jloaded[sel], a, need[a])))
-                    used[a] = used[a] | hit
-                with m.If(iss):
-                    m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
-                extra[:] = [count(extra[j], iss, sel, j, f"r5_{k}_extra{j}") for j in range(n)]
-            local = used
+        # the jobs round-robin, each one load into its emptiest chiplet whose channel is
+        # still unused
+        used = [Const(0)] * n
+        win = [self._window(m, t, hot, j, None, f"job_window_ok{j}") for j in range(n)]
+        for k in range(n):
+            sel = Signal(cb, name=f"r5_{k}_job")
+            s = rr + k
+            m.d.comb += sel.eq(Mux(s >= n, s - n, s))
+            need = [Array(t.jneed[j][a] for j in range(n))[sel] for a in range(n)]
+            traj = t.jtraj[sel]
+            cand = [
+                traj[a] & can_issue[a] & ~used[a] & self._room(free2, a, need[a]) for a in range(n)
+            ]
+            anyc, tgt = self._emptiest(m, cand, free2, f"r5_{k}_")
+            iss = Signal(name=f"r5_{k}_issue")
+            m.d.comb += iss.eq(
+                t.jvalid[sel] & (t.jloaded[sel] < t.jcount[sel]) & Array(win)[sel] & anyc
+            )
+            for a in range(n):
+                hit = iss & (tgt == a)
+                cands[a].append((hit, job_fields(sel, t.jloaded[sel], a, need[a])))
+                used[a] = used[a] | hit
+            with m.If(iss):
+                m.d.sync += rr.eq(Mux(sel == n - 1, 0, sel + 1))
+            extra[:] = [count(extra[j], iss, sel, j, f"r5_{k}_extra{j}") for j in range(n)]
+        local = used
         if P:
             # local pre-loads: the lowest pre-load entry that covers c
             for c in range(n):
@@ -468,58 +641,11 @@ class DDRController(wiring.Component):
                     None,
                     can_issue[c] & ~local[c],
                 )
-        if not p.rule5:
-            # remote loads [D10]: a running expert's micro-slice (round-robin), else a
-            # pre-load's, that enters its trajectory at remote_entry
-            for c in range(n):
-                free = Signal(name=f"c{c}_free")
-                m.d.comb += free.eq(can_issue[c] & ~local[c])
-                _, anyj = job_load(
-                    "c",
-                    c,
-                    lambda j: Const(1),
-                    [t.jrr[j][c] for j in range(n)],
-                    [t.jrd[j][c] for j in range(n)],
-                    free,
-                )
-                if P:
-                    pre_load(
-                        "c_pre",
-                        c,
-                        lambda k: Const(1),
-                        [t.prr[k][c] for k in range(P)],
-                        [t.prd[k][c] for k in range(P)],
-                        free & ~anyj,
-                    )
         for j in range(n):
             m.d.sync += t.jloaded[j].eq(t.jloaded[j] + extra[j])
         for k in range(P):
             m.d.sync += t.pload[k].eq(t.pload[k] + pext[k])
-
-        wens, ws = [], []
-        for c in range(n):
-            w = Signal(t.entry_layout, name=f"w{c}")
-            wen = Signal(name=f"w_en{c}")
-            first = True
-            for iss, f in cands[c]:
-                with m.If(iss) if first else m.Elif(iss):
-                    m.d.comb += [
-                        w.d.packet.expert.eq(f["expert"]),
-                        w.d.packet.index.eq(f["index"]),
-                        w.d.packet.traj.eq(f["traj"]),
-                        w.d.packet.legs.eq(f["legs"]),
-                        w.d.packet.dest.eq(f["dest"]),
-                        w.d.packet.r.eq(f["r"]),
-                        w.d.held.eq(f["held"]),
-                    ]
-                first = False
-            any_iss = Const(0)
-            for iss, _ in cands[c]:
-                any_iss = any_iss | iss
-            m.d.comb += [wen.eq(any_iss), w.d.target.eq(c)]
-            wens.append(wen)
-            ws.append(w)
-        return wens, ws, lambda k: t.pload[k] + Array(pext)[k]
+        return self._entries(m, t, cands), lambda k: t.pload[k] + Array(pext)[k]
 
     def elaborate(self, platform):
         p = self.p
@@ -613,7 +739,8 @@ class DDRController(wiring.Component):
             for a in range(n):
                 m.d.comb += self.resv[a].valid.eq(wen & (target == a))
         else:
-            wens, ws, after = self._issue_per_chiplet(m, t, free2, can_issue, hot, rr)
+            issue = self._issue_per_chiplet if p.rule5 else self._issue_chiplets
+            (wens, ws), after = issue(m, t, free2, can_issue, hot, rr)
             targets = list(range(n))
             for a in range(n):
                 m.d.comb += self.resv[a].valid.eq(wens[a])

@@ -151,7 +151,12 @@ ENDED, DONE, STALLED = 0, 1, 2
 W_FREE, W_BEST_R, W_ACC_D, W_ACC_SRC, W_ACC_S, W_ACC_SLOT, W_FREE2, W_USED = range(8)
 W_EXTRA, W_PRE_EXTRA, W_IDLE_CH, W_ISS_SLOT, W_ISS_LEGS, W_ISS_R, W_DLV, W_DLV_HELD = range(8, 16)
 W_EV, W_START, W_START_CYCLES, W_RETIRED, W_ISSUED_JOB, W_ISSUED_PRE, W_TMP = range(16, 23)
-NW = W_TMP + 1
+#: ``ddr.per_chiplet``'s picks per chiplet (stage, job or entry, destination, claim) and the
+#: quotas per job and pre-load entry
+W_PK_STAGE, W_PK_X, W_PK_DEST, W_PK_R, W_QUOTA, W_PQUOTA = range(23, 29)
+NW = W_PQUOTA + 1
+#: ``ddr.per_chiplet``'s pick stages (``W[W_PK_STAGE]``; -1: no pick)
+PK_JOB, PK_PRE, PK_RJOB, PK_RPRE = range(4)
 #: columns of an issued load (``ISS``): kind (0 job, 1 pre-load), job or entry index, target,
 #: expert, trajectory, micro-slice, destination -- ``ddr.issue``'s tuples
 I_KIND, I_IDX, I_TARGET, I_EXPERT, I_TRAJ, I_INDEX, I_DEST = range(7)
@@ -505,47 +510,108 @@ def _issue_pre(ISS, ni, PR, k, target, extra, dest):
 
 
 @in_step
+def ddr_window_quota(P, JB, TK, j):
+    """``ddr.window_quota``."""
+    left = JB[j, J_COUNT] - JB[j, J_LOADED]
+    if P[P_HOT] == 0 or ddr_within_window(P, JB, TK, j, P[P_HOT] + JB[j, J_COUNT]):
+        return left
+    return max(0, min(left, P[P_HOT] - (JB[j, J_LOADED] - JB[j, J_RETIRED])))
+
+
+@in_step
+def ddr_per_chiplet(S, W, ISS, CLM, ddr_stall):
+    """``ddr.per_chiplet``: the chiplets' picks from the cycle's starting state, then the
+    grants up to each job's and pre-load entry's quota.  Returns ``ni``."""
+    P, JB, JH, JRD = S[AT_P], S[AT_JB], S[AT_JH], S[AT_JRD]
+    JRR, PR, QRD = S[AT_JRR], S[AT_PR], S[AT_QRD]
+    FQ, GP, TK, SC = S[AT_FQ], S[AT_GP], S[AT_TK], S[AT_SC]
+    n, npre, H = P[P_N], P[P_NPRE], P[P_H]
+    used, taken, ptaken = W[W_USED], W[W_EXTRA], W[W_PRE_EXTRA]
+    stage, px, pdest, pr = W[W_PK_STAGE], W[W_PK_X], W[W_PK_DEST], W[W_PK_R]
+    quota, pquota = W[W_QUOTA], W[W_PQUOTA]
+    for j in range(n):
+        quota[j] = ddr_window_quota(P, JB, TK, j) if JB[j, J_VALID] else 0
+    for k in range(npre):
+        pquota[k] = PR[k, Q_COUNT] - PR[k, Q_LOADED] if PR[k, Q_VALID] else 0
+    for c in range(n):
+        stage[c] = -1
+        if not channel_ok(P, GP, FQ, used, ddr_stall, c):
+            continue
+        for k in range(n):
+            j = SC[X_DDR_RR] + k
+            if j >= n:
+                j -= n
+            if quota[j] > 0 and (JB[j, J_TRAJ] >> c) & 1:
+                r = ddr_need(P, JH, j, c)
+                if room_admits(P, W, CLM, c, r):
+                    stage[c], px[c], pdest[c], pr[c] = PK_JOB, j, c, r
+                    break
+        if stage[c] >= 0:
+            continue
+        if room_admits(P, W, CLM, c, H + 1):
+            for k in range(npre):
+                if pquota[k] > 0 and (PR[k, Q_TRAJ] >> c) & 1:
+                    stage[c], px[c], pdest[c], pr[c] = PK_PRE, k, c, H + 1
+                    break
+            if stage[c] >= 0:
+                continue
+        if not P[P_ADMIT]:
+            continue
+        for k in range(n):
+            j = SC[X_DDR_RR] + k
+            if j >= n:
+                j -= n
+            if quota[j] > 0 and room_admits(P, W, CLM, c, JRR[j, c]):  # remote [D10]
+                stage[c], px[c], pdest[c], pr[c] = PK_RJOB, j, JRD[j, c], JRR[j, c]
+                break
+        if stage[c] >= 0 or not room_admits(P, W, CLM, c, H + 1):
+            continue
+        for k in range(npre):
+            if pquota[k] > 0:
+                stage[c], px[c], pdest[c], pr[c] = PK_RPRE, k, QRD[k, c], H + 1
+                break
+    taken[:n] = 0
+    ptaken[: max(1, npre)] = 0
+    ni = 0
+    for phase in range(3):
+        for c in range(n):
+            g = stage[c]
+            if g < 0 or (phase == 0 and g != PK_JOB) or (phase == 1 and g != PK_PRE):
+                continue
+            if phase == 2 and g != PK_RJOB and g != PK_RPRE:
+                continue
+            x = px[c]
+            if g == PK_JOB or g == PK_RJOB:
+                if taken[x] >= quota[x]:
+                    continue
+                ni = _issue_job(ISS, ni, JB, x, c, taken[x], pdest[c])
+                taken[x] += 1
+            else:
+                if ptaken[x] >= pquota[x]:
+                    continue
+                ni = _issue_pre(ISS, ni, PR, x, c, ptaken[x], pdest[c])
+                ptaken[x] += 1
+            used[c] = 1
+            room_take(P, W, CLM, c, pr[c])
+    return ni
+
+
+@in_step
 def ddr_issue(S, W, ISS, CLM, ddr_stall):
     """``ddr.issue``: this cycle's loads ``ISS[:ni]`` (``I_*``) and their headers
     (``issue_out``: ``W[W_ISS_SLOT]``, ``W[W_ISS_LEGS]``, ``W[W_ISS_R]``); ``W[W_USED]``
     the channels used; the ledger (``W[W_FREE2]``, ``CLM``: ``ring_buffer.Room`` after the
     accepted transfers) takes every load.  Returns ``ni``."""
-    P, DIST, SL, JB, JH, JRD = S[AT_P], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH], S[AT_JRD]
-    JRR, PR, QH, QRD = S[AT_JRR], S[AT_PR], S[AT_QH], S[AT_QRD]
+    P, DIST, SL, JB, JH = S[AT_P], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH]
+    PR, QH = S[AT_PR], S[AT_QH]
     FQ, GP, TK, SC = S[AT_FQ], S[AT_GP], S[AT_TK], S[AT_SC]
     n, K, chans, npre, H = P[P_N], P[P_K], P[P_CHAN], P[P_NPRE], P[P_H]
-    used, extra, pre_extra = W[W_USED], W[W_EXTRA], W[W_PRE_EXTRA]
+    used, pre_extra = W[W_USED], W[W_PRE_EXTRA]
     used[:chans] = 0
-    extra[:n] = 0
     pre_extra[: max(1, npre)] = 0
-    ni = nidle = 0
-    idle_channel = W[W_IDLE_CH]
+    ni = 0
     if chans > 1 and not P[P_RULE5]:
-        # Rule 4 with a channel per chiplet; a chiplet none covers loads remotely (below)
-        for c in range(n):
-            if not channel_ok(P, GP, FQ, used, ddr_stall, c):
-                continue
-            found = False
-            for k in range(n):
-                j = SC[X_DDR_RR] + k
-                if j >= n:
-                    j -= n
-                if (
-                    JB[j, J_VALID]
-                    and (JB[j, J_TRAJ] >> c) & 1
-                    and JB[j, J_LOADED] + extra[j] < JB[j, J_COUNT]
-                    and room_admits(P, W, CLM, c, ddr_need(P, JH, j, c))
-                    and ddr_within_window(P, JB, TK, j, extra[j])
-                ):
-                    ni = _issue_job(ISS, ni, JB, j, c, extra[j], c)
-                    extra[j] += 1
-                    used[c] = 1
-                    room_take(P, W, CLM, c, ddr_need(P, JH, j, c))
-                    found = True
-                    break
-            if not found:
-                idle_channel[nidle] = c
-                nidle += 1
+        ni = ddr_per_chiplet(S, W, ISS, CLM, ddr_stall)
     else:
         for k in range(n):
             j = SC[X_DDR_RR] + k
@@ -562,8 +628,8 @@ def ddr_issue(S, W, ISS, CLM, ddr_stall):
                 ni = _issue_job(ISS, ni, JB, j, target, 0, target)
                 used[target if chans > 1 else 0] = 1
                 room_take(P, W, CLM, target, ddr_need(P, JH, j, target))
-    if chans > 1:
-        # pre-loads go to any idle buffer, of their trajectory first
+    if chans > 1 and P[P_RULE5]:
+        # Rule 5: pre-loads go to any idle buffer of their trajectory
         for c in range(n):
             if not channel_ok(P, GP, FQ, used, ddr_stall, c) or not room_admits(
                 P, W, CLM, c, H + 1
@@ -580,38 +646,7 @@ def ddr_issue(S, W, ISS, CLM, ddr_stall):
                     used[c] = 1
                     room_take(P, W, CLM, c, H + 1)
                     break
-        if not P[P_RULE5] and P[P_ADMIT]:
-            for x in range(nidle):
-                c = idle_channel[x]
-                if not channel_ok(P, GP, FQ, used, ddr_stall, c):
-                    continue
-                found = False
-                for k in range(n):
-                    j = SC[X_DDR_RR] + k
-                    if j >= n:
-                        j -= n
-                    if not JB[j, J_VALID] or JB[j, J_LOADED] + extra[j] >= JB[j, J_COUNT]:
-                        continue
-                    if not ddr_within_window(P, JB, TK, j, extra[j]):
-                        continue
-                    if room_admits(P, W, CLM, c, JRR[j, c]):  # a remote load [D10]
-                        ni = _issue_job(ISS, ni, JB, j, c, extra[j], JRD[j, c])
-                        extra[j] += 1
-                        used[c] = 1
-                        room_take(P, W, CLM, c, JRR[j, c])
-                        found = True
-                        break
-                if found or not room_admits(P, W, CLM, c, H + 1):
-                    continue
-                for k in range(npre):
-                    if not PR[k, Q_VALID] or PR[k, Q_LOADED] + pre_extra[k] >= PR[k, Q_COUNT]:
-                        continue
-                    ni = _issue_pre(ISS, ni, PR, k, c, pre_extra[k], QRD[k, c])
-                    pre_extra[k] += 1
-                    used[c] = 1
-                    room_take(P, W, CLM, c, H + 1)
-                    break
-    else:
+    elif chans == 1:
         for k in range(npre):
             q = PR[k, Q_CHIPLET]
             if (

@@ -20,6 +20,8 @@ __all__ = [
     "ddr_target",
     "need",
     "within_window",
+    "window_quota",
+    "per_chiplet",
     "AHEAD",
     "load_ahead",
     "bind_ahead",
@@ -72,32 +74,7 @@ def issue(arr, inp, room):
         )
 
     if arr.channels > 1 and not p.rule5:
-        # Rule 4 with a channel per chiplet: every chiplet with room loads the next
-        # micro-slice of a running expert that covers it (round-robin over experts);
-        # a chiplet that none of them covers loads for one it does not cover (a
-        # *remote* load, sent to the expert's trajectory) [D]
-        extra = [0] * n
-        idle_channel = []
-        for c in range(n):
-            if not channel_ok(c):
-                continue
-            for k in range(n):
-                j = (arr.ddr_rr + k) % n
-                job = arr.jobs[j]
-                if (
-                    job.valid
-                    and job.traj >> c & 1
-                    and job.loaded + extra[j] < job.count
-                    and room.admits(c, r := need(arr, job.traj, c, job.expert))
-                    and within_window(arr, job, extra[j])
-                ):
-                    issues.append(("job", j, c, job.expert, job.traj, job.loaded + extra[j], c))
-                    extra[j] += 1
-                    used[c] = True
-                    room.take(c, r)
-                    break
-            else:
-                idle_channel.append(c)
+        per_chiplet(arr, room, channel_ok, issues, used)
     else:
         for k in range(n):
             j = (arr.ddr_rr + k) % n
@@ -109,10 +86,9 @@ def issue(arr, inp, room):
                 issues.append(("job", j, target, job.expert, job.traj, job.loaded, target))
                 used[target if arr.channels > 1 else 0] = True
                 room.take(target, need(arr, job.traj, target, job.expert))
-    if arr.channels > 1:
-        # with a channel per chiplet, a pre-load goes to any idle buffer (Algorithm 1:
-        # "pre-load e to any idle buffer"), chiplet-driven like Rule 4: of its trajectory
-        # first, else a remote one that reaches the trajectory within H hops
+    if arr.channels > 1 and p.rule5:
+        # Rule 5 with a channel per chiplet: pre-loads go to any idle buffer of their
+        # trajectory (Algorithm 1: "pre-load e to any idle buffer"), chiplet by chiplet
         pre_extra = [0] * len(arr.pre)
         for c in range(n):
             if not channel_ok(c) or not room.admits(c, top):
@@ -124,41 +100,7 @@ def issue(arr, inp, room):
                     used[c] = True
                     room.take(c, top)
                     break
-        if not p.rule5 and arr.admission:
-            for c in idle_channel:
-                if not channel_ok(c):
-                    continue
-                for k in range(n):
-                    j = (arr.ddr_rr + k) % n
-                    job = arr.jobs[j]
-                    if not job.valid or job.loaded + extra[j] >= job.count:
-                        continue
-                    if not within_window(arr, job, extra[j]):
-                        continue
-                    dest, r = p.remote_entry(job.traj, c, arr.ring_order[job.expert])
-                    if room.admits(c, r):
-                        issues.append(
-                            ("job", j, c, job.expert, job.traj, job.loaded + extra[j], dest)
-                        )
-                        extra[j] += 1
-                        used[c] = True
-                        room.take(c, r)
-                        break
-                else:
-                    if not room.admits(c, top):
-                        continue
-                    for k, q in enumerate(arr.pre):
-                        if not q.valid or q.loaded + pre_extra[k] >= q.count:
-                            continue
-                        dest, _ = p.remote_entry(q.traj, c, arr.ring_order[q.expert])
-                        issues.append(
-                            ("pre", k, c, q.expert, q.traj, q.loaded + pre_extra[k], dest)
-                        )
-                        pre_extra[k] += 1
-                        used[c] = True
-                        room.take(c, top)
-                        break
-    else:
+    elif arr.channels == 1:
         for k, q in enumerate(arr.pre):
             if (
                 q.valid
@@ -183,6 +125,96 @@ def issue(arr, inp, room):
         )
         issue_out.append((target, slot, h, kind == "pre"))
     return issues, used, issue_out
+
+
+def window_quota(arr, job: Job) -> int:
+    """[D12] How many more micro-slices a running expert may load before its window closes
+    (``within_window`` true for ``extra = 0 .. quota - 1``): its micro-slices left, fewer
+    when it is compute-heavy and near its ``hot_window``."""
+    p = arr.p
+    left = job.count - job.loaded
+    if not p.hot_window or within_window(arr, job, p.hot_window + job.count):
+        return left
+    return max(0, min(left, p.hot_window - (job.loaded - job.retired)))
+
+
+def per_chiplet(arr, room, channel_ok, issues, used):
+    """Issue with a channel per chiplet (Rule 4, remote loads, pre-loads) [D18]: every
+    chiplet picks from the state at the start of the cycle, independently of the others,
+
+    1. a **local** load: the first running expert, round-robin, that covers it, has a quota
+       left and is admitted with its path's hops;
+    2. else a local **pre-load**: the lowest pre-load entry that covers it and has
+       micro-slices left, if it admits a held micro-slice (``H + 1``);
+    3. else (forward admission) a **remote** load [D10]: the first running expert,
+       round-robin, with a quota left that is admitted with the hops from its entry;
+    4. else a remote pre-load.
+
+    Then each expert's picks are granted in order (its local picks in chiplet order, then
+    its remote ones) up to its quota for this cycle (:func:`window_quota`), each pre-load
+    entry's up to its micro-slices left; a chiplet whose pick is not granted idles this
+    cycle.  The picks are parallel over the chiplets and the grants a prefix
+    count per expert, so the RTL's issue is ``log n`` deep, not ``n`` picks in series.
+    ``issues`` in order: local loads, local pre-loads, then remote loads and pre-loads, each
+    by chiplet."""
+    p = arr.p
+    n, top = p.chiplets, p.held_claim
+    rr = [(arr.ddr_rr + k) % n for k in range(n)]
+    quota = [window_quota(arr, job) if job.valid else 0 for job in arr.jobs]
+    pquota = [q.count - q.loaded if q.valid else 0 for q in arr.pre]
+    picks = {}  # chiplet -> (stage, index, dest, claim)
+    for c in range(n):
+        if not channel_ok(c):
+            continue
+        for j in rr:
+            job = arr.jobs[j]
+            if quota[j] and job.traj >> c & 1:
+                r = need(arr, job.traj, c, job.expert)
+                if room.admits(c, r):
+                    picks[c] = ("job", j, c, r)
+                    break
+        if c in picks:
+            continue
+        if room.admits(c, top):
+            k = next((k for k, q in enumerate(arr.pre) if pquota[k] and q.traj >> c & 1), None)
+            if k is not None:
+                picks[c] = ("pre", k, c, top)
+                continue
+        if not arr.admission:
+            continue
+        for j in rr:
+            job = arr.jobs[j]
+            if quota[j]:
+                dest, r = p.remote_entry(job.traj, c, arr.ring_order[job.expert])
+                if room.admits(c, r):
+                    picks[c] = ("rjob", j, dest, r)
+                    break
+        if c in picks or not room.admits(c, top):
+            continue
+        k = next((k for k in range(len(arr.pre)) if pquota[k]), None)
+        if k is not None:
+            q = arr.pre[k]
+            picks[c] = ("rpre", k, p.remote_entry(q.traj, c, arr.ring_order[q.expert])[0], top)
+    taken, ptaken = [0] * n, [0] * len(arr.pre)
+    for stages in (("job",), ("pre",), ("rjob", "rpre")):
+        for c in range(n):
+            if c not in picks or picks[c][0] not in stages:
+                continue
+            stage, x, dest, r = picks[c]
+            if stage in ("job", "rjob"):
+                if taken[x] >= quota[x]:
+                    continue
+                job = arr.jobs[x]
+                issues.append(("job", x, c, job.expert, job.traj, job.loaded + taken[x], dest))
+                taken[x] += 1
+            else:
+                if ptaken[x] >= pquota[x]:
+                    continue
+                q = arr.pre[x]
+                issues.append(("pre", x, c, q.expert, q.traj, q.loaded + ptaken[x], dest))
+                ptaken[x] += 1
+            used[c] = True
+            room.take(c, r)
 
 
 def deliveries(arr, inp) -> list:
