@@ -68,15 +68,6 @@ class ComputeModel(wiring.Component):
                 "compute": In(ComputeSignature(p)),
                 "event": Out(event_layout(p)),
                 "busy": Out(1),
-                **(
-                    {
-                        "admit": Out(p.held_claim + 1),
-                        "admit_spare": Out(p.held_claim + 1),
-                        "accept_r": Out(p.hop_bits),
-                    }
-                    if p.admission == "forward-state"
-                    else {}
-                ),
             }
         )
 
@@ -156,13 +147,13 @@ class Chiplet(wiring.Component):
         Die-to-die links N/E/S/W.
     stall : In(4)
     tokens : In(stream.Signature(tokens_layout)), always ready
-    free, accept : Out
-        Free slots and whether a link arrival is accepted this cycle (for DDR admission).
-    admit, admit_spare, accept_r : Out; only with forward-state admission
-        The ring buffer's admission vectors and the accepted arrival's ``r`` (its claim):
-        what the DDR controller's loads of this cycle may still take ([D16]).
+    free : Out
+        Free slots (registered state, for DDR admission).
+    admit : Out; only with forward-state admission
+        The ring buffer's admission vector ([D16]), for DDR admission.
     resv : In(ReservationSignature)
-        The DDR controller reserves a slot for a load it issues (answered in the cycle).
+        The DDR controller reserves a slot for a load it issues (answered in the cycle);
+        the router admits a link arrival in what the load leaves ([D19]).
     ddr : In(DeliverySignature), always ready
         A DDR load arriving in its reserved slot.
     unhold : In(UnholdSignature), always ready
@@ -193,7 +184,6 @@ class Chiplet(wiring.Component):
                 "stall": In(4),
                 "tokens": In(stream.Signature(tokens_layout(p), always_ready=True)),
                 "free": Out(p.free_bits),
-                "accept": Out(1),
                 "resv": In(ReservationSignature(p)),
                 "ddr": In(DeliverySignature(p)),
                 "unhold": In(UnholdSignature(p)),
@@ -201,15 +191,7 @@ class Chiplet(wiring.Component):
                 "event": Out(event_layout(p)),
                 "occupancy": Out(p.free_bits),
                 "busy": Out(1),
-                **(
-                    {
-                        "admit": Out(p.held_claim + 1),
-                        "admit_spare": Out(p.held_claim + 1),
-                        "accept_r": Out(p.hop_bits),
-                    }
-                    if p.admission == "forward-state"
-                    else {}
-                ),
+                **({"admit": Out(p.held_claim + 1)} if p.admission == "forward-state" else {}),
             }
         )
 
@@ -232,8 +214,8 @@ class Chiplet(wiring.Component):
         m.d.comb += [
             router.stall.eq(self.stall),
             router.free.eq(buf.free),
+            router.resv.eq(self.resv.valid),
             self.free.eq(buf.free),
-            self.accept.eq(buf.rx.valid & buf.rx.ready),
             self.retire.valid.eq(cu.event.valid & cu.event.final),
             self.retire.payload.eq(cu.event.expert),
             self.event.eq(cu.event),
@@ -243,8 +225,8 @@ class Chiplet(wiring.Component):
         if p.admission == "forward-state":
             m.d.comb += [
                 router.admit.eq(buf.admit),
+                router.admit_spare.eq(buf.admit_spare),
+                router.resv_claim.eq(self.resv.claim),
                 self.admit.eq(buf.admit),
-                self.admit_spare.eq(buf.admit_spare),
-                self.accept_r.eq(buf.rx.payload.r),
             ]
         return m

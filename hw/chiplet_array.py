@@ -112,16 +112,7 @@ class ChipletArray(wiring.Component):
                 ch.tokens.valid.eq(self.tokens.valid & (self.tokens.payload.chiplet == c)),
                 ch.tokens.payload.eq(self.tokens.payload),
                 ddr.free[c].eq(ch.free),
-                ddr.accept[c].eq(ch.accept),
-                *(
-                    [
-                        ddr.admit[c].eq(ch.admit),
-                        ddr.admit_spare[c].eq(ch.admit_spare),
-                        ddr.accept_r[c].eq(ch.accept_r),
-                    ]
-                    if p.admission == "forward-state"
-                    else []
-                ),
+                *([ddr.admit[c].eq(ch.admit)] if p.admission == "forward-state" else []),
                 self.events[c].eq(ch.event),
                 self.occupancy[c].eq(ch.occupancy),
             ]

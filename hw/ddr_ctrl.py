@@ -105,14 +105,13 @@ class DDRController(wiring.Component):
         (dropped when all ``preload_entries`` are in use).  A beat with an empty trajectory,
         an entry outside it, an out-of-range expert, or a DISPATCH to a busy entry slot is
         ignored and sets the sticky ``bad_dispatch``.
-    free, accept : In x chiplets
-        Each ring buffer's free slots and whether it accepts a link arrival this cycle.
-    admit, admit_spare, accept_r : In x chiplets; only with forward-state admission
-        Each ring buffer's admission vectors and the ``r`` of the arrival it accepts this
-        cycle ([D16]): a load that claims ``r`` may go into chiplet ``a`` iff
-        ``admit[a][r]`` and, when ``a`` accepts an arrival claiming ``q``,
-        ``admit_spare[a][min(r, q)]`` (the router's accept is taken first, as in the golden
-        model's ledger).  ``resv.claim`` carries the load's claim to the reserved slot.
+    free : In x chiplets
+        Each ring buffer's free slots (registered state: this cycle's loads are admitted
+        first, the routers' accepts take what they leave, [D19]).
+    admit : In x chiplets; only with forward-state admission
+        Each ring buffer's admission vector ([D16]): a load that claims ``r`` may go into
+        chiplet ``a`` iff ``admit[a][r]``.  ``resv.claim`` carries the load's claim to the
+        reserved slot (and to the router, which admits its arrival after it).
     resv : Out(ReservationSignature) x chiplets
         Slot reservation of the load issued into each chiplet this cycle.
     deliver : Out(DeliverySignature) x ddr_channels, always ready
@@ -166,13 +165,8 @@ class DDRController(wiring.Component):
             {
                 "dispatch": In(stream.Signature(dispatch_layout(p), always_ready=True)),
                 "free": In(p.free_bits).array(n),
-                "accept": In(1).array(n),
                 **(
-                    {
-                        "admit": In(p.held_claim + 1).array(n),
-                        "admit_spare": In(p.held_claim + 1).array(n),
-                        "accept_r": In(p.hop_bits).array(n),
-                    }
+                    {"admit": In(p.held_claim + 1).array(n)}
                     if p.admission == "forward-state"
                     else {}
                 ),
@@ -197,23 +191,14 @@ class DDRController(wiring.Component):
         reaches ``ddr_latency`` (at least 1, when the queue is first readable)."""
         return self.p.ddr_latency
 
-    def _room(self, free2, a, need):
+    def _room(self, free, a, need):
         """Whether chiplet ``a`` (an index or a signal) admits a load that claims ``need``
-        this cycle, after the link arrival it accepts: forward-count, more than ``need``
-        slots free (``free2``: free minus the accepted arrival); forward-state [D16], the
-        ring buffer's ledger with that arrival taken first."""
-        p = self.p
-        if p.admission != "forward-state":
-            return (free2[a] if isinstance(a, int) else Array(free2)[a]) > need
-
-        def at(x):
-            return x[a] if isinstance(a, int) else Array(x)[a]
-
-        acc_r = at(self.accept_r)
-        lower = Mux(need < acc_r, need, acc_r)
-        return at(self.admit).bit_select(need, 1) & (
-            ~at(self.accept) | at(self.admit_spare).bit_select(lower, 1)
-        )
+        this cycle, on the registered state ([D19]: the loads first): forward-count, more
+        than ``need`` slots free; forward-state [D16], the ring buffer's ``admit[need]``."""
+        if self.p.admission != "forward-state":
+            return (free[a] if isinstance(a, int) else Array(free)[a]) > need
+        admit = self.admit[a] if isinstance(a, int) else Array(self.admit)[a]
+        return admit.bit_select(need, 1)
 
     def _hot(self, m, t) -> list | None:
         """[D12] Per job: whether it is compute-heavy on its trajectory (``None`` without
@@ -240,7 +225,7 @@ class DDRController(wiring.Component):
         return ok
 
     # -- one package-level channel ---------------------------------------------------------
-    def _issue_package(self, m, t, free2, can_issue, hot, rr) -> tuple:
+    def _issue_package(self, m, t, free, can_issue, hot, rr) -> tuple:
         """Rule 4 (striped, ``jnext``) or Rule 5 loads of the running experts, round-robin,
         then the pre-loads: one load per cycle.  Returns ``(w_en, entry, target, after)``
         with ``after(k)`` the pre-load ``k``'s loaded count after this cycle's issue."""
@@ -254,12 +239,12 @@ class DDRController(wiring.Component):
             room = t.jvalid[j] & (t.jloaded[j] < t.jcount[j]) & window_ok[j]
             if not p.rule5:
                 m.d.comb += [
-                    ok.eq(room & self._room(free2, t.jnext[j], t.jneed[j][t.jnext[j]])),
+                    ok.eq(room & self._room(free, t.jnext[j], t.jneed[j][t.jnext[j]])),
                     tgt.eq(t.jnext[j]),
                 ]
             else:
-                cand = [t.jtraj[j][a] & self._room(free2, a, t.jneed[j][a]) for a in range(n)]
-                best_v, best_a = self._emptiest(m, cand, free2, f"job{j}_r5")
+                cand = [t.jtraj[j][a] & self._room(free, a, t.jneed[j][a]) for a in range(n)]
+                best_v, best_a = self._emptiest(m, cand, free, f"job{j}_r5")
                 m.d.comb += [ok.eq(room & best_v), tgt.eq(best_a)]
             job_ok.append(ok)
             job_tgt.append(tgt)
@@ -272,7 +257,7 @@ class DDRController(wiring.Component):
             m.d.comb += pre_ok[k].eq(
                 t.pvalid[k]
                 & (t.pload[k] < t.pcount[k])
-                & self._room(free2, t.pchip[k], p.held_claim)
+                & self._room(free, t.pchip[k], p.held_claim)
             )
         pre_vec = Cat(*pre_ok) if P else Const(0, 1)
         ppick = Signal(max(1, bits_for(P)))
@@ -324,7 +309,7 @@ class DDRController(wiring.Component):
             m.d.sync += t.pload[ppick].eq(t.pload[ppick] + 1)
         return issue_job | issue_pre, w, target, lambda k: t.pload[k] + (issue_pre & (ppick == k))
 
-    def _emptiest(self, m, cand: list, free2: list, name: str) -> tuple:
+    def _emptiest(self, m, cand: list, free: list, name: str) -> tuple:
         """Rule 5: the candidate chiplet with the most free slots (ties to the lower one):
         ``(any, chiplet)``."""
         p = self.p
@@ -334,9 +319,9 @@ class DDRController(wiring.Component):
             nv, nf = Signal(name=f"{name}v{a}"), Signal(p.free_bits, name=f"{name}f{a}")
             na = Signal(p.chiplet_bits, name=f"{name}a{a}")
             m.d.comb += [
-                take.eq(ok & (~best_v | (free2[a] > best_f))),
+                take.eq(ok & (~best_v | (free[a] > best_f))),
                 nv.eq(best_v | ok),
-                nf.eq(Mux(take, free2[a], best_f)),
+                nf.eq(Mux(take, free[a], best_f)),
                 na.eq(Mux(take, a, best_a)),
             ]
             best_v, best_f, best_a = nv, nf, na
@@ -410,7 +395,7 @@ class DDRController(wiring.Component):
             base = nbase
         return out, granted
 
-    def _issue_chiplets(self, m, t, free2, can_issue, hot, rr) -> tuple:
+    def _issue_chiplets(self, m, t, free, can_issue, hot, rr) -> tuple:
         """Chiplet-driven Rule 4 issue (mirrors :func:`fsedp.sw.streaming.ddr.per_chiplet`,
         [D18]): every chiplet's pick from the cycle's starting state, in parallel (a local
         load, else a local pre-load, else a remote load, else a remote pre-load), then the
@@ -428,11 +413,11 @@ class DDRController(wiring.Component):
             for j in range(n):
                 e = Signal(name=f"a{c}_elig{j}")
                 m.d.comb += e.eq(
-                    (quota[j] != 0) & t.jtraj[j][c] & self._room(free2, c, t.jneed[j][c])
+                    (quota[j] != 0) & t.jtraj[j][c] & self._room(free, c, t.jneed[j][c])
                 )
                 elig.append(e)
             any_l, pick_l = rr_pick(elig, rr, cb)
-            room_top = self._room(free2, c, top)
+            room_top = self._room(free, c, top)
             if P:
                 any_p, pick_p = first_set([(pquota[k] != 0) & t.ptraj[k][c] for k in range(P)])
             else:
@@ -440,7 +425,7 @@ class DDRController(wiring.Component):
             relig = []
             for j in range(n):
                 e = Signal(name=f"c{c}_elig{j}")
-                m.d.comb += e.eq((quota[j] != 0) & self._room(free2, c, t.jrr[j][c]))
+                m.d.comb += e.eq((quota[j] != 0) & self._room(free, c, t.jrr[j][c]))
                 relig.append(e)
             any_r, pick_r = rr_pick(relig, rr, cb)
             if P:
@@ -556,7 +541,7 @@ class DDRController(wiring.Component):
         return wens, ws
 
     # -- a channel per chiplet, Rule 5 ---------------------------------------------------------
-    def _issue_per_chiplet(self, m, t, free2, can_issue, hot, rr) -> tuple:
+    def _issue_per_chiplet(self, m, t, free, can_issue, hot, rr) -> tuple:
         """Rule 5 with a channel per chiplet (A4; mirrors the ``rule5`` branches of
         :func:`fsedp.sw.streaming.ddr.issue`): the jobs round-robin, each one load into its
         emptiest chiplet whose channel is unused, then the pre-loads chiplet by chiplet.  A
@@ -597,7 +582,7 @@ class DDRController(wiring.Component):
             ]
             anyp, pick = first_set(elig)
             iss, sel = Signal(name=f"{tag}{c}_issue"), Signal(bits_for(P), name=f"{tag}{c}_pre")
-            m.d.comb += [iss.eq(enable & self._room(free2, c, p.held_claim) & anyp), sel.eq(pick)]
+            m.d.comb += [iss.eq(enable & self._room(free, c, p.held_claim) & anyp), sel.eq(pick)]
             index = Array(t.pload[k] + pext[k] for k in range(P))[sel]
             dest = c if dests is None else Array(dests)[sel]
             cands[c].append((iss, pre_fields(sel, index, dest, Array(hops)[sel])))
@@ -615,9 +600,9 @@ class DDRController(wiring.Component):
             need = [Array(t.jneed[j][a] for j in range(n))[sel] for a in range(n)]
             traj = t.jtraj[sel]
             cand = [
-                traj[a] & can_issue[a] & ~used[a] & self._room(free2, a, need[a]) for a in range(n)
+                traj[a] & can_issue[a] & ~used[a] & self._room(free, a, need[a]) for a in range(n)
             ]
-            anyc, tgt = self._emptiest(m, cand, free2, f"r5_{k}_")
+            anyc, tgt = self._emptiest(m, cand, free, f"r5_{k}_")
             iss = Signal(name=f"r5_{k}_issue")
             m.d.comb += iss.eq(
                 t.jvalid[sel] & (t.jloaded[sel] < t.jcount[sel]) & Array(win)[sel] & anyc
@@ -724,9 +709,7 @@ class DDRController(wiring.Component):
             b_rdest, b_rhops = remote_entry(m, p, b.traj, b_hops, "beat")
 
         # -- issue -------------------------------------------------------------------------
-        free2 = [Signal(p.free_bits, name=f"free2_{a}") for a in range(n)]
-        for a in range(n):
-            m.d.comb += free2[a].eq(self.free[a] - self.accept[a])
+        free = list(self.free)  # [D19]: the loads are admitted on the registered counts
         can_issue = []
         for ch, q in enumerate(queues):
             ok = Signal(name="can_issue" if nc == 1 else f"can_issue{ch}")
@@ -734,13 +717,13 @@ class DDRController(wiring.Component):
             can_issue.append(ok)
         hot = self._hot(m, t)
         if nc == 1:
-            wen, w, target, after = self._issue_package(m, t, free2, can_issue[0], hot, rr)
+            wen, w, target, after = self._issue_package(m, t, free, can_issue[0], hot, rr)
             wens, ws, targets = [wen], [w], [target]
             for a in range(n):
                 m.d.comb += self.resv[a].valid.eq(wen & (target == a))
         else:
             issue = self._issue_per_chiplet if p.rule5 else self._issue_chiplets
-            (wens, ws), after = issue(m, t, free2, can_issue, hot, rr)
+            (wens, ws), after = issue(m, t, free, can_issue, hot, rr)
             targets = list(range(n))
             for a in range(n):
                 m.d.comb += self.resv[a].valid.eq(wens[a])

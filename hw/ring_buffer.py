@@ -169,7 +169,7 @@ class RingBuffer(wiring.Component):
     Members
     -------
     rx : In(stream.Signature(packet_layout))
-        A micro-slice granted by the router (already admitted: ``free > r``); stored into
+        A micro-slice granted by the router (already admitted: ``free - resv > r``); stored into
         the lowest free slot, usable ``link_cycles`` cycles later.  ``ready`` is ``free != 0``.
     free : Out
         Free slots (``K`` minus allocated and reserved), from registered state.
@@ -203,7 +203,8 @@ class RingBuffer(wiring.Component):
         the slots whose claim is at least ``i``), of ``admit_spare`` that it may enter with
         one slot more taken (``N(>= i) + 2 + i <= K``).  After admitting one that claims
         ``a``, one with ``r`` hops may still enter iff ``admit[r]`` and
-        ``admit_spare[min(r, a)]`` (the router's accept, then the DDR controller's load).
+        ``admit_spare[min(r, a)]`` (the DDR controller's load, then the router's accept:
+        [D19]).
         A slot's claim is written at its reservation (``resv.claim``) and its store (the
         micro-slice's ``r``, ``H + 1`` while held) and lowered to ``r`` when un-held.
 
@@ -270,10 +271,14 @@ class RingBuffer(wiring.Component):
             ]
 
         # -- free slots -----------------------------------------------------------------
-        nbusy = tree_sum(busy[i] for i in range(K))
+        # a register kept with the slots (retimed: the count of busy slots, a tree of adders,
+        # is off the DDR controller's and the routers' admission paths; cycle for cycle the
+        # same value, K minus the busy slots): each cycle it gains the slots released (Rule 3,
+        # counted on the registered state) and loses the link arrival and the reservation
+        free_r = Signal(p.free_bits, init=K)
         free_vec = Signal(K)
         m.d.comb += [free_vec[i].eq(~busy[i]) for i in range(K)]
-        m.d.comb += [self.free.eq(K - nbusy), self.occupancy.eq(nbusy)]
+        m.d.comb += [self.free.eq(free_r), self.occupancy.eq(K - free_r)]
         rx_slot = Signal(p.slot_bits)
         m.d.comb += rx_slot.eq(lowest_bit(free_vec, K, p.slot_bits))
         high_expr = Const(0, p.slot_bits)
@@ -302,13 +307,18 @@ class RingBuffer(wiring.Component):
                 ok0, ok1 = n0, n1
 
         # -- offers: fewest hops left, ties to the lower slot ----------------------------
+        # keyed by the hops left after the transfer (a slot that forwards has at least one
+        # hop to go, so the order is the hops'): the tree's key is the offer's ``r``, no
+        # read of the chosen slot's hops and no decrement after the pick
+        after_hop = [Signal(p.hop_bits, name=f"after_hop{i}") for i in range(K)]
+        m.d.comb += [after_hop[i].eq(hops[i] - 1) for i in range(K)]
         tx_slot = []
         for d in range(4):
-            best_v, _, best_i = shortest(
+            best_v, best_r, best_i = shortest(
                 m,
                 f"tx{d}",
                 [present[i] & send[i] & tz[i] & (dirr[i] == d) for i in range(K)],
-                hops,
+                after_hop,
                 p.hop_bits,
                 p.slot_bits,
             )
@@ -322,7 +332,7 @@ class RingBuffer(wiring.Component):
                 o.payload.traj.eq(r_tx[d].data.traj),
                 o.payload.dest.eq(r_tx[d].data.dest),
                 o.payload.legs.eq(r_tx[d].data.legs),
-                o.payload.r.eq(hops[sel] - 1),
+                o.payload.r.eq(best_r),
             ]
             tx_slot.append(sel)
 
@@ -422,6 +432,8 @@ class RingBuffer(wiring.Component):
 
         cu = self.compute
         look = cu.look_cycles if p.preempt else (None, None)
+        released = tree_sum(releasable[i] for i in range(K))
+        m.d.sync += free_r.eq(free_r + released - rx_fire - self.resv.valid)
         for i in range(K):
             if p.preempt:
                 wr = cu.write

@@ -4,7 +4,7 @@ Golden model: steps 1-2 of :meth:`fsedp.sw.streaming.StreamingArray.step`.  Doc 
 ``docs/blocks/datapath.md``.
 """
 
-from amaranth import Array, Module, Signal
+from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -42,12 +42,18 @@ class Router(wiring.Component):
         Per output link: no transfer may start this cycle (test hook, models a busy PHY).
     free : In
         Free slots of the ring buffer.
-    admit : In(H + 2); only with forward-state admission
-        The ring buffer's ``admit``: bit ``r`` set when a micro-slice with ``r`` hops to go
-        may enter.
+    resv : In(1)
+        The DDR controller reserves a slot of this ring buffer this cycle: its load was
+        admitted first, an arrival takes what it leaves ([D19]).
+    admit, admit_spare : In(H + 2); only with forward-state admission
+        The ring buffer's ``admit`` and ``admit_spare`` ([D16]): bit ``r`` set when a
+        micro-slice with ``r`` hops to go may enter (with one more slot taken).
+    resv_claim : In; only with forward-state admission
+        The claim of the slot reserved this cycle (``resv``).
     rx : Out(stream.Signature(packet_layout))
         The granted input: round-robin over the inputs whose micro-slice is admissible
-        (``payload.r < free``; forward-state: ``admit[payload.r]``), at most one per cycle.
+        (``payload.r < free - resv``; forward-state: ``admit[payload.r]`` and, with
+        ``resv``, ``admit_spare[min(payload.r, resv_claim)]``), at most one per cycle.
 
     Latency: an accepted micro-slice is in the ring buffer at the next clock edge and usable
     ``link_cycles`` cycles after acceptance.
@@ -64,8 +70,17 @@ class Router(wiring.Component):
                 "link_in": In(link).array(4),
                 "stall": In(4),
                 "free": In(p.free_bits),
+                "resv": In(1),
                 "rx": Out(stream.Signature(packet_layout(p))),
-                **({"admit": In(p.held_claim + 1)} if p.admission == "forward-state" else {}),
+                **(
+                    {
+                        "admit": In(p.held_claim + 1),
+                        "admit_spare": In(p.held_claim + 1),
+                        "resv_claim": In(p.hop_bits),
+                    }
+                    if p.admission == "forward-state"
+                    else {}
+                ),
             }
         )
 
@@ -94,10 +109,16 @@ class Router(wiring.Component):
         admissible = [Signal(name=f"admissible_{d}") for d in range(4)]
         for d in range(4):
             i = self.link_in[d]
+            r = i.payload.r
+            # [D19] the DDR controller's load of this cycle is admitted first; the reservation
+            # arrives late in the cycle, so it selects between two early comparisons
             if p.admission == "forward-state":
-                ok = self.admit.bit_select(i.payload.r, 1)
+                lower = Mux(r < self.resv_claim, r, self.resv_claim)
+                ok = self.admit.bit_select(r, 1) & (
+                    ~self.resv | self.admit_spare.bit_select(lower, 1)
+                )
             else:
-                ok = i.payload.r < self.free
+                ok = Mux(self.resv, r + 1 < self.free, r < self.free)
             m.d.comb += admissible[d].eq(i.valid & ok if exists[d] else 0)
         anyv, g = rr_pick(admissible, rr, 2)
         grant = Signal(2)

@@ -159,11 +159,21 @@ MUTANTS = [
         DATAPATH,
     ),
     M(
-        "state-accept-ignored-rtl",
-        "hw/ddr_ctrl.py",
-        "return at(self.admit).bit_select(need, 1) & (",
-        "return at(self.admit).bit_select(need, 1) | (",
-        "datapath RTL [D16]: a DDR load ignores the link arrival its chiplet accepts this cycle",
+        "state-resv-ignored-rtl",
+        "hw/router.py",
+        "ok = self.admit.bit_select(r, 1) & (",
+        "ok = self.admit.bit_select(r, 1) | (",
+        "datapath RTL [D16, D19]: a link arrival ignores the DDR load reserved in its chiplet "
+        "this cycle",
+        DATAPATH,
+    ),
+    M(
+        "count-resv-ignored-rtl",
+        "hw/router.py",
+        "ok = Mux(self.resv, r + 1 < self.free, r < self.free)",
+        "ok = r < self.free",
+        "datapath RTL [D4, D19]: forward-count admission of a link arrival ignores the DDR "
+        "load reserved in its chiplet this cycle",
         DATAPATH,
     ),
     M(

@@ -378,7 +378,7 @@ def router_offers(S, OFF, best_r, c):
 def router_accept(S, W, OFF, CLM):
     """``router.accept``: per chiplet ``c`` the accepted input direction ``W[W_ACC_D, c]``
     (-1: none), its source chiplet and slot and the slot it lands in; the ledger
-    (``W[W_FREE2]``, ``CLM``: ``ring_buffer.Room``) takes each."""
+    (``W[W_FREE2]``, ``CLM``: ``ring_buffer.Room`` less this cycle's DDR loads) takes each."""
     P, NB, SL, CH = S[AT_P], S[AT_NB], S[AT_SL], S[AT_CH]
     n = P[P_N]
     for c in range(n):
@@ -600,8 +600,8 @@ def ddr_per_chiplet(S, W, ISS, CLM, ddr_stall):
 def ddr_issue(S, W, ISS, CLM, ddr_stall):
     """``ddr.issue``: this cycle's loads ``ISS[:ni]`` (``I_*``) and their headers
     (``issue_out``: ``W[W_ISS_SLOT]``, ``W[W_ISS_LEGS]``, ``W[W_ISS_R]``); ``W[W_USED]``
-    the channels used; the ledger (``W[W_FREE2]``, ``CLM``: ``ring_buffer.Room`` after the
-    accepted transfers) takes every load.  Returns ``ni``."""
+    the channels used; the ledger (``W[W_FREE2]``, ``CLM``: ``ring_buffer.Room`` on the
+    registered state) takes every load.  Returns ``ni``."""
     P, DIST, SL, JB, JH = S[AT_P], S[AT_DIST], S[AT_SL], S[AT_JB], S[AT_JH]
     PR, QH = S[AT_PR], S[AT_QH]
     FQ, GP, TK, SC = S[AT_FQ], S[AT_GP], S[AT_TK], S[AT_SC]
@@ -1101,10 +1101,10 @@ def step(S, beat, ddr_stall, ready, st, ws):
     W, OFF, ISS, REL, HX, CLM = ws
     room_open(P, SL, W, CLM)
 
-    # decisions: 1-2 router offers and accepts, 3 DDR issue, 4 DDR delivery, 5 compute,
-    # 6 retirement
-    router_accept(S, W, OFF, CLM)
+    # decisions: 1 router offers, 3 DDR issue, then 2 the routers' accepts in what the
+    # loads leave ([D19]), 4 DDR delivery, 5 compute, 6 retirement
     ni = ddr_issue(S, W, ISS, CLM, ddr_stall)
+    router_accept(S, W, OFF, CLM)
     ddr_deliveries(S, W, beat, ddr_stall)
     compute_decide(S, W)
     compute_retired(S, W)

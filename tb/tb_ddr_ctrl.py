@@ -4,7 +4,8 @@ The DDR controller alone, against the golden DDR functions of :mod:`fsedp.sw.str
 cycle by cycle.  The bench plays the scheduler (random dispatch beats: DISPATCH to a free
 entry slot, PRELOAD, some malformed or to a busy slot, with pauses; ``done`` taken under
 random back-pressure), the ring buffers (their free slots and the slot each names for a
-reservation, random link arrivals ``accept``, random releases of loaded slots), the compute
+reservation, random link arrivals in the room the loads leave ([D19]), random releases of
+loaded slots), the compute
 units (``retire`` of micro-slices of running experts, now and then of an unknown one) and DDR
 (random ``ddr_stall``), with a reset now and then.  The golden state is a
 :class:`~fsedp.sw.streaming.StreamingArray` whose DDR part runs
@@ -79,7 +80,6 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
         if not dispatch.queue and rng.random() < 0.3:
             beat = _beat(p, arr, rng)
             dispatch.send(beat, dispatch_bits(p, beat))
-        accept = [int(free[c] > 0 and rng.random() < 0.2) for c in range(n)]
         stall = rng.random() < 0.1
         running = [j.expert for j in arr.jobs if j.valid and j.loaded > j.retired]
         retire = [None] * n
@@ -90,7 +90,6 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
                 retire[c] = rng.randrange(p.experts)  # possibly an orphan
         for c in range(n):
             b.set(f"free.{c}", free[c])
-            b.set(f"accept.{c}", accept[c])
             high = max((i for i, s in enumerate(arr.chips[c].slots) if not s.busy), default=0)
             b.set(f"resv.{c}.slot", high)
             b.set(f"retire.{c}.valid", retire[c] is not None)
@@ -111,9 +110,11 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
             or arr.done_pending != 0
         )
         b.check(await b.get("busy"), int(busy), "busy")
-        room = Room.counting(arr, [free[c] - accept[c] for c in range(n)])
+        room = Room.counting(arr, free)
         inp = StepIn(dispatch=beat, done_ready=done.ready_now, ddr_stall=stall)
         issues, used, issue_out = sw_ddr.issue(arr, inp, room)
+        # the routers' link arrivals take what the loads leave ([D19])
+        accept = [int(room.free[c] > 0 and rng.random() < 0.2) for c in range(n)]
         delivered = sw_ddr.deliveries(arr, inp)
         targets = [t for t, *_ in issue_out]
         for c in range(n):

@@ -2,23 +2,25 @@
 
 The router alone, against the golden router functions of :mod:`fsedp.sw.streaming.router`
 cycle by cycle: the bench plays the ring buffer (random ``offer`` per direction, random
-``free``), the neighbours (random ``link_in`` offers, withdrawn or replaced at will as a
+``free``), the DDR controller (a random reservation ``resv``, admitted before the link
+arrivals, [D19]), the neighbours (random ``link_in`` offers, withdrawn or replaced at will as a
 link allows, and random ``link_out.ready``) and the PHYs (random ``stall``), and takes ``rx``
 under random back-pressure.  Each cycle the golden state (a :class:`~fsedp.sw.streaming.
 StreamingArray` whose slots are built from this cycle's offers: the router's own for its
 outputs, the neighbours' for its inputs) gives, through :func:`~fsedp.sw.streaming.router.
 offers` and :func:`~fsedp.sw.streaming.router.accept`, which links carry a transfer and which
-input is granted (round robin, forward-count admission ``r < free``); the link busy times and
+input is granted (round robin, forward-count admission ``r < free - resv``); the link busy
+times and
 the round-robin pointer then advance by :func:`~fsedp.sw.streaming.router.commit` and
 :func:`~fsedp.sw.streaming.ring_buffer.tick`.  Checked: ``link_out`` valid and payload,
 ``offer.ready``, ``rx`` valid and payload, ``link_in.ready``.
 
 The report counts ``cycles``, ``sent`` (output transfers), ``granted`` (input transfers),
 ``busy_blocked`` (an offer held back by a busy link), ``stalled`` (by ``stall``),
-``refused`` (an input not admissible: ``r >= free``), ``contended`` (two or more admissible
-inputs), ``rx_stalled`` (a grant not taken: ``rx.ready`` low) and ``edge`` (an offer toward
-the mesh edge, never passed on).  Knobs: ``cycles``, ``seed``, ``stall`` (chance of each
-random refusal).
+``refused`` (an input not admissible: ``r >= free - resv``), ``resv_refused`` (refused only
+for the reservation), ``contended`` (two or more admissible inputs), ``rx_stalled`` (a grant
+not taken: ``rx.ready`` low) and ``edge`` (an offer toward the mesh edge, never passed on).
+Knobs: ``cycles``, ``seed``, ``stall`` (chance of each random refusal).
 """
 
 import dataclasses
@@ -81,6 +83,7 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
                 inputs[d] = _header(p, rng) if rng.random() < 0.5 else None
         stall = sum(1 << d for d in range(4) if rng.random() < chance / 2)
         free = rng.randrange(K + 1)
+        resv = int(free > 0 and rng.random() < 0.3)  # the DDR controller reserves on free > 0
         out_ready = [rng.random() >= chance for _ in range(4)]
         rx_ready = rng.random() >= chance
         for d in range(4):
@@ -91,8 +94,12 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
             b.set(f"link_out.{d}.ready", out_ready[d])
         b.set("stall", stall)
         b.set("free", free)
+        b.set("resv", resv)
         b.set("rx.ready", rx_ready)
-        b.case = f"cycle {cycle}: offers {offers} inputs {inputs} free {free} stall {stall:04b}"
+        b.case = (
+            f"cycle {cycle}: offers {offers} inputs {inputs} free {free} resv {resv} "
+            f"stall {stall:04b}"
+        )
 
         # golden: this cycle's slots from the offers, link busy and rr from the state
         for i, ch in enumerate(arr.chips):
@@ -109,7 +116,10 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
         out = sw_router.offers(arr, c, stall)
         frees = [K] * p.chiplets
         frees[c] = free
-        acc = sw_router.accept(arr, stalls, Room.counting(arr, frees))[c]
+        room = Room.counting(arr, frees)
+        if resv:
+            room.take(c, 0)  # [D19] the load first: the arrivals take what it leaves
+        acc = sw_router.accept(arr, stalls, room)[c]
 
         sent = []
         for d in range(4):
@@ -132,8 +142,9 @@ async def bench(b: Bench, p: DatapathParams, knobs: dict) -> dict:
                     seen["stalled"] += 1
         b.check(await b.get("rx.valid"), int(acc is not None), "rx.valid")
         admissible = [d for d in range(4) if inputs[d] is not None and nb[d] is not None]
-        seen["refused"] += sum(inputs[d].r >= free for d in admissible)
-        seen["contended"] += sum(inputs[d].r < free for d in admissible) >= 2
+        seen["refused"] += sum(inputs[d].r >= free - resv for d in admissible)
+        seen["resv_refused"] += sum(inputs[d].r == free - 1 for d in admissible) if resv else 0
+        seen["contended"] += sum(inputs[d].r < free - resv for d in admissible) >= 2
         granted = None
         if acc is not None:
             d = acc[0]

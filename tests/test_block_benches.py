@@ -323,7 +323,7 @@ def test_router(tier, p, knobs):
     assert res["cycles"] == knobs["cycles"] and res["sent"] >= 20 and res["granted"] >= 20, res
     # busy links, stalls, refused admissions, contention, rx back-pressure
     assert res["busy_blocked"] and res["stalled"] and res["refused"], res
-    assert res["contended"] and res["rx_stalled"], res
+    assert res["contended"] and res["rx_stalled"] and res["resv_refused"], res
     if knobs.get("chiplet", 0) == 0:  # a corner: two directions lead off the mesh
         assert res["edge"], res
 

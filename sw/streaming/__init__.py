@@ -38,7 +38,8 @@ Per cycle (all decisions from the registered state and this cycle's inputs)
 2. **Accept** (router input side): the neighbour takes at most one micro-slice per cycle,
    round-robin over its four inputs among the *admissible* offers: a micro-slice that will
    still have ``r`` hops to go is admitted only while the buffer has more than ``r`` free
-   slots (forward-count admission [D]; this is what makes streaming deadlock-free).
+   slots (forward-count admission [D]; this is what makes streaming deadlock-free), counted
+   after this cycle's DDR loads into that buffer (step 3 is admitted first [D19]).
 3. **DDR issue** (Rule 4): every ``ddr_interval`` cycles (per channel) the controller loads
    the next micro-slice of a running expert (round-robin over the running experts) into the
    next chiplet of its trajectory in ring order, starting at the entry -- every chiplet of

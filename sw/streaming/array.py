@@ -130,10 +130,10 @@ class StreamingArray:
         room = Room(self)
         free = list(room.free)
 
-        # decisions: 1-2 router offers and accepts, 3 DDR issue, 4 DDR delivery,
-        # 5 compute, 6 retirement
-        accepts = router.accept(self, stall, room)
+        # decisions: 1 router offers, 3 DDR issue, then 2 the routers' accepts in what
+        # the loads leave ([D19]), 4 DDR delivery, 5 compute, 6 retirement
         issues, used, issue_out = ddr.issue(self, inp, room)
+        accepts = router.accept(self, stall, room)
         delivered = ddr.deliveries(self, inp)
         events, starts = compute.decide(self)
         retired = compute.retired(self, events)

@@ -55,8 +55,8 @@ class Preload:
 
 def issue(arr, inp, room):
     """This cycle's DDR loads: ``(issues, used, issue_out)``; ``room`` (the ring buffers'
-    admission ledger after the accepted transfers, :class:`~.ring_buffer.Room`) takes every
-    load."""
+    admission ledger on the registered state, :class:`~.ring_buffer.Room`) takes every
+    load; the routers' accepts then take what the loads leave ([D19])."""
     p = arr.p
     n = p.chiplets
     # 3. DDR issue: running experts round-robin, then pre-loads; one load per channel

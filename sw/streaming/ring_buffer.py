@@ -100,8 +100,9 @@ def free_slots(slots) -> int:
 
 class Room:
     """This cycle's admission ledger of every ring buffer: what a micro-slice that will still
-    have ``r`` hops to go may take, and what each admission leaves (the router's accepts
-    first, then the DDR loads, as the hardware decides them).
+    have ``r`` hops to go may take, and what each admission leaves (the DDR loads first,
+    on the registered free slots, then the routers' accepts in what they leave, as the
+    hardware decides them: [D19]).
 
     * ``forward-count`` [D4]: admitted only while more than ``r`` slots are free.
     * ``forward-state`` [D16]: admitted only while, for every ``i <= r``, the slots claimed

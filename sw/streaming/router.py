@@ -30,7 +30,8 @@ def offers(arr, c: int, stall: int) -> list:
 
 def accept(arr, stall, room) -> list:
     """Per chiplet, the accepted transfer ``(input dir, src chiplet, src slot, Header, slot)``
-    or ``None``; ``room`` (:class:`~.ring_buffer.Room`, the registered state) takes each."""
+    or ``None``; ``room`` (:class:`~.ring_buffer.Room`, the registered state less this
+    cycle's DDR loads, [D19]) takes each."""
     p = arr.p
     n = p.chiplets
     offers_ = [offers(arr, c, stall[c]) for c in range(n)]
