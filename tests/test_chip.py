@@ -66,7 +66,10 @@ def test_chip_2x2_random_layers_with_stalls_and_reset(kw):
     """Random rounds (with token buffering: deferred requests), link/DDR stalls, gaps in the
     gate stream, a reset in the middle of every third layer."""
     p = ChipParams.for_scheduler(SP4, 2, 2, **kw)
-    res = run(p, layers=6, seed=5, stall=0.2, gap=0.2, reset_every=3)
+    # a reset drawn after its layer has ended is not made: a seed whose two draws fall
+    # inside their layers under both parameter sets (seed 5 lost one to a short layer when
+    # the DDR rules changed, [D18]/[D19])
+    res = run(p, layers=6, seed=6, stall=0.2, gap=0.2, reset_every=3)
     assert res["layers"] + res["resets"] == 6 and res["resets"] == 2
     assert res["beats"] > 0
 
