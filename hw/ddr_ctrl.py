@@ -191,12 +191,12 @@ class DDRController(wiring.Component):
         reaches ``ddr_latency`` (at least 1, when the queue is first readable)."""
         return self.p.ddr_latency
 
-    def _room(self, free, a, need):
+    def _room(self, a, need):
         """Whether chiplet ``a`` (an index or a signal) admits a load that claims ``need``
         this cycle, on the registered state ([D19]: the loads first): forward-count, more
         than ``need`` slots free; forward-state [D16], the ring buffer's ``admit[need]``."""
         if self.p.admission != "forward-state":
-            return (free[a] if isinstance(a, int) else Array(free)[a]) > need
+            return (self.free[a] if isinstance(a, int) else Array(self.free)[a]) > need
         admit = self.admit[a] if isinstance(a, int) else Array(self.admit)[a]
         return admit.bit_select(need, 1)
 
@@ -225,7 +225,7 @@ class DDRController(wiring.Component):
         return ok
 
     # -- one package-level channel ---------------------------------------------------------
-    def _issue_package(self, m, t, free, can_issue, hot, rr) -> tuple:
+    def _issue_package(self, m, t, can_issue, hot, rr) -> tuple:
         """Rule 4 (striped, ``jnext``) or Rule 5 loads of the running experts, round-robin,
         then the pre-loads: one load per cycle.  Returns ``(w_en, entry, target, after)``
         with ``after(k)`` the pre-load ``k``'s loaded count after this cycle's issue."""
@@ -239,12 +239,12 @@ class DDRController(wiring.Component):
             room = t.jvalid[j] & (t.jloaded[j] < t.jcount[j]) & window_ok[j]
             if not p.rule5:
                 m.d.comb += [
-                    ok.eq(room & self._room(free, t.jnext[j], t.jneed[j][t.jnext[j]])),
+                    ok.eq(room & self._room(t.jnext[j], t.jneed[j][t.jnext[j]])),
                     tgt.eq(t.jnext[j]),
                 ]
             else:
-                cand = [t.jtraj[j][a] & self._room(free, a, t.jneed[j][a]) for a in range(n)]
-                best_v, best_a = self._emptiest(m, cand, free, f"job{j}_r5")
+                cand = [t.jtraj[j][a] & self._room(a, t.jneed[j][a]) for a in range(n)]
+                best_v, best_a = self._emptiest(m, cand, f"job{j}_r5")
                 m.d.comb += [ok.eq(room & best_v), tgt.eq(best_a)]
             job_ok.append(ok)
             job_tgt.append(tgt)
@@ -255,9 +255,7 @@ class DDRController(wiring.Component):
         pre_ok = [Signal(name=f"pre_ok{k}") for k in range(P)]
         for k in range(P):
             m.d.comb += pre_ok[k].eq(
-                t.pvalid[k]
-                & (t.pload[k] < t.pcount[k])
-                & self._room(free, t.pchip[k], p.held_claim)
+                t.pvalid[k] & (t.pload[k] < t.pcount[k]) & self._room(t.pchip[k], p.held_claim)
             )
         pre_vec = Cat(*pre_ok) if P else Const(0, 1)
         ppick = Signal(max(1, bits_for(P)))
@@ -309,7 +307,7 @@ class DDRController(wiring.Component):
             m.d.sync += t.pload[ppick].eq(t.pload[ppick] + 1)
         return issue_job | issue_pre, w, target, lambda k: t.pload[k] + (issue_pre & (ppick == k))
 
-    def _emptiest(self, m, cand: list, free: list, name: str) -> tuple:
+    def _emptiest(self, m, cand: list, name: str) -> tuple:
         """Rule 5: the candidate chiplet with the most free slots (ties to the lower one):
         ``(any, chiplet)``."""
         p = self.p
@@ -319,9 +317,9 @@ class DDRController(wiring.Component):
             nv, nf = Signal(name=f"{name}v{a}"), Signal(p.free_bits, name=f"{name}f{a}")
             na = Signal(p.chiplet_bits, name=f"{name}a{a}")
             m.d.comb += [
-                take.eq(ok & (~best_v | (free[a] > best_f))),
+                take.eq(ok & (~best_v | (self.free[a] > best_f))),
                 nv.eq(best_v | ok),
-                nf.eq(Mux(take, free[a], best_f)),
+                nf.eq(Mux(take, self.free[a], best_f)),
                 na.eq(Mux(take, a, best_a)),
             ]
             best_v, best_f, best_a = nv, nf, na
@@ -395,7 +393,7 @@ class DDRController(wiring.Component):
             base = nbase
         return out, granted
 
-    def _issue_chiplets(self, m, t, free, can_issue, hot, rr) -> tuple:
+    def _issue_chiplets(self, m, t, can_issue, hot, rr) -> tuple:
         """Chiplet-driven Rule 4 issue (mirrors :func:`fsedp.sw.streaming.ddr.per_chiplet`,
         [D18]): every chiplet's pick from the cycle's starting state, in parallel (a local
         load, else a local pre-load, else a remote load, else a remote pre-load), then the
@@ -412,12 +410,10 @@ class DDRController(wiring.Component):
             elig = []
             for j in range(n):
                 e = Signal(name=f"a{c}_elig{j}")
-                m.d.comb += e.eq(
-                    (quota[j] != 0) & t.jtraj[j][c] & self._room(free, c, t.jneed[j][c])
-                )
+                m.d.comb += e.eq((quota[j] != 0) & t.jtraj[j][c] & self._room(c, t.jneed[j][c]))
                 elig.append(e)
             any_l, pick_l = rr_pick(elig, rr, cb)
-            room_top = self._room(free, c, top)
+            room_top = self._room(c, top)
             if P:
                 any_p, pick_p = first_set([(pquota[k] != 0) & t.ptraj[k][c] for k in range(P)])
             else:
@@ -425,7 +421,7 @@ class DDRController(wiring.Component):
             relig = []
             for j in range(n):
                 e = Signal(name=f"c{c}_elig{j}")
-                m.d.comb += e.eq((quota[j] != 0) & self._room(free, c, t.jrr[j][c]))
+                m.d.comb += e.eq((quota[j] != 0) & self._room(c, t.jrr[j][c]))
                 relig.append(e)
             any_r, pick_r = rr_pick(relig, rr, cb)
             if P:
@@ -541,7 +537,7 @@ class DDRController(wiring.Component):
         return wens, ws
 
     # -- a channel per chiplet, Rule 5 ---------------------------------------------------------
-    def _issue_per_chiplet(self, m, t, free, can_issue, hot, rr) -> tuple:
+    def _issue_per_chiplet(self, m, t, can_issue, hot, rr) -> tuple:
         """Rule 5 with a channel per chiplet (A4; mirrors the ``rule5`` branches of
         :func:`fsedp.sw.streaming.ddr.issue`): the jobs round-robin, each one load into its
         emptiest chiplet whose channel is unused, then the pre-loads chiplet by chiplet.  A
@@ -582,7 +578,7 @@ class DDRController(wiring.Component):
             ]
             anyp, pick = first_set(elig)
             iss, sel = Signal(name=f"{tag}{c}_issue"), Signal(bits_for(P), name=f"{tag}{c}_pre")
-            m.d.comb += [iss.eq(enable & self._room(free, c, p.held_claim) & anyp), sel.eq(pick)]
+            m.d.comb += [iss.eq(enable & self._room(c, p.held_claim) & anyp), sel.eq(pick)]
             index = Array(t.pload[k] + pext[k] for k in range(P))[sel]
             dest = c if dests is None else Array(dests)[sel]
             cands[c].append((iss, pre_fields(sel, index, dest, Array(hops)[sel])))
@@ -599,10 +595,8 @@ class DDRController(wiring.Component):
             m.d.comb += sel.eq(Mux(s >= n, s - n, s))
             need = [Array(t.jneed[j][a] for j in range(n))[sel] for a in range(n)]
             traj = t.jtraj[sel]
-            cand = [
-                traj[a] & can_issue[a] & ~used[a] & self._room(free, a, need[a]) for a in range(n)
-            ]
-            anyc, tgt = self._emptiest(m, cand, free, f"r5_{k}_")
+            cand = [traj[a] & can_issue[a] & ~used[a] & self._room(a, need[a]) for a in range(n)]
+            anyc, tgt = self._emptiest(m, cand, f"r5_{k}_")
             iss = Signal(name=f"r5_{k}_issue")
             m.d.comb += iss.eq(
                 t.jvalid[sel] & (t.jloaded[sel] < t.jcount[sel]) & Array(win)[sel] & anyc
@@ -709,7 +703,7 @@ class DDRController(wiring.Component):
             b_rdest, b_rhops = remote_entry(m, p, b.traj, b_hops, "beat")
 
         # -- issue -------------------------------------------------------------------------
-        free = list(self.free)  # [D19]: the loads are admitted on the registered counts
+        # [D19]: the loads are admitted on the ring buffers' registered free counts
         can_issue = []
         for ch, q in enumerate(queues):
             ok = Signal(name="can_issue" if nc == 1 else f"can_issue{ch}")
@@ -717,13 +711,13 @@ class DDRController(wiring.Component):
             can_issue.append(ok)
         hot = self._hot(m, t)
         if nc == 1:
-            wen, w, target, after = self._issue_package(m, t, free, can_issue[0], hot, rr)
+            wen, w, target, after = self._issue_package(m, t, can_issue[0], hot, rr)
             wens, ws, targets = [wen], [w], [target]
             for a in range(n):
                 m.d.comb += self.resv[a].valid.eq(wen & (target == a))
         else:
             issue = self._issue_per_chiplet if p.rule5 else self._issue_chiplets
-            (wens, ws), after = issue(m, t, free, can_issue, hot, rr)
+            (wens, ws), after = issue(m, t, can_issue, hot, rr)
             targets = list(range(n))
             for a in range(n):
                 m.d.comb += self.resv[a].valid.eq(wens[a])

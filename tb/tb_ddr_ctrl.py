@@ -1,17 +1,16 @@
 """Bench of the DDR controller (one body: Amaranth's simulator and cocotb, ``tb/bench.py``).
 
 The DDR controller alone, against the golden DDR functions of :mod:`fsedp.sw.streaming.ddr`
-cycle by cycle.  The bench plays the scheduler (random dispatch beats: DISPATCH to a free
+cycle by cycle. The bench plays the scheduler (random dispatch beats: DISPATCH to a free
 entry slot, PRELOAD, some malformed or to a busy slot, with pauses; ``done`` taken under
 random back-pressure), the ring buffers (their free slots and the slot each names for a
 reservation, random link arrivals in the room the loads leave ([D19]), random releases of
-loaded slots), the compute
-units (``retire`` of micro-slices of running experts, now and then of an unknown one) and DDR
-(random ``ddr_stall``), with a reset now and then.  The golden state is a
-:class:`~fsedp.sw.streaming.StreamingArray` whose DDR part runs
+loaded slots), the compute units (``retire`` of micro-slices of running experts, now and
+then of an unknown one) and DDR (random ``ddr_stall``), with a reset now and then. The
+golden state is a :class:`~fsedp.sw.streaming.StreamingArray` whose DDR part runs
 :func:`~fsedp.sw.streaming.ddr.issue`, :func:`~fsedp.sw.streaming.ddr.deliveries`,
 :func:`~fsedp.sw.streaming.ddr.commit`, :func:`~fsedp.sw.streaming.ddr.take_dispatch` and
-:func:`~fsedp.sw.streaming.ddr.retire_jobs` as ``StreamingArray.step`` does.  Checked every
+:func:`~fsedp.sw.streaming.ddr.retire_jobs` as ``StreamingArray.step`` does. Checked every
 cycle: ``resv[a].valid``, ``deliver[ch]`` valid and payload (target, slot, micro-slice,
 ``held``), ``unhold``, ``done`` (a ``lib.stream``: held until taken,
 :class:`~fsedp.tb.bench.StreamMonitor`), ``bad_dispatch``, ``orphan`` and ``busy``.
