@@ -176,6 +176,8 @@ def test_matcher_places_and_routes_on_the_25k(tmp_path):
     assert (tmp_path / "matcher" / "nextpnr.log").exists()
     text = fpga.fpga_table([row])
     assert "| matcher | E=16, C=4 | LFE5U-25F-6 CABGA381 |" in text
+    cp = row["critical_path"]
+    assert f"* **matcher:** `{cp['from']}` to `{cp['to']}`, {cp['ns']} ns" in text
 
 
 def test_the_tools_are_found_where_the_flow_looks():

@@ -90,3 +90,22 @@ def test_report_library_options_are_checked_first(tmp_path, capsys, monkeypatch)
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "Traceback" not in err, err
         assert all(w in err for w in words), (words, err)
+
+
+def test_generated_pages_name_the_command_that_made_them(monkeypatch):
+    """Every report page carries the exact command line (figures in ``docs/`` are generated,
+    each by a command a reader can run again)."""
+    from fsedp.cli.common import invoked
+    from fsedp.experiments.rtl_runs import datapath_page, fpga_page
+
+    argv = ["fsedp", "rtl", "datapath", "--mesh", "2x2:3", "--out", "x.md"]
+    monkeypatch.setattr("sys.argv", argv)
+    assert invoked("rtl datapath") == "fsedp rtl datapath --mesh 2x2:3 --out x.md"
+    assert invoked("rtl report") == "fsedp rtl report"  # another command is running
+    monkeypatch.setattr("sys.argv", ["python"])  # called from Python: the bare command
+    assert invoked("run") == "fsedp run"
+    page = datapath_page("fsedp rtl datapath --mesh 2x2:3", "body")
+    assert page.startswith("# Chiplet datapath report\n\nProduced by `fsedp rtl datapath --mesh")
+    assert page.endswith("body")
+    page = fpga_page("fsedp rtl fpga --top matcher", [])
+    assert "Produced by `fsedp rtl fpga --top matcher` on " in page and "| top |" in page

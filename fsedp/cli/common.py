@@ -7,6 +7,7 @@ import contextlib
 import copy
 import json
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -254,6 +255,16 @@ def opt_number(name: str, lo: float | None = None, hi: float | None = None):
     if hasattr(conv, "range_text"):
         opt.range_text = conv.range_text + " or none"
     return opt
+
+
+def invoked(command: str) -> str:
+    """The command line as the user typed it (``fsedp`` and its arguments) when ``command``
+    (``"rtl report"``, ``"run"``) is what runs; else ``fsedp command`` (called from Python).
+    Reports write it in their header, so that every figure names the command that made it."""
+    words = command.split()
+    if sys.argv[1 : 1 + len(words)] == words:
+        return " ".join(["fsedp", *sys.argv[1:]])
+    return f"fsedp {command}"
 
 
 def emit(args, doc: dict, text: str):

@@ -6,7 +6,6 @@ text are :mod:`fsedp.experiments.rtl_runs`'s (the synthesis flow's,
 
 import contextlib
 import dataclasses
-import sys
 import tempfile
 
 from fsedp.cli.common import (
@@ -18,6 +17,7 @@ from fsedp.cli.common import (
     field_options,
     field_value,
     int_at_least,
+    invoked,
     load_config,
     number,
     positive,
@@ -212,7 +212,7 @@ def cmd_report(args):
             doc["datapath"] = chip_figures(library, chip_sp, dp)
     if args.fpga:
         doc["fpga"] = _report_fpga(args, chip_sp, dp)
-    command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl report"
+    command = invoked("rtl report")
     text = rtl_runs.report_page(command, args.sim, base, rows, doc)
     if args.out:
         write_output(args.out, text)
@@ -415,7 +415,7 @@ def cmd_datapath(args):
         doc.get("ring"), doc.get("cells"), cells_params, runs, doc.get("admission_cells")
     )
     if args.out:
-        write_output(args.out, rtl_runs.datapath_page(text))
+        write_output(args.out, rtl_runs.datapath_page(invoked("rtl datapath"), text))
     return _done(args, doc, text, rtl_runs.datapath_ok(runs))
 
 
@@ -482,7 +482,7 @@ def cmd_synth(args):
         tops, dp_tops = [t for t in tops if t not in dp_tops], []  # reshapes the scheduler only
     dp = _datapath_of(args, tops, p)
     lib = _read_library(args, "rtl synth")
-    command = " ".join(["fsedp", *sys.argv[1:]]) if sys.argv[1:2] == ["rtl"] else "fsedp rtl synth"
+    command = invoked("rtl synth")
     out = args.out or build_dir("synth")
     run = synth.run(
         tops,
@@ -529,7 +529,7 @@ def cmd_fpga(args):
         rows = fpga.run_fpga(tops, workdir=staged, **run)
         doc["tops"] = rows
         (staged / "fpga.json").write_text(json.dumps(doc, indent=1) + "\n")
-        (staged / "fpga.md").write_text(fpga.fpga_table(rows) + "\n")
+        (staged / "fpga.md").write_text(rtl_runs.fpga_page(invoked("rtl fpga"), rows))
     return _done(args, doc, fpga.fpga_table(rows), all(not r.get("error") for r in rows))
 
 

@@ -2,7 +2,6 @@
 paper figures as sweeps, the simulator's speed)."""
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from fsedp.cli.common import (
     JSON,
     add_force,
     emit,
+    invoked,
     load_config,
     positive,
     require_simulator,
@@ -84,7 +84,7 @@ def cmd_run(args):
     doc = {"config": config_to_dict(cfg), "summary": summary, "wall_s": round(time.time() - t0, 1)}
     if check is not None:
         doc["rtl_check"] = check.finish()
-    command = "fsedp " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["run"] else "fsedp run"
+    command = invoked("run")
     doc["report"] = write_report(run, summary, out, command, force=args.force)
     title = (
         f"{cfg.model.name} on {cfg.hardware.name}: {cfg.scenario.tokens_per_iteration} tokens "

@@ -525,7 +525,8 @@ def _of(row, cell) -> str:
 def fpga_table(rows) -> str:
     """The rows of :func:`run_fpga` as a Markdown table: per top its generics, the block's
     cells out of the device's totals, the LUT sites and flip-flops of the whole placed
-    design (harness included), Fmax against the target and the seconds the flow took."""
+    design (harness included), Fmax against the target and the seconds the flow took; then
+    each top's critical path (:func:`critical_path`)."""
     out = [
         "| top | generics | device | LUT4 | TRELLIS_FF | CCU2C | DP16KD | TRELLIS_DPR16X4 | "
         "placed LUT sites (with harness) | Fmax MHz (target) | seconds (synth + P&R) |",
@@ -549,6 +550,15 @@ def fpga_table(rows) -> str:
             f"{'-' if fmax is None else f'{fmax:.1f}'} ({r['target_mhz']:g}{verdict}) | "
             f"{r.get('wall_s', '-')} ({r.get('synth_s', '-')} + {r.get('pnr_s', '-')}) |"
         )
+    paths = [
+        f"* **{r['top']}:** `{cp['from']}` to `{cp['to']}`, {cp['ns']} ns ({cp['logic_ns']} ns "
+        f"logic, {cp['routing_ns']} ns routing), {cp['logic_steps']} logic steps"
+        for r in rows
+        if (cp := r.get("critical_path"))
+    ]
+    if paths:
+        out += ["", "Critical paths (the worst register-to-register path after routing):", ""]
+        out += paths
     failed = [r for r in rows if r.get("error")]
     if failed:
         out += ["", "Failed: " + "; ".join(f"{r['top']}: {r['error']}" for r in failed) + "."]

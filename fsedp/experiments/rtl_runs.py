@@ -30,6 +30,7 @@ __all__ = [
     "report_page",
     "datapath_mesh",
     "datapath_page",
+    "fpga_page",
     "datapath_ok",
     "formal_list",
     "formal",
@@ -420,11 +421,24 @@ def datapath_mesh(sp, p, layers: int, sim: str, seed: int, stall, reset_every, o
     return res
 
 
-def datapath_page(text: str) -> str:
-    """The page ``fsedp rtl datapath --out`` writes: a title, the date and ``text``."""
+def datapath_page(command: str, text: str) -> str:
+    """The page ``fsedp rtl datapath --out`` writes: a title, the command that made it, the
+    date and ``text``."""
     return (
-        "# Chiplet datapath report\n\nProduced by `fsedp rtl datapath` on "
+        f"# Chiplet datapath report\n\nProduced by `{command}` on "
         f"{time.strftime('%Y-%m-%d')}.\n\n" + text
+    )
+
+
+def fpga_page(command: str, rows) -> str:
+    """The page ``fsedp rtl fpga`` writes into its report folder: a title, the command that
+    made it, the date and :func:`fsedp.experiments.fpga.fpga_table` of ``rows``."""
+    from fsedp.experiments.fpga import fpga_table
+
+    return (
+        f"# FPGA report\n\nProduced by `{command}` on {time.strftime('%Y-%m-%d')}.\n\n"
+        + fpga_table(rows)
+        + "\n"
     )
 
 
