@@ -150,7 +150,8 @@ class Chiplet(wiring.Component):
     free : Out
         Free slots (registered state, for DDR admission).
     admit : Out; only with forward-state admission
-        The ring buffer's admission vector ([D16]), for DDR admission.
+        The ring buffer's admission vector for DDR loads (``admit_load``: [D16] with the
+        rung below a load left to the ring's traffic, [D20]).
     resv : In(ReservationSignature)
         The DDR controller reserves a slot for a load it issues (answered in the cycle);
         the router admits a link arrival in what the load leaves ([D19]).
@@ -227,6 +228,6 @@ class Chiplet(wiring.Component):
                 router.admit.eq(buf.admit),
                 router.admit_spare.eq(buf.admit_spare),
                 router.resv_claim.eq(self.resv.claim),
-                self.admit.eq(buf.admit),
+                self.admit.eq(buf.admit_load),
             ]
         return m

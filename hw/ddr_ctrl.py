@@ -109,8 +109,9 @@ class DDRController(wiring.Component):
         Each ring buffer's free slots (registered state: this cycle's loads are admitted
         first, the routers' accepts take what they leave, [D19]).
     admit : In x chiplets; only with forward-state admission
-        Each ring buffer's admission vector ([D16]): a load that claims ``r`` may go into
-        chiplet ``a`` iff ``admit[a][r]``.  ``resv.claim`` carries the load's claim to the
+        Each ring buffer's admission vector for loads ([D16], [D20]: the ring buffer's
+        ``admit_load``): a load that claims ``r`` may go into chiplet ``a`` iff
+        ``admit[a][r]``.  ``resv.claim`` carries the load's claim to the
         reserved slot (and to the router, which admits its arrival after it).
     resv : Out(ReservationSignature) x chiplets
         Slot reservation of the load issued into each chiplet this cycle.
@@ -194,7 +195,8 @@ class DDRController(wiring.Component):
     def _room(self, a, need):
         """Whether chiplet ``a`` (an index or a signal) admits a load that claims ``need``
         this cycle, on the registered state ([D19]: the loads first): forward-count, more
-        than ``need`` slots free; forward-state [D16], the ring buffer's ``admit[need]``."""
+        than ``need`` slots free; forward-state [D16], the ring buffer's ``admit_load[need]``
+        ([D20])."""
         if self.p.admission != "forward-state":
             return (self.free[a] if isinstance(a, int) else Array(self.free)[a]) > need
         admit = self.admit[a] if isinstance(a, int) else Array(self.admit)[a]

@@ -205,6 +205,10 @@ class RingBuffer(wiring.Component):
         ``a``, one with ``r`` hops may still enter iff ``admit[r]`` and
         ``admit_spare[min(r, a)]`` (the DDR controller's load, then the router's accept:
         [D19]).
+    admit_load : Out(H + 2); only with ``admission = "forward-state"``
+        [D20], for the DDR controller: bit ``r`` says a DDR load claiming ``r`` may enter
+        (``admit[r]`` and ``admit_spare[min(r, H - 1)]``: with the load taken, an arrival
+        with ``min(r, H - 1)`` hops to go would still be admitted).
         A slot's claim is written at its reservation (``resv.claim``) and its store (the
         micro-slice's ``r``, ``H + 1`` while held) and lowered to ``r`` when un-held.
 
@@ -228,7 +232,11 @@ class RingBuffer(wiring.Component):
                 "unhold": In(UnholdSignature(p)),
                 "occupancy": Out(p.free_bits),
                 **(
-                    {"admit": Out(p.held_claim + 1), "admit_spare": Out(p.held_claim + 1)}
+                    {
+                        "admit": Out(p.held_claim + 1),
+                        "admit_spare": Out(p.held_claim + 1),
+                        "admit_load": Out(p.held_claim + 1),
+                    }
                     if state
                     else {}
                 ),
@@ -305,6 +313,11 @@ class RingBuffer(wiring.Component):
                     self.admit_spare[i].eq(n1),
                 ]
                 ok0, ok1 = n0, n1
+            # [D20] a DDR load claiming r also leaves an arrival claiming min(r, H - 1) room
+            m.d.comb += [
+                self.admit_load[r].eq(self.admit[r] & self.admit_spare[min(r, top - 2)])
+                for r in range(top + 1)
+            ]
 
         # -- offers: fewest hops left, ties to the lower slot ----------------------------
         # keyed by the hops left after the transfer (a slot that forwards has at least one

@@ -274,6 +274,22 @@ def room_admits(P, W, CLM, c, r):
 
 
 @in_step
+def room_admits_load(P, W, CLM, c, r):
+    """``ring_buffer.Room.admits_load`` ([D20])."""
+    if not room_admits(P, W, CLM, c, r):
+        return False
+    if P[P_ADMIT] != ADMIT_STATE:
+        return True
+    m = min(r, P[P_H] - 1)
+    above = 0
+    for i in range(P[P_H] + 1, -1, -1):
+        above += CLM[c, i]
+        if i <= m and above + 2 + i > P[P_K]:
+            return False
+    return True
+
+
+@in_step
 def room_take(P, W, CLM, c, r):
     """``ring_buffer.Room.take``."""
     W[W_FREE2, c] -= 1
@@ -473,7 +489,7 @@ def ddr_target(S, W, CLM, j, ddr_stall):
     free2, used = W[W_FREE2], W[W_USED]
     if not P[P_RULE5]:
         t = JB[j, J_TARGET]
-        if channel_ok(P, GP, FQ, used, ddr_stall, t) and room_admits(
+        if channel_ok(P, GP, FQ, used, ddr_stall, t) and room_admits_load(
             P, W, CLM, t, ddr_need(P, JH, j, t)
         ):
             return t
@@ -483,7 +499,7 @@ def ddr_target(S, W, CLM, j, ddr_stall):
         if (
             (JB[j, J_TRAJ] >> a) & 1
             and channel_ok(P, GP, FQ, used, ddr_stall, a)
-            and room_admits(P, W, CLM, a, ddr_need(P, JH, j, a))
+            and room_admits_load(P, W, CLM, a, ddr_need(P, JH, j, a))
         ):
             if best < 0 or free2[a] > free2[best]:
                 best = a
@@ -543,12 +559,12 @@ def ddr_per_chiplet(S, W, ISS, CLM, ddr_stall):
                 j -= n
             if quota[j] > 0 and (JB[j, J_TRAJ] >> c) & 1:
                 r = ddr_need(P, JH, j, c)
-                if room_admits(P, W, CLM, c, r):
+                if room_admits_load(P, W, CLM, c, r):
                     stage[c], px[c], pdest[c], pr[c] = PK_JOB, j, c, r
                     break
         if stage[c] >= 0:
             continue
-        if room_admits(P, W, CLM, c, H + 1):
+        if room_admits_load(P, W, CLM, c, H + 1):
             for k in range(npre):
                 if pquota[k] > 0 and (PR[k, Q_TRAJ] >> c) & 1:
                     stage[c], px[c], pdest[c], pr[c] = PK_PRE, k, c, H + 1
@@ -561,10 +577,10 @@ def ddr_per_chiplet(S, W, ISS, CLM, ddr_stall):
             j = SC[X_DDR_RR] + k
             if j >= n:
                 j -= n
-            if quota[j] > 0 and room_admits(P, W, CLM, c, JRR[j, c]):  # remote [D10]
+            if quota[j] > 0 and room_admits_load(P, W, CLM, c, JRR[j, c]):  # remote [D10]
                 stage[c], px[c], pdest[c], pr[c] = PK_RJOB, j, JRD[j, c], JRR[j, c]
                 break
-        if stage[c] >= 0 or not room_admits(P, W, CLM, c, H + 1):
+        if stage[c] >= 0 or not room_admits_load(P, W, CLM, c, H + 1):
             continue
         for k in range(npre):
             if pquota[k] > 0:
@@ -631,7 +647,7 @@ def ddr_issue(S, W, ISS, CLM, ddr_stall):
     if chans > 1 and P[P_RULE5]:
         # Rule 5: pre-loads go to any idle buffer of their trajectory
         for c in range(n):
-            if not channel_ok(P, GP, FQ, used, ddr_stall, c) or not room_admits(
+            if not channel_ok(P, GP, FQ, used, ddr_stall, c) or not room_admits_load(
                 P, W, CLM, c, H + 1
             ):
                 continue
@@ -653,7 +669,7 @@ def ddr_issue(S, W, ISS, CLM, ddr_stall):
                 PR[k, Q_VALID]
                 and PR[k, Q_LOADED] < PR[k, Q_COUNT]
                 and channel_ok(P, GP, FQ, used, ddr_stall, q)
-                and room_admits(P, W, CLM, q, H + 1)
+                and room_admits_load(P, W, CLM, q, H + 1)
             ):
                 ni = _issue_pre(ISS, ni, PR, k, q, 0, q)
                 used[0] = 1

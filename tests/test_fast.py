@@ -381,9 +381,9 @@ def test_compiled_equals_python_on_64_chiplets():
 
 
 def test_compiled_admission_ledger_equals_the_golden_one():
-    """``room_open`` / ``room_admits`` / ``room_take`` against ``ring_buffer.Room`` on random
-    buffers of a 4x4 mesh (``H`` = 17, 19 slots): every ``r`` from 0 to ``H + 1`` (a held
-    one), before and after a few admissions, under both rules."""
+    """``room_open`` / ``room_admits`` / ``room_admits_load`` / ``room_take`` against
+    ``ring_buffer.Room`` on random buffers of a 4x4 mesh (``H`` = 17, 19 slots): every ``r``
+    from 0 to ``H + 1`` (a held one), before and after a few admissions, under both rules."""
     import numpy as np
 
     from fsedp.params import DatapathParams
@@ -416,6 +416,9 @@ def test_compiled_admission_ledger_equals_the_golden_one():
                 want = [room.admits(c, r) for r in range(top + 1)]
                 got = [bool(k.room_admits(P, W, CLM, c, r)) for r in range(top + 1)]
                 assert got == want, (rule, c, room.free[c])
+                want = [room.admits_load(c, r) for r in range(top + 1)]
+                got = [bool(k.room_admits_load(P, W, CLM, c, r)) for r in range(top + 1)]
+                assert got == want, ("load", rule, c, room.free[c])
                 r = rng.randrange(top + 1)
                 if want[r]:
                     room.take(c, r)

@@ -460,6 +460,30 @@ def test_forward_state_admits_what_forward_count_refuses_and_no_more():
     assert room.free[0] == 5 and room.admits(0, 4) and not room.admits(0, 5)
 
 
+def test_a_ddr_load_leaves_the_rung_below_it():
+    """[D20], pinned with ``K`` = 8, ``H`` = 5: under forward-state a DDR load claiming ``r``
+    is admitted only if, with it taken, an arrival claiming ``min(r, H - 1)`` still would be;
+    forward-count loads are admitted as arrivals are."""
+    far = [5, 5, 5]  # N(>= i) = 3 for i <= 5
+    room = _room("forward-state", far)
+    # an arrival: 3 + 1 + i <= 8 for every i <= r, so r <= 4
+    assert [room.admits(0, r) for r in range(7)] == [True] * 5 + [False] * 2
+    # a load: with it taken an arrival claiming min(r, 4) needs 3 + 2 + i <= 8, so r <= 3
+    assert [room.admits_load(0, r) for r in range(7)] == [True] * 4 + [False] * 3
+    # near the end of their paths nothing changes: every claim up to H + 1 still loads
+    near = _room("forward-state", [0, 0, 1, 1])
+    assert [near.admits_load(0, r) for r in range(7)] == [True] * 7
+    # five held slots (claim H + 1 = 6): an arrival up to r = 2, a load (a pre-load too,
+    # claiming 6) up to r = 1
+    held = _room("forward-state", [6] * 5)
+    assert [held.admits(0, r) for r in range(7)] == [True] * 3 + [False] * 4
+    assert [held.admits_load(0, r) for r in range(7)] == [True] * 2 + [False] * 5
+    count = _room("forward-count", far)
+    assert [count.admits_load(0, r) for r in range(7)] == [count.admits(0, r) for r in range(7)]
+    # admits_load only asks: it takes nothing
+    assert room.free[0] == 5 and room.claims[0][5] == 3
+
+
 def test_conservation_checker_catches_loss_and_duplicates():
     p = DatapathParams(rows=2, cols=2, micro_slices=2)
     chk = Conservation(p)

@@ -91,7 +91,7 @@ def issue(arr, inp, room):
         # trajectory (Algorithm 1: "pre-load e to any idle buffer"), chiplet by chiplet
         pre_extra = [0] * len(arr.pre)
         for c in range(n):
-            if not channel_ok(c) or not room.admits(c, top):
+            if not channel_ok(c) or not room.admits_load(c, top):
                 continue
             for k, q in enumerate(arr.pre):
                 if q.valid and q.traj >> c & 1 and q.loaded + pre_extra[k] < q.count:
@@ -106,7 +106,7 @@ def issue(arr, inp, room):
                 q.valid
                 and q.loaded < q.count
                 and channel_ok(q.chiplet)
-                and room.admits(q.chiplet, top)
+                and room.admits_load(q.chiplet, top)
             ):
                 issues.append(("pre", k, q.chiplet, q.expert, q.traj, q.loaded, q.chiplet))
                 used[0] = True
@@ -170,12 +170,12 @@ def per_chiplet(arr, room, channel_ok, issues, used):
             job = arr.jobs[j]
             if quota[j] and job.traj >> c & 1:
                 r = need(arr, job.traj, c, job.expert)
-                if room.admits(c, r):
+                if room.admits_load(c, r):
                     picks[c] = ("job", j, c, r)
                     break
         if c in picks:
             continue
-        if room.admits(c, top):
+        if room.admits_load(c, top):
             k = next((k for k, q in enumerate(arr.pre) if pquota[k] and q.traj >> c & 1), None)
             if k is not None:
                 picks[c] = ("pre", k, c, top)
@@ -186,10 +186,10 @@ def per_chiplet(arr, room, channel_ok, issues, used):
             job = arr.jobs[j]
             if quota[j]:
                 dest, r = p.remote_entry(job.traj, c, arr.ring_order[job.expert])
-                if room.admits(c, r):
+                if room.admits_load(c, r):
                     picks[c] = ("rjob", j, dest, r)
                     break
-        if c in picks or not room.admits(c, top):
+        if c in picks or not room.admits_load(c, top):
             continue
         k = next((k for k in range(len(arr.pre)) if pquota[k]), None)
         if k is not None:
@@ -288,14 +288,15 @@ def ddr_target(arr, j: int, job: Job, room, channel_ok) -> int | None:
     p = arr.p
     if not p.rule5:
         t = job.target
-        return t if channel_ok(t) and room.admits(t, need(arr, job.traj, t, job.expert)) else None
+        ok = channel_ok(t) and room.admits_load(t, need(arr, job.traj, t, job.expert))
+        return t if ok else None
     best = None
     free = room.free
     for a in range(p.chiplets):
         if (
             job.traj >> a & 1
             and channel_ok(a)
-            and room.admits(a, need(arr, job.traj, a, job.expert))
+            and room.admits_load(a, need(arr, job.traj, a, job.expert))
         ):
             if best is None or free[a] > free[best]:
                 best = a

@@ -153,6 +153,24 @@ class Room:
             return self.free[c] > 0
         return self.free[c] > r
 
+    def admits_load(self, c: int, r: int) -> bool:
+        """Whether chiplet ``c`` admits a DDR load claiming ``r`` ([D20]): as :meth:`admits`,
+        and under forward-state admission only if, with the load taken, an arrival that will
+        still have ``min(r, H - 1)`` hops to go would be admitted too -- a load leaves the
+        rung below its own to the ring's traffic, so that fresh loads do not fill the top
+        hop classes of every buffer and hold each other's first hops."""
+        if not self.admits(c, r):
+            return False
+        if self.rule != "forward-state":
+            return True
+        m = min(r, self.top - 2)
+        above = 0
+        for i in range(self.top, -1, -1):
+            above += self.claims[c][i]
+            if i <= m and above + 2 + i > self.slots:
+                return False
+        return True
+
     def take(self, c: int, r: int):
         """Account one admission of a micro-slice claiming ``r`` into chiplet ``c``."""
         self.free[c] -= 1
