@@ -264,13 +264,19 @@ def room_open(P, SL, W, CLM):
 def room_admits(P, W, CLM, c, r):
     """``ring_buffer.Room.admits``."""
     if P[P_ADMIT] == ADMIT_STATE:
-        above = 0
-        for i in range(P[P_H] + 1, -1, -1):
-            above += CLM[c, i]
-            if i <= r and above + 1 + i > P[P_K]:
-                return False
-        return True
+        return room_fits(P, CLM, c, r, 1)
     return W[W_FREE2, c] > r
+
+
+@in_step
+def room_fits(P, CLM, c, r, new):
+    """``ring_buffer.Room.fits``."""
+    above = 0
+    for i in range(P[P_H] + 1, -1, -1):
+        above += CLM[c, i]
+        if i <= r and above + new + i > P[P_K]:
+            return False
+    return True
 
 
 @in_step
@@ -278,15 +284,7 @@ def room_admits_load(P, W, CLM, c, r):
     """``ring_buffer.Room.admits_load`` ([D20])."""
     if not room_admits(P, W, CLM, c, r):
         return False
-    if P[P_ADMIT] != ADMIT_STATE:
-        return True
-    m = min(r, P[P_H] - 1)
-    above = 0
-    for i in range(P[P_H] + 1, -1, -1):
-        above += CLM[c, i]
-        if i <= m and above + 2 + i > P[P_K]:
-            return False
-    return True
+    return P[P_ADMIT] != ADMIT_STATE or room_fits(P, CLM, c, min(r, P[P_H] - 1), 2)
 
 
 @in_step

@@ -143,12 +143,7 @@ class Room:
         """Whether chiplet ``c`` admits a micro-slice with ``r`` hops to go (``H + 1``: a
         held one)."""
         if self.rule == "forward-state":
-            above = 0
-            for i in range(self.top, -1, -1):
-                above += self.claims[c][i]
-                if i <= r and above + 1 + i > self.slots:
-                    return False
-            return True
+            return self.fits(c, r, 1)
         if self.rule == "naive" and r <= self.top - 1:
             return self.free[c] > 0
         return self.free[c] > r
@@ -161,13 +156,16 @@ class Room:
         hop classes of every buffer and hold each other's first hops."""
         if not self.admits(c, r):
             return False
-        if self.rule != "forward-state":
-            return True
-        m = min(r, self.top - 2)
+        return self.rule != "forward-state" or self.fits(c, min(r, self.top - 2), 2)
+
+    def fits(self, c: int, r: int, new: int) -> bool:
+        """Forward-state's ladder in chiplet ``c``: for every ``i <= r``, the slots claiming at
+        least ``i`` hops and ``new`` more (each claiming ``r`` or more) leave ``i`` free:
+        ``N(>= i) + new + i <= K``."""
         above = 0
         for i in range(self.top, -1, -1):
             above += self.claims[c][i]
-            if i <= m and above + 2 + i > self.slots:
+            if i <= r and above + new + i > self.slots:
                 return False
         return True
 
