@@ -19,6 +19,10 @@ SP4 = SchedulerParams(
     chiplets=4, experts=8, count_width=4, requests=4, theta_min=2, n_threshold=2, qos_width=2
 )
 FLAME = Path(__file__).resolve().parents[2] / "shared" / "data" / "routing" / "flame-moe-290m.npz"
+#: FLAME layers the chip runs in the slow tier: the bench checks every cycle in Python
+#: (about 360 cycles/s for the 2x2 chip under Verilator), and the first two layers take
+#: 263 000 cycles on 2x2 and 122 000 on 3x3 (all eight: 1.37 and 0.63 million)
+FLAME_LAYERS = 2
 
 
 def run(p: ChipParams, **knobs) -> dict:
@@ -208,12 +212,6 @@ def test_chip_verilator_flame(tmp_path, variant, mesh):
     )
     assert res.get("failed") == 0 and res["mismatches"] == 0, res.get("failure", res)
     assert res["layers"] == len(rounds) and not res["sim_mismatches"]
-
-
-#: FLAME layers the chip runs in the slow tier: the bench checks every cycle in Python
-#: (about 360 cycles/s for the 2x2 chip under Verilator), and the first two layers take
-#: 263 000 cycles on 2x2 and 122 000 on 3x3 (all eight: 1.37 and 0.63 million)
-FLAME_LAYERS = 2
 
 
 def flame_setup(rows: int, cols: int):
