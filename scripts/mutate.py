@@ -50,6 +50,7 @@ FORMAL = ["tests/test_formal.py"]
 FAST = ["tests/test_fast.py"]
 SIM = ["tests/test_sim.py"]
 TRACE = ["tests/test_trace.py"]
+REGIONS = ["tests/test_regions.py"]
 
 
 @dataclass(frozen=True)
@@ -439,6 +440,16 @@ MUTANTS = [
         "compiled engine: micro-slices loaded ahead released at a PRELOAD beat instead of "
         "held (ran forever before the progress watchdog; now stops as SimulationStalled)",
         FAST,
+    ),
+    # -- A8's token spreading (sim/regions.py) -------------------------------------------
+    M(
+        "spread-remainder-by-id",
+        "sim/regions.py",
+        "extra = sorted(h, key=lambda c: (-short[c], -h[c], c))[:rest]",
+        "extra = sorted(h)[:rest]",
+        "A8 spreading: an expert's remainder tokens to its lowest-numbered chiplets, not to "
+        "those still short of their own totals (the chiplets' totals drift apart)",
+        REGIONS,
     ),
 ]
 

@@ -19,7 +19,9 @@ Ablations (Section VI-C):
 * ``A7`` A6 with link-aware ring embeddings (scheduler decision 29) and forward-state
   admission ([D16]);
 * ``A8`` A7 with every expert's tokens gathered into one region of the mesh, chosen per layer
-  by a cost model (:mod:`fsedp.sim.regions`): shorter rings, more tokens moved;
+  by a cost model (:mod:`fsedp.sim.regions`): shorter rings, more tokens moved; where the
+  whole mesh stays in a balanced layer, every expert's tokens spread evenly over the
+  chiplets of its ring (``regions.spread``);
 * ``A5`` A3 with token buffering (Algorithm 2, 20 % slack): a deferred request pauses at the
   layer and its tokens of that layer and the following ones move to the next iteration
   (``sim/run.py``); what is still deferred after the last iteration runs at the end.

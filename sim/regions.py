@@ -10,6 +10,14 @@ on a ring inside the region, loaded by the region's own DDR channels.  Each expe
 loaded from DDR exactly once; what changes is the links its micro-slices cross (``|R| - 1``
 instead of ``|C| - 1``) and which DDR channels and compute units carry it.
 
+In a *balanced* layer (compute about as long as DDR: :data:`BALANCED`) every unit must be
+busy all the time, and a ring runs at the pace of the chiplet that holds most of the
+streaming experts' tokens: an expert whose tokens sit unevenly on its ring (4 on one chiplet,
+12 on the next) stalls the others behind the busy one while the light ones idle.  There the
+whole mesh is not left as the gate wrote it: every expert's tokens are spread evenly over
+the chiplets that already hold them (:func:`spread`; its ring is unchanged), priced by the
+same all-to-all.
+
 The tiling and the experts' regions are chosen per layer by a cost model (:func:`plan`),
 before the layer streams, from the counts the gate writes -- the same counts the EIT holds.
 For every tiling of the mesh into regions of at least two chiplets (the whole mesh, where
@@ -30,7 +38,10 @@ same tokens (a bound on the busiest chiplet's links; overlapping the gather with
 DDR loads is left out, so the figure is pessimistic by at most that phase); inside its
 region an expert's tokens are spread as evenly as whole tokens allow, tokens already in the
 region staying where they are when their chiplet has room, the others going to the nearest
-chiplet with room.
+chiplet with room; the whole mesh of a balanced layer is evened out per expert inside its
+own chiplets (never onto a chiplet outside its ring, which would lengthen it), with each
+chiplet keeping its number of tokens where the counts allow (measured on 2x2, 3x3 and 4x4 at
+1024 tokens, ``docs/simulator.md``).
 """
 
 import math
@@ -40,7 +51,16 @@ import numpy as np
 
 from fsedp.params import mesh_position
 
-__all__ = ["tilings", "regions_of", "assign", "gather", "all_to_all_cycles", "plan", "Plan"]
+__all__ = [
+    "tilings",
+    "regions_of",
+    "assign",
+    "gather",
+    "spread",
+    "all_to_all_cycles",
+    "plan",
+    "Plan",
+]
 
 
 def tilings(rows: int, cols: int) -> list[tuple[int, int]]:
@@ -163,23 +183,68 @@ def gather(records, home: np.ndarray, regions: list[list[int]], cols: int, per, 
         on = [c for c in order if room[c]]
         for c in on:  # its share of the expert's loads (Rule 4 spreads them) and MACs
             load[c] += per[e] * (dp.ddr_interval / len(on) + room[c] * dp.cycles_per_token)
-        away = []
+        _place(records, idx, room, pos, out, moves)
+    return out, moves
+
+
+def _place(records, idx, room: dict, pos, out: list, moves: list):
+    """Place the records ``idx`` of one expert by the token count ``room[c]`` each chiplet
+    takes: a token stays where its chiplet has room, the others go to the nearest chiplet
+    with room (then the lowest-numbered), written into ``out`` and ``moves``."""
+    away = []
+    for i in idx:
+        c = records[i][1]
+        if room.get(c, 0) > 0:
+            room[c] -= 1
+        else:
+            away.append(i)
+    for i in away:
+        r, c, e = records[i]
+        a = pos[c]
+        d = min(
+            (d for d in room if room[d] > 0),
+            key=lambda d: (abs(a[0] - pos[d][0]) + abs(a[1] - pos[d][1]), d),
+        )
+        room[d] -= 1
+        out[i] = (r, d, e)
+        moves.append((c, d))
+
+
+def spread(records, chiplets: int, cols: int):
+    """The records with every expert's tokens spread evenly over the chiplets that hold
+    them (its trajectory is unchanged, every chiplet keeps its number of tokens), and the
+    moves ``[(from, to)]`` it takes.  An expert with ``N`` tokens on ``k`` chiplets gives
+    each ``N // k``; the remainders go one token at a time, the experts with the fewest
+    chiplets first (then the larger, then the lower id), each to its chiplets with the most
+    tokens still to place to keep their totals (then holding most of the expert's, then the
+    lowest-numbered); tokens move as in :func:`gather`.  Records keep their order."""
+    by_expert: dict = {}
+    for i, rec in enumerate(records):
+        by_expert.setdefault(rec[2], []).append(i)
+    pos = [mesh_position(c, cols) for c in range(chiplets)]
+    have: dict = {}
+    for e, idx in by_expert.items():
+        have[e] = {}
         for i in idx:
             c = records[i][1]
-            if room.get(c, 0) > 0:
-                room[c] -= 1
-            else:
-                away.append(i)
-        for i in away:
-            r, c, _ = records[i]
-            a = pos[c]
-            d = min(
-                (d for d in region if room[d] > 0),
-                key=lambda d: (abs(a[0] - pos[d][0]) + abs(a[1] - pos[d][1]), d),
-            )
-            room[d] -= 1
-            out[i] = (r, d, e)
-            moves.append((c, d))
+            have[e][c] = have[e].get(c, 0) + 1
+    # what each chiplet still takes after every expert's even share
+    short = [0] * chiplets
+    for _, c, _ in records:
+        short[c] += 1
+    for e, idx in by_expert.items():
+        for c in have[e]:
+            short[c] -= len(idx) // len(have[e])
+    out = list(records)
+    moves = []
+    for e in sorted(by_expert, key=lambda e: (len(have[e]), -len(by_expert[e]), e)):
+        idx, h = by_expert[e], have[e]
+        q, rest = divmod(len(idx), len(h))
+        extra = sorted(h, key=lambda c: (-short[c], -h[c], c))[:rest]
+        for c in extra:
+            short[c] -= 1
+        room = {c: q + (c in extra) for c in sorted(h)}
+        _place(records, idx, room, pos, out, moves)
     return out, moves
 
 
@@ -256,7 +321,8 @@ def plan(setup, records, per: np.ndarray, shape: tuple[int, int] | None = None) 
     cost model chooses (module docstring): of the whole mesh and the tilings into regions
     of at least :data:`MIN_REGION` chiplets, the lowest score -- within 1 %, the least loaded
     busiest link -- but the whole mesh in a balanced layer (:data:`BALANCED`) whose busiest
-    link is loaded no longer than its DDR and compute take."""
+    link is loaded no longer than its DDR and compute take.  The whole mesh of a balanced
+    layer has its tokens spread evenly on every expert's ring (:func:`spread`)."""
     dp = setup.dp
     n = dp.chiplets
     experts = len(per)
@@ -273,7 +339,10 @@ def plan(setup, records, per: np.ndarray, shape: tuple[int, int] | None = None) 
     for s in shapes:
         regions, home, ddr, comp, link = _score(setup, held, per, s)
         t = max(ddr, comp, link)
-        if s == whole:
+        if s == whole and comp >= BALANCED * ddr:
+            moved, moves = spread(records, n, dp.cols)
+            a2a = all_to_all_cycles(setup, moves)[0]
+        elif s == whole:
             moved, moves, a2a = list(records), [], 0
         else:
             moved, moves = gather(records, home, regions, dp.cols, per, dp)

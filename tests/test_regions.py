@@ -14,7 +14,15 @@ from fsedp.config import run_from_dict
 from fsedp.params import mesh_position
 from fsedp.sim.baselines import _all_to_all, ep_home
 from fsedp.sim.fsedp import fsedp_layer
-from fsedp.sim.regions import all_to_all_cycles, assign, gather, plan, regions_of, tilings
+from fsedp.sim.regions import (
+    all_to_all_cycles,
+    assign,
+    gather,
+    plan,
+    regions_of,
+    spread,
+    tilings,
+)
 from fsedp.sim.setup import make_setup
 from fsedp.workload import iterations
 
@@ -92,6 +100,38 @@ def test_every_token_lands_in_its_experts_region_evenly(seed):
             assert stayed == min(before[d], s)
 
 
+def shares(records, n: int, experts: int) -> np.ndarray:
+    held = np.zeros((n, experts), np.int64)
+    for _, c, e in records:
+        held[c, e] += 1
+    return held
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spread_evens_each_expert_over_the_chiplets_that_hold_it(seed):
+    """A balanced layer's whole mesh (``spread``): every expert's tokens as even as whole
+    tokens allow over the chiplets that already hold them -- its trajectory unchanged -- a
+    token moving only off a chiplet that holds more than its share, and the moves those of
+    the records that changed."""
+    rng = random.Random(seed)
+    rows, cols = rng.choice([(2, 2), (3, 3), (4, 4), (2, 4), (8, 8)])
+    n, experts = rows * cols, 32
+    records = random_records(rng, n, experts, rng.choice([4, 32, 128, 512]))
+    out, moves = spread(records, n, cols)
+    assert len(out) == len(records)
+    assert sorted((a[1], b[1]) for a, b in zip(records, out) if a != b) == sorted(moves)
+    assert all((r, e) == (r2, e2) for (r, _, e), (r2, _, e2) in zip(records, out))
+    before, after = shares(records, n, experts), shares(out, n, experts)
+    assert ((before > 0) == (after > 0)).all()  # the same trajectories
+    for e in range(experts):
+        on = after[before[:, e] > 0, e]
+        if len(on):
+            assert on.max() - on.min() <= 1, (e, on)
+    # a token stays where its chiplet keeps room for it
+    stayed = shares([b for a, b in zip(records, out) if a == b], n, experts)
+    assert (stayed == np.minimum(before, after)).all()
+
+
 def test_all_to_all_is_the_busiest_chiplets_links():
     setup = make_setup(mesh_config(2, 2, 64))
     act, bw, lat = setup.act_bytes, setup.link_bytes_per_cycle, setup.link_latency_cycles
@@ -157,7 +197,7 @@ def test_the_cost_model_gathers_a_ddr_bound_layer_not_a_balanced_one(tokens, gat
     """Qwen3-30B-A3B on the 4x4 mesh (``docs/results.md``): at 256 tokens (DDR-bound) the
     rings over all 16 chiplets load the busiest link as long as DDR takes, and regions
     halve that at the same DDR and compute time; at 1024 (DDR and compute balanced) one ring
-    keeps up, and the whole mesh stays."""
+    keeps up, and the whole mesh stays, its tokens spread evenly over each expert's ring."""
     from fsedp.sim.sweep import sweep_config
 
     hw = {
@@ -182,4 +222,12 @@ def test_the_cost_model_gathers_a_ddr_bound_layer_not_a_balanced_one(tokens, gat
     if gathers:
         assert p.scores[p.shape][0] <= 1.01 * whole[0] and p.scores[p.shape][1] < whole[1] / 2
     else:
-        assert list(p.scores) == [(4, 4)] and p.moves == [] and p.records == list(lay.records)
+        # the whole mesh, every expert's tokens evened out over its own chiplets (A7's rings),
+        # each chiplet keeping its number of tokens
+        assert list(p.scores) == [(4, 4)] and p.moves
+        assert (p.records, p.moves) == spread(lay.records, 16, 4)
+        experts = setup.sp.experts
+        before, after = shares(lay.records, 16, experts), shares(p.records, 16, experts)
+        assert ((before > 0) == (after > 0)).all()
+        assert (before.sum(1) == after.sum(1)).all()
+        assert p.a2a == all_to_all_cycles(setup, p.moves)[0] > 0
