@@ -132,9 +132,13 @@ def derived_microslices(
     slots: int = MICROSLICES_SLOTS,
 ) -> int:
     """The smallest micro-slice count, at least ``floor``, for which a ``buffer_kib`` buffer
-    holds ``slots`` micro-slices of an ``expert_bytes`` expert (capped at 256)."""
-    need = math.ceil(expert_bytes * slots / (buffer_kib * 1024))
-    return min(256, max(floor, need))
+    holds ``slots`` micro-slices of an ``expert_bytes`` expert (capped at 256), each of
+    ``ceil(expert_bytes / count)`` bytes as :func:`buffer_slots` counts them: the bytes'
+    quotient alone can leave one slot short where a micro-slice's bytes round up."""
+    m = min(256, max(floor, math.ceil(expert_bytes * slots / (buffer_kib * 1024))))
+    while m < 256 and buffer_slots(expert_bytes, buffer_kib, m, slots) < slots:
+        m += 1
+    return m
 
 
 #: Slots a chiplet's slot table gets at most (its index width and occupancy logic grow with
