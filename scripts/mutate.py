@@ -5,12 +5,14 @@ mutants the tests kill, which survive and which make them hang.
     python scripts/mutate.py                 # every mutant, 2 at a time
     python scripts/mutate.py --only eit-wrap --jobs 1 --json out.json
     python scripts/mutate.py --list
+    python scripts/mutate.py --doc docs/verification.md    # every mutant, the table rewritten
 
 The working tree is never touched: each mutant runs in a temporary package view (``fsedp/``
 with ``hw/``, ``sw/``, ``tb/``, ``sim/``, ``configs/`` mapped in as in ``pyproject.toml``)
 that ``PYTHONPATH`` puts before the installed package.  A mutant whose ``old`` text is not
 found exactly once is reported as stale (the source moved on; update the list).  Exit status:
-0 when every mutant is killed, 1 otherwise.  Figures: ``docs/verification.md``.
+0 when every mutant is killed, 1 otherwise.  Figures: ``docs/verification.md``, whose
+campaign table (between :data:`BEGIN` and :data:`END`) ``--doc`` rewrites from the run.
 """
 
 import argparse
@@ -34,6 +36,10 @@ PACKAGE_DIRS = {
         "setuptools"
     ]["package-dir"].items()
 }
+
+#: the markers of the campaign table in ``--doc``'s file
+BEGIN = "<!-- mutate.py campaign -->"
+END = "<!-- end mutate.py campaign -->"
 
 GOLDEN = ["tests/test_golden.py"]
 STREAM = ["tests/test_streaming.py"]
@@ -526,6 +532,36 @@ def check(m: Mutant, timeout: float) -> dict:
     }
 
 
+def campaign_table(results: list, counts: dict, argv: list, jobs: int, seconds: float, base: float):
+    """The Markdown of a run: the command and its totals, then a row per mutant."""
+    cmd = " ".join(["python scripts/mutate.py", *argv])
+    lines = [
+        f"`{cmd}` ({jobs} jobs, {time.strftime('%Y-%m-%d')}): **{counts['killed']} of "
+        f"{len(results)} killed**, {counts['survived']} survived, {counts['hang']} hung, "
+        f"{counts['stale']} stale; {seconds:.0f} s in all (the unmutated baseline: {base:.0f} s). "
+        "A row's seconds include the tests that run before the killing one under `-x`.",
+        "",
+        "| mutant | the bug | result | killed by | s |",
+        "|---|---|---|---|---:|",
+    ]
+    for r in results:
+        by = f"`{r['killed_by']}`" if r.get("killed_by") else "-"
+        lines.append(f"| `{r['mutant']}` | {r['what']} | {r['result']} | {by} | {r['seconds']} |")
+    return "\n".join(lines)
+
+
+def write_doc(path: Path, table: str):
+    """Replace the campaign table between :data:`BEGIN` and :data:`END` of ``path``."""
+    text = path.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise SystemExit(f"mutate.py: {path}: --doc needs one {BEGIN} and one {END}")
+    head, rest = text.split(BEGIN)
+    tail = rest.split(END)[1]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(f"{head}{BEGIN}\n\n{table}\n\n{END}{tail}")
+    tmp.replace(path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", help="run this mutant (repeatable)")
@@ -533,7 +569,12 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds before a run is a hang")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--doc", help="rewrite the campaign table of this Markdown file")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
+    if args.doc and (args.only or not Path(args.doc).is_file()):
+        print(f"mutate.py: --doc {args.doc}: needs an existing file and every mutant (no --only)")
+        return 2
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     if args.list or not chosen:
         for m in MUTANTS:
@@ -545,6 +586,7 @@ def main(argv=None) -> int:
         package_view(Path(tmp))
         tests = sorted({t for m in chosen for t in m.tests})
         status, secs, tail = run_tests(Path(tmp), tests, args.timeout * 2)
+    base = secs
     print(f"baseline ({len(tests)} test files): {status} in {secs:.0f} s", flush=True)
     if status != "pass":
         print(tail)
@@ -567,6 +609,9 @@ def main(argv=None) -> int:
     )
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, **counts}, indent=1))
+    if args.doc:
+        table = campaign_table(results, counts, argv, args.jobs, time.time() - t0, base)
+        write_doc(Path(args.doc), table)
     return 0 if counts["killed"] == len(results) else 1
 
 

@@ -179,6 +179,16 @@ SP4 = SchedulerParams(
             cycles_per_token=2,
             ddr_interval=3,
         ),
+        # partner pre-loads un-held while the top rung binds: with [D20]'s spare rung the
+        # minimum slots no longer reach it (mutant state-unhold-keeps-claim-rtl survived them)
+        dict(
+            admission="forward-state",
+            preload_entries=4,
+            slots=8,
+            ddr_latency=2,
+            link_cycles=1,
+            ddr_interval=1,
+        ),
     ],
     ids=[
         "default",
@@ -200,6 +210,7 @@ SP4 = SchedulerParams(
         "state-rule5-preload",
         "state-ch4",
         "state-ch4-a6",
+        "state-preload4",
     ],
 )
 def test_array_2x2_matches_golden(kw):

@@ -242,3 +242,48 @@ def test_the_bench_doc_holds_the_one_figure_and_is_referred_to():
         assert "docs/performance-bench.md" in (ROOT / name).read_text(), name
     assert SPEEDUP.search("the engine, 29-54x faster") and SPEEDUP.search("(about 30x slower)")
     assert not SPEEDUP.search("the 2x2 chip, 4x4 meshes, rows x cols, A1-A5, 100x slower")
+
+
+# -- docs/verification.md: the mutation campaign ------------------------------------------------
+
+
+def _mutate():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutate", ROOT / "scripts" / "mutate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_campaign_table_is_the_run_of_every_mutant_listed():
+    """``docs/verification.md``'s campaign table is a ``scripts/mutate.py --doc`` run over the
+    mutants listed now: a row for each (a mutant added since needs a new run), each killed."""
+    mutate = _mutate()
+    page = (ROOT / "docs" / "verification.md").read_text()
+    assert page.count(mutate.BEGIN) == page.count(mutate.END) == 1
+    table = page.split(mutate.BEGIN)[1].split(mutate.END)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| .* \| (\w+) \| .* \| [\d.]+ \|$", table, re.M)
+    assert sorted(name for name, _ in rows) == sorted(m.name for m in mutate.MUTANTS)
+    assert {result for _, result in rows} == {"killed"}
+    n = len(mutate.MUTANTS)
+    assert f"**{n} of {n} killed**" in table
+
+
+def test_the_campaign_table_is_written_between_its_markers(tmp_path):
+    mutate = _mutate()
+    doc = tmp_path / "v.md"
+    doc.write_text(f"before\n{mutate.BEGIN}\nold\n{mutate.END}\nafter\n")
+    results = [
+        {"mutant": "m", "what": "a bug", "result": "killed", "killed_by": "t.py::x", "seconds": 1.5}
+    ]
+    counts = {"killed": 1, "survived": 0, "hang": 0, "stale": 0}
+    mutate.write_doc(doc, mutate.campaign_table(results, counts, ["--doc", "v.md"], 2, 10, 4))
+    text = doc.read_text()
+    assert text.startswith("before\n") and text.endswith(f"{mutate.END}\nafter\n")
+    assert "old" not in text and "| `m` | a bug | killed | `t.py::x` | 1.5 |" in text
+    assert "`python scripts/mutate.py --doc v.md` (2 jobs" in text and "**1 of 1 killed**" in text
+    doc.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="needs one"):
+        mutate.write_doc(doc, "x")
+    assert doc.read_text() == "no markers\n"
