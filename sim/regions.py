@@ -212,12 +212,13 @@ def _place(records, idx, room: dict, pos, out: list, moves: list):
 
 def spread(records, chiplets: int, cols: int):
     """The records with every expert's tokens spread evenly over the chiplets that hold
-    them (its trajectory is unchanged, every chiplet keeps its number of tokens), and the
-    moves ``[(from, to)]`` it takes.  An expert with ``N`` tokens on ``k`` chiplets gives
-    each ``N // k``; the remainders go one token at a time, the experts with the fewest
-    chiplets first (then the larger, then the lower id), each to its chiplets with the most
-    tokens still to place to keep their totals (then holding most of the expert's, then the
-    lowest-numbered); tokens move as in :func:`gather`.  Records keep their order."""
+    them (its trajectory is unchanged; every chiplet keeps its number of tokens where the
+    counts allow), and the moves ``[(from, to)]`` it takes.  An expert with ``N`` tokens
+    on ``k`` chiplets gives each ``N // k``; the remainders go one token at a time, the
+    experts with the fewest chiplets first (then the larger, then the lower id), each to its
+    chiplets with the most tokens still to place to keep their totals (then holding most of
+    the expert's, then the lowest-numbered); tokens move as in :func:`gather`.  Records keep
+    their order."""
     by_expert: dict = {}
     for i, rec in enumerate(records):
         by_expert.setdefault(rec[2], []).append(i)
