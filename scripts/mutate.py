@@ -12,7 +12,8 @@ with ``hw/``, ``sw/``, ``tb/``, ``sim/``, ``configs/`` mapped in as in ``pyproje
 that ``PYTHONPATH`` puts before the installed package.  A mutant whose ``old`` text is not
 found exactly once is reported as stale (the source moved on; update the list).  Exit status:
 0 when every mutant is killed, 1 otherwise.  Figures: ``docs/verification.md``, whose
-campaign table (between :data:`BEGIN` and :data:`END`) ``--doc`` rewrites from the run.
+campaign table (the generated block :data:`BLOCK`, marked as ``fsedp results`` marks its
+tables) ``--doc`` rewrites from the run.
 """
 
 import argparse
@@ -37,9 +38,9 @@ PACKAGE_DIRS = {
     ]["package-dir"].items()
 }
 
-#: the markers of the campaign table in ``--doc``'s file
-BEGIN = "<!-- mutate.py campaign -->"
-END = "<!-- end mutate.py campaign -->"
+#: the generated block of ``--doc``'s file that holds the campaign table
+#: (:mod:`fsedp.experiments.results`' markers)
+BLOCK = "mutation-campaign"
 
 GOLDEN = ["tests/test_golden.py"]
 STREAM = ["tests/test_streaming.py"]
@@ -551,15 +552,12 @@ def campaign_table(results: list, counts: dict, argv: list, jobs: int, seconds: 
 
 
 def write_doc(path: Path, table: str):
-    """Replace the campaign table between :data:`BEGIN` and :data:`END` of ``path``."""
-    text = path.read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise SystemExit(f"mutate.py: {path}: --doc needs one {BEGIN} and one {END}")
-    head, rest = text.split(BEGIN)
-    tail = rest.split(END)[1]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(f"{head}{BEGIN}\n\n{table}\n\n{END}{tail}")
-    tmp.replace(path)
+    """Replace the body of the block :data:`BLOCK` of ``path`` with ``table`` (the page
+    written all at once; a page without the block is an ``InputError``, left as it was)."""
+    from fsedp.experiments.results import replace_block
+    from fsedp.files import read_text, write_text
+
+    write_text(path, replace_block(read_text(path), BLOCK, f"\n{table}\n\n", path))
 
 
 def main(argv=None) -> int:
@@ -572,9 +570,20 @@ def main(argv=None) -> int:
     ap.add_argument("--doc", help="rewrite the campaign table of this Markdown file")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
-    if args.doc and (args.only or not Path(args.doc).is_file()):
-        print(f"mutate.py: --doc {args.doc}: needs an existing file and every mutant (no --only)")
-        return 2
+    if args.doc:
+        from fsedp.errors import InputError
+        from fsedp.experiments.results import find_blocks
+        from fsedp.files import read_text
+
+        try:  # before a run of many minutes: the page and its block must be there
+            if BLOCK not in [b.name for b in find_blocks(read_text(args.doc), args.doc)]:
+                raise InputError(args.doc, "<blocks>", f"no block {BLOCK!r}")
+        except InputError as e:
+            print(f"mutate.py: {e}")
+            return 2
+        if args.only:
+            print(f"mutate.py: --doc {args.doc}: the table is a run of every mutant (no --only)")
+            return 2
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     if args.list or not chosen:
         for m in MUTANTS:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fsedp.cli import main
-from fsedp.experiments.results import END, check_page, experiment_files, find_blocks
+from fsedp.errors import InputError
+from fsedp.experiments.results import BEGIN, END, check_page, experiment_files, find_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results.md"
@@ -261,8 +262,8 @@ def test_the_campaign_table_is_the_run_of_every_mutant_listed():
     mutants listed now: a row for each (a mutant added since needs a new run), each killed."""
     mutate = _mutate()
     page = (ROOT / "docs" / "verification.md").read_text()
-    assert page.count(mutate.BEGIN) == page.count(mutate.END) == 1
-    table = page.split(mutate.BEGIN)[1].split(mutate.END)[0]
+    (block,) = [b for b in find_blocks(page, "verification.md") if b.name == mutate.BLOCK]
+    table = page[block.start : block.end]
     rows = re.findall(r"^\| `([^`]+)` \| .* \| (\w+) \| .* \| [\d.]+ \|$", table, re.M)
     assert sorted(name for name, _ in rows) == sorted(m.name for m in mutate.MUTANTS)
     assert {result for _, result in rows} == {"killed"}
@@ -273,17 +274,18 @@ def test_the_campaign_table_is_the_run_of_every_mutant_listed():
 def test_the_campaign_table_is_written_between_its_markers(tmp_path):
     mutate = _mutate()
     doc = tmp_path / "v.md"
-    doc.write_text(f"before\n{mutate.BEGIN}\nold\n{mutate.END}\nafter\n")
+    begin, end = BEGIN.format(name=mutate.BLOCK), END
+    doc.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
     results = [
         {"mutant": "m", "what": "a bug", "result": "killed", "killed_by": "t.py::x", "seconds": 1.5}
     ]
     counts = {"killed": 1, "survived": 0, "hang": 0, "stale": 0}
     mutate.write_doc(doc, mutate.campaign_table(results, counts, ["--doc", "v.md"], 2, 10, 4))
     text = doc.read_text()
-    assert text.startswith("before\n") and text.endswith(f"{mutate.END}\nafter\n")
+    assert text.startswith(f"before\n{begin}\n") and text.endswith(f"{end}\nafter\n")
     assert "old" not in text and "| `m` | a bug | killed | `t.py::x` | 1.5 |" in text
     assert "`python scripts/mutate.py --doc v.md` (2 jobs" in text and "**1 of 1 killed**" in text
     doc.write_text("no markers\n")
-    with pytest.raises(SystemExit, match="needs one"):
+    with pytest.raises(InputError, match="no block 'mutation-campaign'"):
         mutate.write_doc(doc, "x")
     assert doc.read_text() == "no markers\n"
