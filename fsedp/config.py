@@ -31,6 +31,8 @@ so that a config that loads is a config the scheduler accepts.
 
 import dataclasses
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -38,7 +40,7 @@ from typing import Any
 
 from fsedp.errors import InputError
 from fsedp.fields import build, describe, same_as, spec, specs
-from fsedp.files import parse_yaml, read_yaml
+from fsedp.files import kind_of, parse_yaml, read_yaml
 from fsedp.params import (
     MAX_CHIPLETS,
     DatapathParams,
@@ -68,6 +70,7 @@ __all__ = [
     "named_configs",
     "derived_microslices",
     "derived_count_width",
+    "MAX_TOKENS_PER_ITERATION",
     "mesh_slots",
     "buffer_slots",
     "smallest_buffer_kib",
@@ -201,6 +204,12 @@ def smallest_microslices(expert_bytes: int, buffer_kib: int, rows: int, cols: in
     return _smallest(1, hi, lambda m: buffer_slots(expert_bytes, buffer_kib, m, cap) >= need)
 
 
+#: Most tokens of one iteration: an expert's EIT count must hold a whole iteration
+#: (``2**count_width - 1 >= tokens_per_iteration``), and the widest count the scheduler
+#: takes (``count_width`` 16 bits) holds ``2**16 - 1``.
+MAX_TOKENS_PER_ITERATION = 2 ** specs(SchedulerParams)["count_width"].hi - 1
+
+
 def derived_count_width(tokens_per_iteration: int) -> int:
     """The EIT count width a config gets when it leaves ``scheduler.count_width`` out: the
     smallest that holds a whole iteration's tokens (``2**w - 1 >= tokens_per_iteration``), at
@@ -317,7 +326,13 @@ class ScenarioConfig:
 
     The :data:`SYNTHETIC_ONLY` fields are ``None`` in a scenario that replays a trace."""
 
-    tokens_per_iteration: int = spec(int, 1, 65_536, doc="tokens of one forward iteration")
+    tokens_per_iteration: int = spec(
+        int,
+        1,
+        MAX_TOKENS_PER_ITERATION,
+        doc="tokens of one forward iteration; the EIT's token count (scheduler.count_width, "
+        "at most 16 bits) holds them",
+    )
     #: left out: one iteration, ``model.layers`` rounds
     rounds: int | None = spec(
         int,
@@ -651,8 +666,17 @@ def config_path(kind: str, name: str, file: str = "<memory>", where: str | None 
     where = where or kind
     if name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name:
         path = _relative(name, file)
-        if not path.is_file():
-            raise InputError(file, where, f"no config file {str(path)[:200]}")
+        try:
+            mode = os.stat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            raise InputError(file, where, f"no config file {str(path)[:200]}") from None
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the name
+            why = e.strerror if isinstance(e, OSError) else "not a usable path"
+            raise InputError(file, where, f"cannot look at {str(path)[:200]}: {why}") from None
+        if not stat.S_ISREG(mode):  # a FIFO would block the reader, a folder is not a config
+            raise InputError(
+                file, where, f"{str(path)[:200]} is {kind_of(mode)}, not a regular file"
+            )
         return path
     known = named_configs(kind)
     if name not in known:

@@ -3,10 +3,12 @@ files, model files, command-line values and hardware generics.
 
 Every command prints it as one line ``fsedp: FILE: FIELD: REASON`` on stderr and exits
 with status 2 (:func:`fsedp.cli.main`); nothing else a user can provide reaches the user as
-a traceback.
+a traceback.  What the machine refuses (memory or address space, a full disk, a file-size
+limit, a tool missing or killed) is an :class:`EnvironmentFailure`: one line
+``fsedp: WHAT: REASON; TODO`` and exit status 3.
 """
 
-__all__ = ["InputError", "COMMAND_LINE"]
+__all__ = ["InputError", "EnvironmentFailure", "COMMAND_LINE"]
 
 #: The pseudo file of a command-line value (its field is the option, ``--layers``).
 COMMAND_LINE = "<command line>"
@@ -48,3 +50,33 @@ class InputError(Exception):
         return InputError(
             file, self.field if field is None else field, self.reason if reason is None else reason
         )
+
+
+class EnvironmentFailure(Exception):
+    """The machine, not the input, stopped the command: out of memory or address space, a
+    full disk or a file-size limit while writing, an external tool missing or killed.
+
+    Printed as one line ``fsedp: {what}: {reason}; {todo}`` with exit status 3
+    (:func:`fsedp.cli.main`); outputs staged by the command are removed as on any error.
+
+    Parameters
+    ----------
+    what : str
+        What was being done or written (a file, ``Yosys``, ``Verilator``).
+    reason : str
+        What the machine said (``no space left on device``).
+    todo : str
+        What the user can do about it.
+    """
+
+    def __init__(self, what, reason: str, todo: str):
+        self.what = " ".join(str(what).split())
+        self.reason = " ".join(str(reason).split())
+        self.todo = " ".join(str(todo).split())
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.reason}; {self.todo}"
+
+    def __reduce__(self):
+        return (EnvironmentFailure, (self.what, self.reason, self.todo))

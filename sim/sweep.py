@@ -26,7 +26,7 @@ from fsedp.config import (
 )
 from fsedp.errors import InputError
 from fsedp.fields import Spec, build, check, spec, specs
-from fsedp.files import read_yaml
+from fsedp.files import read_bytes, read_yaml
 from fsedp.sim.executor import run_points
 from fsedp.sim.run import STRATEGIES, run_experiment, summarize
 
@@ -97,7 +97,7 @@ def make_point(
         point["a5_slack"] = a5_slack
     model = raw["model"]
     if isinstance(model, str) and Path(model).suffix in (".yaml", ".yml") and Path(model).is_file():
-        point["model_sha256"] = hashlib.sha256(Path(model).read_bytes()).hexdigest()
+        point["model_sha256"] = hashlib.sha256(read_bytes(model, "yaml", "model")).hexdigest()
     return point
 
 

@@ -35,10 +35,10 @@ EP, Hydra and A5 record no per-chiplet spans (``docs/simulator.md``); their proc
 the layer and the number of chiplets computing (``result.timeline``).
 """
 
-import json
 import math
 from collections import namedtuple
 
+from fsedp import jsondoc
 from fsedp.params import BeatKind
 from fsedp.sim.fast import Event, by_cycle
 from fsedp.sw.scheduler_timing import replay_round
@@ -450,7 +450,7 @@ def check_trace_events(doc, limit: int = 10) -> None:
     if not isinstance(doc, dict):
         raise ValueError("a trace in the JSON object form is an object with traceEvents")
     try:
-        json.dumps(doc, allow_nan=False)
+        jsondoc.dumps(doc)
     except (TypeError, ValueError) as e:
         bad("document", f"not JSON-serialisable ({e})")
     evs = doc.get("traceEvents")

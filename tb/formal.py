@@ -31,10 +31,9 @@ from amaranth import (
     Signal,
     Value,
 )
-from amaranth.back import verilog
 from amaranth.hdl import Assert, Assume, Fragment, ResetSignal
 
-from fsedp.hw.generate import BLOCKS
+from fsedp.hw.generate import BLOCKS, convert
 from fsedp.hw.sorter import Sorter
 from fsedp.params import SchedulerParams
 from fsedp.sw.sorter import SORTERS, network
@@ -437,7 +436,7 @@ def _prove_one(check, name, work: Path, depth, solver, dut_factory, induction, t
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     top = check.build(dut_factory, only=name)
-    vtext = verilog.convert(top, ports=top_ports(top), name="formal_top", emit_src=False)
+    vtext = convert(top, name="formal_top", ports=top_ports(top))
     (work / "formal_top.v").write_text(vtext)
     (work / "formal.ys").write_text(
         "read_verilog -formal formal_top.v\n"

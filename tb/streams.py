@@ -10,6 +10,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 
+from fsedp import jsondoc
 from fsedp.params import SchedulerParams
 
 
@@ -25,7 +26,7 @@ def write_report(report: dict):
     path = os.environ.get("FSEDP_REPORT")
     if path:
         with open(path, "w") as f:
-            json.dump(report, f)
+            f.write(jsondoc.dumps(report))
 
 
 async def start(dut, cycles: int = 2):

@@ -16,9 +16,14 @@ Categories (the first part of a case name):
 * ``experiment``: experiment files (``experiment: sweep|grid``) for ``fsedp run --config``;
 * ``cli``: bad option values of every command;
 * ``output``: output places that must not be used: the current folder and those above it,
-  folders holding files fsedp did not write, symbolic links (dangling, or onto a user's
-  file: the file must survive), a file in the way of a multi-file output, unwritable report
-  paths (each refused before any work).
+  folders holding files fsedp did not write (also listed in a forged marker without a
+  stamp), symbolic links (dangling, or onto a user's file: the file must survive), FIFOs
+  and sockets named as outputs (the write rule: only regular files are replaced), a file in
+  the way of a multi-file output, unwritable report paths (each refused before any work);
+* ``read``: inputs that are not bounded regular files (the read rule): FIFOs (which must
+  not block), devices such as ``/dev/zero`` (which never end), folders named as files, for
+  configs, traces, results pages, experiment files and Liberty libraries; invalid
+  experiment files under ``results --check``.
 
 Cases are cheap: a command whose bad value were accepted would still only run a short job
 (one layer, one strategy, a few tokens), so a missed check costs seconds, not minutes.
@@ -78,16 +83,20 @@ class Case:
     links : dict
         Path relative to the case's folder -> the target of a symbolic link made there
         (written as given: relative to the link's folder, or absolute).
+    specials : dict
+        Path relative to the case's folder -> ``"fifo"`` or ``"socket"``: a special file
+        made there.
     """
 
     name: str
     argv: list[str]
     files: dict[str, bytes] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
+    specials: dict[str, str] = field(default_factory=dict)
 
     @property
     def category(self) -> str:
-        """``config``, ``trace``, ``experiment`` or ``cli``."""
+        """``config``, ``trace``, ``experiment``, ``cli``, ``output`` or ``read``."""
         return self.name.split("/", 1)[0]
 
 
@@ -104,11 +113,14 @@ class _Cases:
         argv: list[str],
         files: dict[str, bytes] | None = None,
         links: dict[str, str] | None = None,
+        specials: dict[str, str] | None = None,
     ):
         if name in self.names:
             raise ValueError(f"duplicate fuzz case name {name!r}")
         self.names.add(name)
-        self.items.append(Case(name, list(argv), dict(files or {}), dict(links or {})))
+        self.items.append(
+            Case(name, list(argv), dict(files or {}), dict(links or {}), dict(specials or {}))
+        )
 
 
 def _billion_laughs(levels: int = 9, width: int = 9) -> str:
@@ -1486,6 +1498,16 @@ def _output_cases(out: _Cases, rng: random.Random):
         }
         for variant, (place, links) in places.items():
             out.add(f"output/{name}/{variant}", [*argv, "--out", place], files, links)
+        for kind in ("fifo", "socket"):
+            out.add(f"output/{name}/{kind}", [*argv, "--out", "{dir}/s"], files, None, {"s": kind})
+        forged = json.dumps(
+            {"tool": "fsedp", "version": 2, "files": ["keep", ".fsedp-output.json"], "stamps": {}}
+        ).encode()
+        out.add(
+            f"output/{name}/forged-marker",
+            [*argv, "--out", "{dir}/d"],
+            {**files, "d/.fsedp-output.json": forged},
+        )
     out.add(
         "output/verilog/file-in-the-way",
         ["rtl", "verilog", "--out", "{dir}/v"],
@@ -1504,10 +1526,54 @@ def _output_cases(out: _Cases, rng: random.Random):
         }.items():
             argv2 = [place if a == "OUT" else a for a in argv]
             out.add(f"output/{name}/{variant}", argv2, {**files, **target}, links)
+        for kind in ("fifo", "socket"):
+            argv2 = [f"{{dir}}/s{ext}" if a == "OUT" else a for a in argv]
+            out.add(f"output/{name}/{kind}", argv2, {**files, **target}, None, {f"s{ext}": kind})
+    out.add(
+        "output/trace-events/fifo",
+        ["run", "--layers", "1", "--strategies", "EP", "--trace-events", "{dir}/f.json"],
+        files,
+        None,
+        {"f.json": "fifo"},
+    )
+
+
+#: Commands that read one input file: (argv with ``IN`` where the file goes).
+INPUT_FILES = {
+    "run-config": ["run", "--config", "IN"],
+    "rtl-rounds-config": ["rtl", "rounds", "--config", "IN"],
+    "trace-stats": ["trace", "stats", "IN"],
+    "trace-stats-jsonl": ["trace", "stats", "IN", "--format", "jsonl"],
+    "trace-stats-npy": ["trace", "stats", "IN", "--format", "npy"],
+    "results-check": ["results", "IN", "--check"],
+    "results": ["results", "IN"],
+    "synth-liberty": ["rtl", "synth", "--liberty", "IN"],
+}
+
+
+def _read_cases(out: _Cases):
+    for name, argv in INPUT_FILES.items():
+        for variant, (place, specials, files) in {
+            "fifo": ("{dir}/p.in", {"p.in": "fifo"}, {}),
+            "socket": ("{dir}/p.in", {"p.in": "socket"}, {}),
+            "dev-zero": ("/dev/zero", {}, {}),
+            "folder": ("{dir}/d", {}, {"d/keep": b"x"}),
+        }.items():
+            argv2 = [place if a == "IN" else a for a in argv]
+            out.add(f"read/{name}/{variant}", argv2, files, None, specials)
+    page = b"<!-- fsedp results: e -->\n| a |\n<!-- end fsedp results -->\n"
+    for variant, (files, specials) in {
+        "experiment-fifo": ({"p.md": page}, {"x/e.yaml": "fifo"}),
+        "experiment-folder": ({"p.md": page, "x/e.yaml/keep": b"x"}, {}),
+        "experiment-invalid": ({"p.md": page, "x/e.yaml": b"experiment: sweep\nvary: 3\n"}, {}),
+        "experiment-not-yaml": ({"p.md": page, "x/e.yaml": b"\x00\xff: ["}, {}),
+    }.items():
+        argv = ["results", "{dir}/p.md", "--check", "--experiments", "{dir}/x"]
+        out.add(f"read/results-check/{variant}", argv, files, None, specials)
 
 
 def cases() -> list[Case]:
-    """Every fuzz case, in a fixed order (config, trace, experiment, cli, output)."""
+    """Every fuzz case, in a fixed order (config, trace, experiment, cli, output, read)."""
     rng = random.Random(SEED)
     out = _Cases()
     traces = _bad_traces(rng)
@@ -1516,4 +1582,5 @@ def cases() -> list[Case]:
     _experiment_cases(out)
     _cli_cases(out, rng)
     _output_cases(out, rng)
+    _read_cases(out)
     return out.items

@@ -30,6 +30,7 @@ LAYERS = [
                 "fsedp.log",
                 "fsedp.fields",
                 "fsedp.files",
+                "fsedp.jsondoc",
                 "fsedp.params",
                 "fsedp.config",
                 "fsedp.configs",

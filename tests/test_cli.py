@@ -58,6 +58,82 @@ def test_bad_arguments_one_line_exit_2(args):
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+def test_verilog_under_an_address_space_limit_is_one_line_exit_3(tmp_path):
+    """Amaranth's built-in Yosys (WebAssembly on wasmtime) reserves 4 GiB of address space:
+    under ``ulimit -v 4000000`` it cannot start.  That is the machine's failure: one line
+    saying what to do, exit 3, no output folder (issue 46)."""
+    import os
+
+    resource = pytest.importorskip("resource")
+    limit = 4_000_000 * 1024  # bytes: ulimit -v 4000000
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY and hard < limit:
+        pytest.skip(f"the hard address-space limit {hard} is below {limit}")
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+    out = tmp_path / "v"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fsedp", "rtl", "verilog", "--out", str(out), "--block", "eit"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "AMARANTH_USE_YOSYS": "builtin"},  # not a system Yosys
+            preexec_fn=cap,
+        )
+    except (subprocess.SubprocessError, OSError) as e:
+        pytest.skip(f"cannot set RLIMIT_AS here: {e}")
+    if proc.returncode == 0:
+        pytest.skip("this build of the built-in Yosys runs within 4000000 KiB")
+    err = proc.stderr.strip()
+    assert proc.returncode == 3, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("fsedp: Yosys (Verilog of fsedp_eit): ") and "ulimit -v" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "raised, reason",
+    [
+        (MemoryError(), "out of memory or address space"),
+        ("", "stopped without a message"),
+        ("Traceback ...\nMemoryError", "no memory: MemoryError"),
+        ("Could not find an acceptable Yosys binary.", "no Yosys to run"),
+    ],
+)
+def test_yosys_failures_of_the_machine_are_one_line(tmp_path, capsys, monkeypatch, raised, reason):
+    from amaranth._toolchain.yosys import YosysError
+
+    import fsedp.hw.generate as generate
+
+    def convert(*a, **k):
+        raise raised if isinstance(raised, BaseException) else YosysError(raised)
+
+    monkeypatch.setattr(generate.verilog, "convert", convert)
+    out = tmp_path / "v"
+    assert main(["rtl", "verilog", "--out", str(out), "--block", "icv"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"fsedp: Yosys (Verilog of fsedp_icv): {reason}")
+    assert not out.exists()
+
+
+def test_a_yosys_error_about_the_design_is_not_the_machines(monkeypatch):
+    from amaranth._toolchain.yosys import YosysError
+
+    import fsedp.hw.generate as generate
+
+    def convert(*a, **k):
+        raise YosysError("ERROR: something about the design")
+
+    monkeypatch.setattr(generate.verilog, "convert", convert)
+    from fsedp.config import default_run
+
+    with pytest.raises(YosysError):
+        generate.verilog_text("icv", default_run().scheduler_params())
+
+
 def test_verilog_written_and_lint_clean(tmp_path, capsys):
     rc = main(
         [

@@ -15,6 +15,7 @@ import yaml
 from fsedp import config
 from fsedp.config import (
     CONFIG_DIR,
+    MAX_TOKENS_PER_ITERATION,
     SYNTHETIC_ONLY,
     HardwareConfig,
     InputError,
@@ -175,7 +176,7 @@ def test_default_run_matches_file_and_params():
 
 
 @pytest.mark.parametrize(
-    "tokens, width", [(1, 4), (15, 4), (16, 5), (64, 7), (1023, 10), (1024, 11)]
+    "tokens, width", [(1, 4), (15, 4), (16, 5), (64, 7), (1023, 10), (1024, 11), (65535, 16)]
 )
 def test_count_width_is_derived_from_the_tokens(tokens, width):
     d = config_to_dict(default_run())
@@ -190,6 +191,51 @@ def test_count_width_is_derived_from_the_tokens(tokens, width):
     d["scheduler"]["count_width"] = tokens.bit_length() - 1
     e = pytest.raises(InputError, run_from_dict, d, "<w>").value
     assert e.field == "scheduler.count_width" and "too small" in e.reason
+
+
+@pytest.mark.parametrize("width", [None, 16])
+def test_tokens_beyond_the_widest_count_name_the_tokens(width):
+    """The widest EIT count (16 bits) holds 65535 tokens: one more is refused at the field
+    the user wrote, scenario.tokens_per_iteration, whether count_width is derived or set
+    (it was refused as ``scheduler.count_width: must be in 1..16 bits, not 17``)."""
+    d = config_to_dict(default_run())
+    d["scheduler"]["count_width"] = width
+    if width is None:
+        del d["scheduler"]["count_width"]
+    d["scenario"]["tokens_per_iteration"] = MAX_TOKENS_PER_ITERATION + 1
+    e = pytest.raises(InputError, run_from_dict, d, "<w>").value
+    assert MAX_TOKENS_PER_ITERATION == 2**16 - 1
+    assert (e.field, e.reason) == (
+        "scenario.tokens_per_iteration",
+        "must be in 1..65535, not 65536",
+    )
+
+
+def test_a_config_path_that_is_not_a_regular_file_says_what_it_is(tmp_path, capsys):
+    """A FIFO, a folder or a missing file given where a config file goes: each its own
+    reason, without opening the FIFO (it would block) (issue 46)."""
+    import os
+
+    from fsedp.cli import main
+    from fsedp.config import config_path
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    fifo = tmp_path / "f.yaml"
+    os.mkfifo(fifo)
+    (tmp_path / "d.yaml").mkdir()
+    for name, reason in (
+        ("f.yaml", "f.yaml is a FIFO (named pipe), not a regular file"),
+        ("d.yaml", "d.yaml is a folder, not a regular file"),
+        ("none.yaml", "no config file"),
+    ):
+        e = pytest.raises(InputError, config_path, "hardware", name, str(tmp_path / "run.yaml"))
+        assert e.value.field == "hardware" and reason in e.value.reason
+    assert main(["offload", "--trace", "model", "--device", str(fifo)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"fsedp: <command line>: --device: {fifo} is a FIFO (named pipe), not a regular file"
+    )
 
 
 def test_input_error_survives_a_worker_process():

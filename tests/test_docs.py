@@ -4,6 +4,7 @@ experiment file, with no progress output pasted in; the README's layout table na
 that exist; the compiled engine's speed-up is stated in one place, the file ``fsedp bench
 --out`` writes."""
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -117,7 +118,7 @@ def test_check_reports_a_missing_block_and_runs_nothing(tmp_path, capsys):
     exp = tmp_path / "experiments"
     exp.mkdir()
     (exp / "tiny.yaml").write_text(TINY)
-    (exp / "extra.yaml").write_text("not: even an experiment\n")  # never read by --check
+    (exp / "extra.yaml").write_text(TINY)  # loaded by --check, never run
     page = tmp_path / "page.md"
     page.write_text(PAGE)
     assert main(["results", str(page), "--experiments", str(exp), "--check"]) == 1
@@ -125,6 +126,45 @@ def test_check_reports_a_missing_block_and_runs_nothing(tmp_path, capsys):
     assert "no block for extra" in out
     assert "block 'other' has no experiment file" in out
     assert "block 'tiny'" not in out  # it has a table (a stale one: --check runs nothing)
+
+
+def test_check_loads_every_experiment_file_and_needs_no_write_access(tmp_path, capsys, monkeypatch):
+    """``results --check`` reads only: a page folder that cannot be written is fine (every
+    place is unwritable here, for root too); an experiment file that is invalid, a folder or
+    a FIFO is one line and exit 2, not a pass."""
+    import fsedp.files
+
+    def unwritable(path):
+        raise InputError(str(path), "<file>", "cannot write into it (the test's)")
+
+    monkeypatch.setattr(fsedp.files, "_check_place", unwritable)
+    exp = tmp_path / "experiments"
+    exp.mkdir()
+    (exp / "tiny.yaml").write_text(TINY)
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    page = pages / "page.md"
+    page.write_text(PAGE.replace("other", "tiny2").replace("kept as it is", "| a |"))
+    (exp / "tiny2.yaml").write_text(TINY)
+    argv = ["results", str(page), "--experiments", str(exp), "--check"]
+    assert main(argv) == 0, capsys.readouterr()
+    capsys.readouterr()
+    assert main(argv[:-1] + ["--only", "tiny"]) == 2  # a regeneration writes: refused
+    assert "cannot write into it" in capsys.readouterr().err
+    for name, make in {
+        "invalid": lambda p: p.write_text("not: even an experiment\n"),
+        "folder": lambda p: p.mkdir(),
+        "fifo": os.mkfifo,
+    }.items():
+        bad = exp / "tiny2.yaml"
+        if bad.is_dir():
+            bad.rmdir()
+        else:
+            bad.unlink()
+        make(bad)
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "tiny2.yaml" in err[0], (name, err)
 
 
 @pytest.mark.parametrize(

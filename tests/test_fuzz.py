@@ -27,6 +27,7 @@ import resource
 import select
 import shutil
 import signal
+import socket
 import stat
 import sys
 import time
@@ -161,6 +162,14 @@ def run_case(case: Case, workdir: Path) -> Outcome:
         path.write_bytes(data)
     for rel, target in case.links.items():
         os.symlink(target, folder / rel)
+    for rel, kind in case.specials.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:  # a socket nobody listens on
+            with socket.socket(socket.AF_UNIX) as s:
+                s.bind(str(path))
     before = _snapshot(folder)
     argv = [a.replace("{dir}", str(folder)) for a in case.argv]
     out, err = workdir / "stdout", workdir / "stderr"
@@ -257,7 +266,7 @@ def test_cases_are_many_unique_and_sampled():
     assert len(CASES) >= 1200
     assert len({c.name for c in CASES}) == len(CASES)
     categories = {c.category for c in CASES}
-    assert categories == {"config", "trace", "experiment", "cli", "output"}
+    assert categories == {"config", "trace", "experiment", "cli", "output", "read"}
     assert {c.category for c in SAMPLE} == categories
 
 
@@ -266,8 +275,9 @@ def test_fuzz_sample(tmp_path):
 
 
 def test_fuzz_outputs(tmp_path):
-    """Every output-place case (they protect a user's files), not only the sample's."""
-    _check([c for c in CASES if c.category == "output"], tmp_path)
+    """Every output-place and read case (they protect a user's files and the user's time),
+    not only the sample's."""
+    _check([c for c in CASES if c.category in ("output", "read")], tmp_path)
 
 
 @pytest.mark.slow

@@ -214,3 +214,15 @@ def test_committed_model_beats_ngram_baselines():
 
     res = evaluate(max_tokens=16384)
     assert res["moe_lm"] < 0.8 * res["bigram"] < 0.8 * res["unigram"], res
+
+
+def test_a_diverged_training_is_one_line_naming_the_learning_rate():
+    """A NaN loss never reaches a log line (strict JSON): it is refused naming ``--lr``."""
+    from fsedp.errors import InputError
+    from fsedp.lm.train import check_finite
+
+    rec = {"step": 3, "train_ce": 2.5, "seconds": 0.1}
+    assert check_finite(rec) is rec
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(InputError, match=r"--lr: training diverged at step 3: train_ce"):
+            check_finite({**rec, "train_ce": bad})

@@ -96,11 +96,29 @@ def test_replay_repeat_reports_every_run_and_the_median():
     assert len(r["runs_s"]) == 3 and r["measured_s"] == sorted(r["runs_s"])[1]
 
 
-def test_profile_device_writes_a_valid_profile(tmp_path):
+@pytest.fixture
+def resolved_link(monkeypatch):
+    """The primitives measured for real, but the copies' times replaced by a line (40 us +
+    bytes at 5 GB/s): the tiny experts of these tests move a few KiB, whose copy times are
+    the copy thread's noise, and such a fit is refused (tests below)."""
+    import fsedp.experiments.replay as replay
+
+    measure = replay.measure_primitives
+
+    def resolved(*a, **k):
+        prims = measure(*a, **k)
+        prims["copy_s"] = {b: 40e-6 + b / 5e9 for b in prims["copy_s"]}
+        return prims
+
+    monkeypatch.setattr(replay, "measure_primitives", resolved)
+
+
+def test_profile_device_writes_a_valid_profile(tmp_path, resolved_link):
     out = tmp_path / "fit.yaml"
     prof = profile_device(SIZES, 4, torch_device(), out, name="tiny")
     loaded = load_device(str(out))
     assert loaded == prof and loaded.name == "tiny" and not loaded.pinned
+    assert loaded.link_gbs == 5.0 and loaded.link_latency_us == 40.0  # the line, fitted
     assert sorted(loaded.expert_table_us) == [1, 2, 4]
     # the CPU runs what the host issues; the loop's own cost per run is in the table
     assert loaded.issue == "sync" and loaded.link_issue_us >= 0
@@ -111,7 +129,7 @@ def test_profile_device_writes_a_valid_profile(tmp_path):
     assert r["predicted_tokens_per_s"] > 0
 
 
-def test_replay_cli(tmp_path, capsys, monkeypatch):
+def test_replay_cli(tmp_path, capsys, monkeypatch, resolved_link):
     import fsedp.experiments.replay as replay
 
     monkeypatch.setattr(replay, "replay_sizes", lambda scale_to, scale: SIZES)
@@ -136,4 +154,100 @@ def test_profile_device_leaves_no_file_on_failure(tmp_path, monkeypatch):
     out = tmp_path / "fit.yaml"
     with pytest.raises(KeyboardInterrupt):
         profile_device(SIZES, 2, torch_device(), out)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- a fit that is not resolved is refused, never written (issue 46) -----------------------
+def synthetic_prims(copy_us, ffn_us=None, dense_s=1e-4, issue_s=5e-6, device_s=8e-5):
+    """Primitives as :func:`measure_primitives` returns them, from given timings (us): copies
+    of 1/16, 1/4, 1 and 2 experts of ``SIZES`` in float32, FFNs at 1, 2, 4 tokens."""
+    n = 3 * SIZES[0] * SIZES[1] * 4
+    sizes = [n // 16, n // 4, n, 2 * n]
+    ffn_us = ffn_us or [80.0, 84.0, 92.0]
+    return {
+        "copy_s": {b: us * 1e-6 for b, us in zip(sizes, copy_us)},
+        "ffn_s": {k: us * 1e-6 for k, us in zip([1, 2, 4], ffn_us)},
+        "dense_s": dense_s,
+        "batch": 4,
+        "issue_s": issue_s,
+        "device_s": device_s,
+        "in_loop": {"tokens": 1, "s": 90e-6},
+    }
+
+
+def fit(prims):
+    from fsedp.experiments.replay import fit_profile
+
+    return fit_profile(prims, SIZES, SimpleNamespace(type="cpu"), "t", load_device())
+
+
+def test_fit_profile_takes_a_resolved_line():
+    n = 3 * SIZES[0] * SIZES[1] * 4
+    noise = [1.0, -1.5, 0.5, 0.2]  # us, against 20..600 us of transfer at 5 MB/s
+    copy_us = [40 + b / 5 + e for b, e in zip([n // 16, n // 4, n, 2 * n], noise)]
+    prof = fit(synthetic_prims(copy_us))
+    assert 0.0049 < prof.link_gbs < 0.0051 and 38 < prof.link_latency_us < 42
+
+
+@pytest.mark.parametrize(
+    "copy_us, ffn_us, extra, field",
+    [
+        # identical copy times at every size: the link term is not there
+        ([45.0, 41.0, 47.0, 43.0], None, {}, "link_gbs"),
+        # a slope under its own noise (the CPU runs of issue 46 fitted 0.5 GB/s to 1e5)
+        ([51.6, 45.0, 39.9, 52.1], None, {}, "link_gbs"),
+        # a latency far below zero (the copies grow faster than a line through 0 allows)
+        ([0.1, 0.2, 300.0, 610.0], None, {}, "link_latency_us"),
+        # an FFN line whose intercept is far below zero
+        ([40, 80, 200, 360], [1.0, 1.2, 400.0], {}, "expert_launch_us"),
+        # an FFN time less the replay loop's (cheaper) run: a table entry below 0 us
+        ([40, 80, 200, 360], [300.0, 80.0, 320.0], {}, "expert_table_us.2"),
+        # a figure beyond its field's range: a dense matmul at 1e9 TFLOP/s
+        ([40, 80, 200, 360], None, {"dense_s": 1e-20}, "expert_tflops"),
+    ],
+)
+def test_fit_profile_refuses_a_fit_it_would_clamp(copy_us, ffn_us, extra, field):
+    from fsedp.errors import EnvironmentFailure
+
+    with pytest.raises(EnvironmentFailure) as e:
+        fit(synthetic_prims(copy_us, ffn_us, **extra))
+    assert field in e.value.reason and "nothing was written" in e.value.todo
+
+
+def test_an_unresolved_fit_writes_nothing(tmp_path, capsys, monkeypatch):
+    import fsedp.experiments.replay as replay
+
+    flat = synthetic_prims([45.0, 41.0, 47.0, 43.0])
+    monkeypatch.setattr(replay, "measure_primitives", lambda *a, **k: flat)
+    monkeypatch.setattr(replay, "replay_sizes", lambda scale_to, scale: SIZES)
+    out = tmp_path / "fit.yaml"
+    assert main(["offload", "--profile-device", str(out)]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fsedp: fitting a device profile on CPU: link_gbs not resolved")
+    assert "\n" not in err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["--profile-device", "{out}", "--profile-name", ""], "--profile-name"),
+        (["--profile-device", "{out}", "--profile-name", "  "], "--profile-name"),
+        (["--profile-device", "{out}", "--profile-name", "n" * 5000], "--profile-name"),
+        (["--profile-name", "mine"], "--profile-name"),
+        (["--profile-device", ""], "--profile-device"),
+        (["--profile-device", "{txt}"], "--profile-device"),
+        (["--profile-device", "{txt}", "--trace", "model", "--replay"], "--profile-device"),
+    ],
+)
+def test_profile_options_are_refused_before_measuring(tmp_path, capsys, monkeypatch, argv, option):
+    import fsedp.experiments.replay as replay
+
+    def never(*a, **k):
+        raise AssertionError("measured before the options were checked")
+
+    monkeypatch.setattr(replay, "measure_primitives", never)
+    names = {"out": str(tmp_path / "fit.yaml"), "txt": str(tmp_path / "p.txt")}
+    assert main(["offload", *(a.format(**names) for a in argv)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"fsedp: <command line>: {option}: ")
     assert list(tmp_path.iterdir()) == []

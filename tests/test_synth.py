@@ -196,6 +196,24 @@ def test_missing_tool_names_it_and_its_package(tmp_path, mini, capsys, monkeypat
     assert not (tmp_path / "o").exists()
 
 
+def test_a_killed_tool_is_one_line_and_exit_3(tmp_path, mini, capsys, monkeypatch):
+    """A tool a signal stops (the out-of-memory killer, a limit) is the machine's failure:
+    one line naming it and its log, exit 3, no report folder (issue 46)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in synth.TOOLS:  # answers the version query, then is killed at work
+        fake = bin_dir / tool
+        fake.write_text('#!/bin/sh\ncase "$1" in -V|-version) echo fake; exit 0;; esac\n'
+                        "kill -KILL $$\n")  # fmt: skip
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    out = tmp_path / "o"
+    argv = ["rtl", "synth", "--liberty", str(mini), "--top", "icv", "--out", str(out), "--json"]
+    assert main(argv) == 3
+    assert _one_line(capsys, "killed by SIGKILL", "dmesg").startswith("fsedp: sta: ")
+    assert not out.exists()
+
+
 def test_bad_input_from_a_shell_has_no_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fsedp", "rtl", "synth", "--liberty", str(tmp_path / "no.lib")],

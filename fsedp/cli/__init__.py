@@ -21,8 +21,13 @@ from pathlib import Path
 
 from fsedp.cli import codesign, lm, offload, prism, results, rtl, run, serve, shuffle, trace
 from fsedp.cli.common import Parser, add_force, held_warnings, usage
-from fsedp.errors import InputError
-from fsedp.files import check_output_file, check_output_folder, sigterm_raises
+from fsedp.errors import EnvironmentFailure, InputError
+from fsedp.files import (
+    check_output_file,
+    check_output_folder,
+    environment_failure,
+    sigterm_raises,
+)
 from fsedp.log import configure
 from fsedp.sw.streaming import SimulationStalled
 
@@ -106,7 +111,8 @@ class _Terminated(Exception):
 
 
 def main(argv=None) -> int:
-    """Run one command; its exit status (2 for bad input, 3 for a stalled simulation, 130
+    """Run one command; its exit status (2 for bad input, 3 when the machine refused (memory,
+    disk, a tool: :class:`~fsedp.errors.EnvironmentFailure`) or for a stalled simulation, 130
     when interrupted, 143 when terminated)."""
     try:
         with sigterm_raises(_Terminated), held_warnings():
@@ -119,6 +125,16 @@ def main(argv=None) -> int:
     except InputError as e:
         print(f"fsedp: {e}", file=sys.stderr)
         return 2
+    except EnvironmentFailure as e:  # the machine refused: memory, disk, a tool
+        print(f"fsedp: {e}", file=sys.stderr)
+        return 3
+    except MemoryError:
+        print(
+            "fsedp: out of memory (or of address space: ulimit -v); run a smaller case or "
+            "raise the limit",
+            file=sys.stderr,
+        )
+        return 3
     except SimulationStalled as e:  # a contradiction inside the models, not the user's input
         print(f"fsedp: internal error: {e}", file=sys.stderr)
         return 3
@@ -130,6 +146,12 @@ def main(argv=None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:  # a full disk, a file-size limit, ...: one line; anything else is ours
+        failure = environment_failure(e)
+        if failure is None:
+            raise
+        print(f"fsedp: {failure}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ option converters that name the option, the parent parsers of ``--config``, ``--
 import argparse
 import contextlib
 import copy
-import json
 import re
 import sys
 import warnings
@@ -15,6 +14,7 @@ from fsedp.config import config_path, default_run, load_run
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.fields import check, number_text, specs
 from fsedp.files import output_dir, write_text
+from fsedp.jsondoc import dumps
 
 __all__ = [
     "Parser",
@@ -270,7 +270,7 @@ def invoked(command: str) -> str:
 def emit(args, doc: dict, text: str):
     """Print ``doc`` as JSON with ``--json``, else ``text``."""
     if getattr(args, "json", False):
-        print(json.dumps(doc, indent=1, default=str))
+        print(dumps(doc, indent=1, default=str))
     else:
         print(text)
 
@@ -287,11 +287,11 @@ def report(args, doc, text: str, stem: str, plot=None):
     (all or nothing, :func:`fsedp.files.output_dir`)."""
     if args.out:
         with output_dir(args.out, args.force) as out:
-            (out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+            (out / f"{stem}.json").write_text(dumps(doc, indent=1) + "\n")
             (out / f"{stem}.md").write_text(text)
             if plot is not None:
                 plot(out / f"{stem}.png")
-    print(json.dumps(doc) if args.json else text)
+    print(dumps(doc) if args.json else text)
     return 0
 
 

@@ -1,7 +1,6 @@
 """``fsedp lm ...``: the project's MoE language model (train, evaluate, record its routing)."""
 
-import json
-
+from fsedp import jsondoc
 from fsedp.cli.common import DATA, JSON, number, positive, trace_out, usage
 from fsedp.errors import COMMAND_LINE, InputError
 
@@ -56,7 +55,7 @@ def cmd_lm_eval(args):
 
     res = evaluate(args.weights, args.tokenizer, args.max_tokens, data=args.data)
     if args.json:
-        print(json.dumps(res))
+        print(jsondoc.dumps(res))
     else:
         print(
             f"held-out WikiText-2 test, {res['tokens']} tokens: MoE LM perplexity "

@@ -1,11 +1,11 @@
 """``fsedp offload``: expert offloading policies (BuddyMoE, MoE-Prism) on the project's MoE
 LM or a trace."""
 
-import json
-
+from fsedp import jsondoc
 from fsedp.cli.common import (
     DATA_OR_EMBEDDED,
     JSON,
+    field_value,
     int_at_least,
     load_trace,
     model_configs,
@@ -17,7 +17,7 @@ from fsedp.cli.common import (
 from fsedp.cli.lm import load_lm
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.log import logger
-from fsedp.sw.policies.device import DEFAULT_DEVICE
+from fsedp.sw.policies.device import DEFAULT_DEVICE, DeviceProfile
 
 _log = logger("offload")
 
@@ -96,7 +96,7 @@ def cmd_offload(args):
         r = bench_substitution(cfg=cfg)
         st = r["step"]
         print(
-            json.dumps(r)
+            jsondoc.dumps(r)
             if args.json
             else f"Algorithm 1 on {r['tokens']} tokens, top-{r['top_k']} of {r['experts']}, "
             f"{r['substitutions']} substitutions: loop {r['loop_per_s']}/s, vectorised "
@@ -116,7 +116,7 @@ def cmd_offload(args):
             for pf in args.prefetches or [cfg.prefetch]:
                 rows.append(run_trace(trace, dataclasses.replace(cfg, cache_rate=c, prefetch=pf)))
         if args.json:
-            print(json.dumps(rows))
+            print(jsondoc.dumps(rows))
             return 0
         print(
             f"routing-only offload on {trace.name} (fetch on demand, steps of {cfg.batch} "
@@ -138,7 +138,7 @@ def cmd_offload(args):
     model = _model(args)
     model, test, prof = lm_data(args.max_tokens, model=model, data=args.data)
     if args.grid:
-        say = (lambda r: _log.info(json.dumps(r))) if args.verbose else None
+        say = (lambda r: _log.info(jsondoc.dumps(r))) if args.verbose else None
         buddy = buddy_grid(model, test, prof, cfg, progress=say)
         prism = prism_grid(model, test, prof, cfg, progress=say)
         text = (
@@ -154,13 +154,13 @@ def cmd_offload(args):
             with output_dir(args.out, args.force) as out:
                 (out / "offload.md").write_text(text)
                 doc = {"buddy": buddy, "prism": prism}
-                (out / "offload.json").write_text(json.dumps(doc, indent=1) + "\n")
+                (out / "offload.json").write_text(jsondoc.dumps(doc, indent=1) + "\n")
                 plot_tradeoff(buddy, prism, out / "tradeoff.png")
-        print(json.dumps({"buddy": buddy, "prism": prism}) if args.json else text)
+        print(jsondoc.dumps({"buddy": buddy, "prism": prism}) if args.json else text)
         return 0
     r = run_lm(model, test, prof, cfg)
     if args.json:
-        print(json.dumps(r))
+        print(jsondoc.dumps(r))
     else:
         print(
             f"{cfg.policy} at cache rate {cfg.cache_rate} on {len(test) - 1} held-out tokens: "
@@ -200,10 +200,11 @@ def _replay(args, cfg):
         from fsedp.files import check_output_file
 
         out = check_output_file(args.profile_device)  # refused before anything is measured
-        fitted = profile_device(sizes, cfg.batch, dev, out, name=args.profile_name)
+        name = FITTED_NAME if args.profile_name is None else args.profile_name
+        fitted = profile_device(sizes, cfg.batch, dev, out, name=name)
         _log.info(f"wrote {out}")
         if not args.replay:
-            print(json.dumps(fitted.as_dict()) if args.json else open(out).read(), end="")
+            print(jsondoc.dumps(fitted.as_dict()) if args.json else open(out).read(), end="")
             return 0
         cfg = dataclasses.replace(cfg, device=str(out))
     from fsedp.config import EMBEDDED_TRACE
@@ -219,7 +220,7 @@ def _replay(args, cfg):
                 )
             )
     if args.json:
-        print(json.dumps({"device": str(dev), "profile": cfg.device, "rows": rows}))
+        print(jsondoc.dumps({"device": str(dev), "profile": cfg.device, "rows": rows}))
     else:
         print(format_replay(trace.name, cfg, sizes, dev, rows, args.replay_scale))
     return 0
@@ -249,6 +250,8 @@ def _check_modes(args):
         raise usage(
             "--replay" if args.replay else "--profile-device", f"does not combine with {other}"
         )
+    if args.profile_name is not None and args.profile_device is None:
+        raise usage("--profile-name", "names the profile --profile-device writes: it needs one")
     if args.profile_device and args.trace is not None and not args.replay:
         raise usage("--profile-device", "with --trace it needs --replay (or leave out --trace)")
     if args.replay and args.trace is None:
@@ -450,6 +453,7 @@ def add_parsers(sub):
     )
     r.add_argument(
         "--profile-device",
+        type=_profile_out,
         default=None,
         metavar="OUT.yaml",
         help="measure copies and expert FFNs here and write the fitted device profile; with "
@@ -457,8 +461,10 @@ def add_parsers(sub):
     )
     r.add_argument(
         "--profile-name",
-        default="fitted",
-        help="name field of the written profile",
+        # the rule of the profile's name field, checked before anything is measured
+        type=field_value(DeviceProfile, "name", "--profile-name"),
+        default=None,
+        help=f"name field of the profile --profile-device writes (default: {FITTED_NAME})",
     )
     b = o.add_argument_group("BuddyMoE (Section 3)")
     b.add_argument(
@@ -570,6 +576,24 @@ def add_parsers(sub):
         "the sub-experts its annealed partition instead of the contiguous split",
     )
     o.set_defaults(func=cmd_offload, out_kind="folder")
+
+
+#: the name of a fitted profile unless ``--profile-name`` gives one
+FITTED_NAME = "fitted"
+
+
+def _profile_out(text):
+    """Converter of ``--profile-device``: a profile file ``--device`` can load, a name
+    ending in ``.yaml``/``.yml`` (whether it can be written is checked before measuring, by
+    :func:`~fsedp.files.check_output_file`)."""
+    if not text.strip():
+        raise usage("--profile-device", "must name the profile file to write (OUT.yaml), not ''")
+    if not text.endswith((".yaml", ".yml")):
+        raise usage(
+            "--profile-device",
+            f"must end in .yaml or .yml (the name --device loads a profile by), not {text[:60]!r}",
+        )
+    return text
 
 
 def device_profile(option: str):

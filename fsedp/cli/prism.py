@@ -98,9 +98,9 @@ def _refactored(path: str, option: str = "--refactored"):
 
 
 def cmd_prism_finetune(args):
-    import json
     import time
 
+    from fsedp import jsondoc
     from fsedp.lm.build import _need_data, train_stream
     from fsedp.lm.text import TRAIN_FILES, data_dir, load_tokenizer
     from fsedp.sw.policies.prism import LinearGate, linear_gate_init
@@ -143,7 +143,7 @@ def cmd_prism_finetune(args):
     )
     gate.store(ref)
     ref.extra["prism.finetune"] = np.asarray(
-        json.dumps({"config": fc.as_dict(), "train_tokens": int(len(ids)), "history": history})
+        jsondoc.dumps({"config": fc.as_dict(), "train_tokens": int(len(ids)), "history": history})
     )
     ref.save(args.out)
     print(

@@ -5,17 +5,25 @@ from fsedp.cli.common import positive, usage
 
 
 def cmd_results(args):
-    from fsedp.experiments.results import check_page, experiment_files, update
-    from fsedp.files import check_output_file, read_text
+    from fsedp.experiments.results import (
+        check_experiment,
+        check_page,
+        experiment_files,
+        update,
+    )
+    from fsedp.files import check_input_file, check_output_file, read_text
 
     for option, value in (("page", args.page), ("--experiments", args.experiments)):
         if value is not None and (not value.strip() or "\0" in value):
             raise usage(option, f"must name a file or folder, not {value[:40]!r}")
-    page = check_output_file(args.page)
-    if args.check:
+    page = check_input_file(args.page, "page")  # the read rule: a regular page, bounded
+    if args.check:  # reads only: the page's folder need not be writable
         if args.only is not None:
             raise usage("--only", "applies to a regeneration, not to --check")
-        names = list(experiment_files(args.experiments))
+        files = experiment_files(args.experiments)
+        for path in files.values():
+            check_experiment(path)
+        names = list(files)
         problems = check_page(read_text(page), names, page)
         for p in problems:
             print(p)
@@ -29,6 +37,7 @@ def cmd_results(args):
             raise usage("--only", "needs at least one experiment name (fig16,fig17)")
     from fsedp.cli.run import _executor
 
+    check_output_file(page)  # a regeneration writes it: refused now, not after the runs
     update(page, args.experiments, only, **_executor(args))
     return 0
 

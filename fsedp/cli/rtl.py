@@ -502,8 +502,7 @@ def cmd_synth(args):
 def cmd_fpga(args):
     """``fsedp rtl fpga``: the blocks placed and routed on a Lattice ECP5
     (:mod:`fsedp.experiments.fpga`)."""
-    import json
-
+    from fsedp import jsondoc
     from fsedp.experiments import fpga
     from fsedp.files import output_dir
     from fsedp.log import logger
@@ -528,7 +527,7 @@ def cmd_fpga(args):
     with output_dir(args.out or build_dir("fpga"), args.force) as staged:
         rows = fpga.run_fpga(tops, workdir=staged, **run)
         doc["tops"] = rows
-        (staged / "fpga.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (staged / "fpga.json").write_text(jsondoc.dumps(doc, indent=1) + "\n")
         (staged / "fpga.md").write_text(rtl_runs.fpga_page(invoked("rtl fpga"), rows))
     return _done(args, doc, fpga.fpga_table(rows), all(not r.get("error") for r in rows))
 

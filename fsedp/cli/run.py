@@ -17,7 +17,7 @@ from fsedp.cli.common import (
     usage,
     write_output,
 )
-from fsedp.config import config_path, config_to_dict
+from fsedp.config import MAX_TOKENS_PER_ITERATION, config_path, config_to_dict
 from fsedp.errors import COMMAND_LINE
 from fsedp.files import build_dir, check_output_file, check_output_folder, output_folder
 
@@ -140,8 +140,7 @@ def _trace_events_option(args, cfg, out: Path):
 def _write_trace_events(run: dict, path: Path, command: str) -> str:
     """The traced layers of ``run`` in the Trace Event Format (:mod:`fsedp.sim.trace_events`),
     checked, written all at once."""
-    import json
-
+    from fsedp import jsondoc
     from fsedp.files import write_text
     from fsedp.sim.trace_events import check_trace_events, trace_events
 
@@ -153,7 +152,7 @@ def _write_trace_events(run: dict, path: Path, command: str) -> str:
         other={"command": command},
     )
     check_trace_events(doc)
-    write_text(path, json.dumps(doc, allow_nan=False, separators=(",", ":")))
+    write_text(path, jsondoc.dumps(doc, separators=(",", ":")))
     return str(path)
 
 
@@ -217,7 +216,7 @@ def cmd_sweep(args):
     from fsedp.sim.sweep import TABLE1, figure9, format_figure9
 
     set_streaming(args)
-    conv = positive("--tokens", 65_536)
+    conv = positive("--tokens", MAX_TOKENS_PER_ITERATION)  # the run config's range
     tokens = [conv(x) for x in args.tokens.split(",")]
     models = (
         [x.strip() for x in args.models.split(",")] if args.models is not None else list(TABLE1)

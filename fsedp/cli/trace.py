@@ -1,8 +1,7 @@
 """``fsedp trace ...``: routing traces (convert, statistics, synthesis, recording)."""
 
-import json
-
 from fsedp.cli.common import JSON, load_trace, number, positive, trace_out
+from fsedp.jsondoc import dumps
 
 
 def cmd_trace_convert(args):
@@ -29,11 +28,11 @@ def cmd_trace_stats(args):
     text = format_stats(stats)
     if args.out:
         with output_dir(args.out, args.force) as out:
-            (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+            (out / "stats.json").write_text(dumps(stats, indent=1) + "\n")
             (out / "stats.md").write_text(text)
             plot_stats(stats, trace, out)
     if args.json:
-        print(json.dumps(stats))
+        print(dumps(stats))
     else:
         print(
             text
@@ -57,8 +56,12 @@ def cmd_trace_synth(args):
     save_trace(trace, out)
     print(f"{out}: {trace.tokens} tokens like {source.name}; weights {info['params']}")
     print("| statistic | source | synthetic | tolerance |\n|---|---:|---:|---:|")
+
+    def f(v):  # None: undefined on the trace (a trace without token ids, one layer)
+        return "n/a" if v is None else f"{v:.3f}"
+
     for key, tol in MATCHED.items():
-        print(f"| {key} | {info['source'][key]:.3f} | {info['synthetic'][key]:.3f} | {tol} |")
+        print(f"| {key} | {f(info['source'][key])} | {f(info['synthetic'][key])} | {tol} |")
     return 0
 
 

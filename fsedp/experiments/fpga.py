@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.files import build_dir
-from fsedp.hw.generate import TOPS, top_name, top_params, write_verilog
+from fsedp.hw.generate import TOPS, tool_stopped, top_name, top_params, write_verilog
 from fsedp.log import logger
 from fsedp.params import DatapathParams, SchedulerParams
 
@@ -356,6 +356,11 @@ def _run(argv, work: Path, log: str, timeout_s: float | None) -> subprocess.Comp
         (work / log).write_bytes(out if isinstance(out, bytes) else out.encode())
         raise RuntimeError(f"{Path(argv[0]).name}: stopped after {timeout_s:g} s") from None
     (work / log).write_text(proc.stdout + proc.stderr)
+    # a signal (out of memory, a limit) is the machine's: one line, not the top's error
+    tool = "nextpnr-ecp5" if argv[0] == sys.executable else Path(argv[0]).name
+    stopped = tool_stopped(tool, proc.returncode)
+    if stopped:
+        raise stopped
     return proc
 
 

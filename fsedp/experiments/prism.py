@@ -152,7 +152,8 @@ def plot_curve(curve: dict, path):
     ax.set_xlabel(f"active sub-experts per token (S = {curve['S']} per expert)")
     ax.set_ylabel("WikiText-2 test perplexity")
     ax.set_title("MoE-Prism quality curve on the project's MoE LM")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # a legend of nothing would warn
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -539,47 +539,132 @@ def _device_time(torch, dev, fn, repeat: int) -> float | None:
     return float(np.median(rounds))
 
 
+#: Largest relative standard error of the fitted copy slope (1 / bandwidth) a written
+#: profile may rest on: beyond it the link term is not resolved by the measured copies.
+FIT_MAX_SLOPE_ERROR = 0.25
+
+
+def _line(x, y):
+    """Least squares ``y = slope x + icpt``: ``(slope, icpt, rse, slope_se)``, with ``rse``
+    the residual standard error ``sqrt(RSS / (n - 2))`` and ``slope_se`` the slope's standard
+    error (both ``inf`` with two points or fewer: no residual to judge the fit by)."""
+    slope, icpt = np.polyfit(x, y, 1)
+    if len(x) <= 2:
+        return float(slope), float(icpt), math.inf, math.inf
+    rss = float(np.sum((y - (slope * x + icpt)) ** 2))
+    rse = math.sqrt(rss / (len(x) - 2))
+    return float(slope), float(icpt), rse, rse / math.sqrt(float(np.sum((x - x.mean()) ** 2)))
+
+
+def _check_fit(link, launch_fit, raw: dict, table: dict, where: str):
+    """Refuse a fit that :func:`fit_profile` would otherwise clamp or rest on noise: an
+    :class:`~fsedp.errors.EnvironmentFailure` with the figures (the measurement, not the
+    user's input, is at fault), so that no such profile is written.
+
+    * the copy slope (1 / ``link_gbs``) must be positive and known to
+      :data:`FIT_MAX_SLOPE_ERROR` (its standard error over itself);
+    * a negative intercept (``link_latency_us``, ``expert_launch_us``) is written as 0 when
+      it is within its fit's residual standard error of 0, else refused;
+    * every other figure (``raw``: field -> value in the field's unit) must lie inside its
+      field's range (:class:`~fsedp.sw.policies.device.DeviceProfile`), not be clamped to it,
+      and so must each entry of ``table`` (``expert_table_us``: 0..1e8 us).
+    """
+    from fsedp.errors import EnvironmentFailure
+    from fsedp.fields import specs
+    from fsedp.sw.policies.device import DeviceProfile
+
+    problems = []
+    (b, t), (slope, icpt, rse, slope_se) = link
+    span = f"copies of {b[0]:.4g}..{b[-1]:.4g} B took {t.min() * 1e6:.4g}..{t.max() * 1e6:.4g} us"
+    if slope <= 0:
+        problems.append(f"link_gbs not resolved: {span}, not growing with the bytes")
+    elif slope_se > FIT_MAX_SLOPE_ERROR * slope:
+        problems.append(
+            f"link_gbs not resolved: {span}; the fit gives {1 / slope / 1e9:.4g} GB/s "
+            f"+- {slope_se / slope * 100:.0f} % (bound {FIT_MAX_SLOPE_ERROR * 100:.0f} %), "
+            f"residual {rse * 1e6:.3g} us"
+        )
+    for field, (icpt_s, rse_s) in (
+        ("link_latency_us", (icpt, rse)),
+        ("expert_launch_us", launch_fit),
+    ):
+        if icpt_s < -rse_s:
+            problems.append(
+                f"{field} fitted {icpt_s * 1e6:.4g} us, below 0 by more than the fit's "
+                f"residual {rse_s * 1e6:.3g} us"
+            )
+    fields = specs(DeviceProfile)
+    for field, v in raw.items():
+        s = fields[field]
+        if not (math.isfinite(v) and s.lo <= v <= s.hi):
+            problems.append(
+                f"{field} measured {v:.4g} {s.unit}, outside the field's range {s.range_text()}"
+            )
+    for k, us in table.items():
+        if not 0 <= us <= 1e8:
+            problems.append(f"expert_table_us.{k} came out {us:.4g} us, outside 0..1e+08 us")
+    if problems:
+        raise EnvironmentFailure(
+            f"fitting a device profile on {where}",
+            ", ".join(problems),
+            "nothing was written; measure again on a quiet machine, with larger copies (a "
+            "smaller --replay-scale) where the link is not resolved",
+        )
+
+
 def fit_profile(prims: dict, sizes, dev, name: str, base) -> "object":
     """A device profile from measured primitives: link bandwidth and latency by least
     squares of copy time on bytes; per-expert launch and rate by least squares of FFN time
     on tokens, and the FFN times themselves as ``expert_table_us``; ``expert_tflops`` the
     dense matmul's rate at ``batch`` tokens (it prices the layer's dense FLOPs).  The
-    serving model's fields are ``base``'s (not measured here)."""
+    serving model's fields are ``base``'s (not measured here).
+
+    A fit that is not resolved or that a field's range would clamp is refused, never
+    written (:func:`_check_fit`; ``docs/offload.md``): identical CPU runs of tiny copies
+    fitted ``link_gbs`` anywhere from 0.5 GB/s to the field's limit 1e5."""
     from fsedp.sw.policies.device import DeviceProfile
 
     d, f = sizes
     b = np.array(sorted(prims["copy_s"]), dtype=float)
     t = np.array([prims["copy_s"][k] for k in sorted(prims["copy_s"])])
-    slope, icpt = np.polyfit(b, t, 1)
-    slope = max(slope, 1e-15)
-    gbs = min(1e5, 1.0 / slope / 1e9)
-    lat = max(0.0, icpt) * 1e6
+    link = _line(b, t)
+    slope, icpt = link[0], link[1]
     ks = np.array(sorted(prims["ffn_s"]), dtype=float)
     ts = np.array([prims["ffn_s"][k] for k in sorted(prims["ffn_s"])])
     if len(ks) > 1:
-        fs, fi = np.polyfit(ks, ts, 1)
+        fs, fi, frse, _ = _line(ks, ts)
     else:
-        fs, fi = 0.0, ts[0]
-    launch = max(0.0, fi) * 1e6
+        fs, fi, frse = 0.0, ts[0], 0.0
     dense_rate = prims["batch"] * 2 * 4 * d * d / prims["dense_s"] / 1e12
+    where = _torch().cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+    raw = {
+        "link_latency_us": max(0.0, icpt) * 1e6,
+        "expert_launch_us": max(0.0, fi) * 1e6,
+        "link_issue_us": prims["issue_s"] * 1e6,
+        "expert_device_us": prims["device_s"] * 1e6,
+        "expert_tflops": dense_rate,
+    }
+    if slope > 0:
+        raw["link_gbs"] = 1.0 / slope / 1e9
     # the FFN alone, scaled to what an expert run costs inside the replay's loop (measured at
     # in_loop's tokens; the loop's own overhead per run applied at every count)
     loop = prims["in_loop"]
     alone = float(np.interp(loop["tokens"], ks, ts))
     extra = loop["s"] - alone
-    table = {int(k): round(max(float(v) + extra, 0.0) * 1e6, 3) for k, v in prims["ffn_s"].items()}
-    torch = _torch()
-    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+    table = {int(k): (float(v) + extra) * 1e6 for k, v in prims["ffn_s"].items()}
+    _check_fit(((b, t), link), (fi, frse), raw, table, where)
+    gbs, lat, launch = raw["link_gbs"], raw["link_latency_us"], raw["expert_launch_us"]
+    table = {k: round(us, 3) for k, us in table.items()}
     return DeviceProfile(
         name=name,
-        link_gbs=round(min(max(gbs, 1e-3), 1e5), 4),
-        link_latency_us=round(min(lat, 1e6), 3),
+        link_gbs=round(gbs, 4),  # each inside its field's range (_check_fit)
+        link_latency_us=round(lat, 3),
         pinned=dev.type == "cuda",
-        expert_launch_us=round(min(launch, 1e6), 3),
-        link_issue_us=round(min(prims["issue_s"] * 1e6, 1e6), 3),
+        expert_launch_us=round(launch, 3),
+        link_issue_us=round(raw["link_issue_us"], 3),
         issue="async" if dev.type == "cuda" else "sync",
-        expert_device_us=round(min(prims["device_s"] * 1e6, 1e6), 3),
-        expert_tflops=round(min(max(dense_rate, 1e-6), 1e5), 6),
+        expert_device_us=round(raw["expert_device_us"], 3),
+        expert_tflops=round(dense_rate, 6),
         tflops=base.tflops,
         memory_gbs=base.memory_gbs,
         step_launch_us=base.step_launch_us,

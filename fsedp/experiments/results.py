@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fsedp.config import CONFIG_DIR, load_run
 from fsedp.errors import InputError
-from fsedp.files import read_text, read_yaml, write_text
+from fsedp.files import check_input_file, read_text, read_yaml, write_text
 from fsedp.sim.executor import MISSING, PointCache, run_points
 from fsedp.sim.run import DEFAULT_STRATEGIES
 from fsedp.sim.sweep import (
@@ -108,11 +108,29 @@ def find_blocks(text: str, source) -> list[Block]:
 
 def experiment_files(folder=None) -> dict[str, Path]:
     """``{stem: path}`` of the ``*.yaml`` files of ``folder`` (default: the project's
-    ``configs/experiments``)."""
+    ``configs/experiments``); each must be a regular file of a YAML file's size (the read
+    rule, :func:`fsedp.files.check_input_file`): a folder, FIFO or device named ``*.yaml``
+    is refused on one line."""
     folder = Path(folder) if folder is not None else EXPERIMENTS
     if not folder.is_dir():
         raise InputError(str(folder), "<folder>", "no such folder of experiment files")
-    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+    found = {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+    for p in found.values():
+        check_input_file(p, "yaml")
+    return found
+
+
+def check_experiment(path):
+    """Load the experiment file ``path`` as :func:`generate` would, running nothing: an
+    invalid file is an :class:`~fsedp.errors.InputError` naming it and its field."""
+    path = Path(path)
+    kind = read_yaml(path).get("experiment")
+    if kind == "grid":
+        load_grid(path)
+    elif kind is not None:
+        load_experiment(path)
+    else:
+        load_run(path)
 
 
 def check_page(text: str, names, source) -> list[str]:

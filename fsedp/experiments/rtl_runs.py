@@ -6,11 +6,11 @@ report`` and ``rtl datapath``, and the formal checks.  The command-line module
 document, the text and whether the run passed, so that ``--json`` and the text agree."""
 
 import dataclasses
-import json
 import tempfile
 import time
 from pathlib import Path
 
+from fsedp import jsondoc
 from fsedp.config import config_to_dict
 from fsedp.files import build_dir, output_dir, sigterm_raises, work_folder
 from fsedp.log import logger
@@ -119,7 +119,7 @@ def rounds(cfg, p, sched_rounds, sim: str, show_rounds: int):
     with tempfile.TemporaryDirectory() as tmp:
         rf = Path(tmp) / "rounds.json"
         rf.write_text(
-            json.dumps([{"records": r.records, "req_inits": r.req_inits} for r in sched_rounds])
+            jsondoc.dumps([{"records": r.records, "req_inits": r.req_inits} for r in sched_rounds])
         )
         t0 = time.time()
         res = run_tb(

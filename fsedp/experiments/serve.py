@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fsedp.config import ModelConfig, config_path, load_section
 from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.files import read_text
 from fsedp.lm.text import ASSETS
 from fsedp.sw.policies.device import DEFAULT_DEVICE, load_device
 from fsedp.sw.policies.qos import PerfModel, metrics, serve, serve_continuous, workload
@@ -82,13 +83,9 @@ def load_curve(path=None, gate: str = "proxy") -> dict:
     and every point a positive, finite perplexity, ``K`` whole numbers from 1 (multiples of
     ``S`` for ``original``), and the best points meeting the strictest quality floor."""
     path = Path(path) if path else CURVE
+    text = read_text(path, "json")  # the read rule: a bounded regular file, UTF-8
     try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(path, "<file>", "no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or e
-        raise InputError(path, "<file>", f"cannot read: {why}") from None
+        d = json.loads(text)
     except RecursionError:
         raise InputError(path, "curve", "not a `fsedp prism curve` JSON (too deep)") from None
     except ValueError as e:

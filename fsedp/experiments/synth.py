@@ -16,7 +16,6 @@ the flow and its choices are described in ``docs/rtl-synthesis.md``."""
 
 import contextlib
 import dataclasses
-import json
 import math
 import re
 import shutil
@@ -26,9 +25,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fsedp import jsondoc
 from fsedp.errors import InputError
-from fsedp.files import output_dir
-from fsedp.hw.generate import BLOCKS, DATAPATH_BLOCKS, TOPS, top_name, top_params, write_verilog
+from fsedp.files import LIMITS, open_input, output_dir
+from fsedp.hw.generate import (
+    BLOCKS,
+    DATAPATH_BLOCKS,
+    TOPS,
+    tool_stopped,
+    top_name,
+    top_params,
+    write_verilog,
+)
 from fsedp.log import logger
 
 __all__ = [
@@ -83,7 +91,7 @@ CLOCK_RANGE_MHZ = (1.0, 5000.0)
 TOOLS = {"yosys": "yosys", "sta": "opensta"}
 #: Largest Liberty file read (the SKY130 HD typical corner is 9 MB; CCS libraries reach
 #: hundreds of MB).
-MAX_LIBERTY_BYTES = 1 << 30
+MAX_LIBERTY_BYTES = LIMITS["liberty"]
 
 #: Cells kept out of the mapping, by the attribute of the Liberty that makes them special
 #: purpose: they stay in the library that area and timing are computed with, but ABC and
@@ -217,12 +225,8 @@ def read_liberty(path) -> Liberty:
     library: no ``library (NAME) {`` group, unbalanced braces, no cell with an area, no
     inverter (the FO4 stage) or no flip-flop."""
     path = Path(path)
-    if not path.exists():
-        raise _fail(path, "no such file")
-    if not path.is_file():
-        raise _fail(path, "not a regular file")
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "liberty", "<liberty>") as f:
             raw = f.read(1 << 16)  # the head first: most files that are not one stop here
             if b"\0" in raw:
                 raise _fail(path, "a binary file, not a Liberty library (text)")
@@ -457,9 +461,14 @@ def sta_script(
 
 
 def _run_tool(argv, work: Path, log: str) -> subprocess.CompletedProcess:
-    """``argv`` run in ``work``, its output kept in ``work/log``."""
+    """``argv`` run in ``work``, its output kept in ``work/log``; a tool a signal stopped
+    (out of memory, a limit) is an :class:`~fsedp.errors.EnvironmentFailure`, not a top's
+    error."""
     proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", cwd=work)
     (work / log).write_text(proc.stdout + proc.stderr)
+    stopped = tool_stopped(Path(argv[0]).name, proc.returncode)  # (its work folder goes)
+    if stopped:
+        raise stopped
     return proc
 
 
@@ -845,7 +854,7 @@ def run(
             "tops": results,
         }
         text = format_report(doc)
-        (staged / "synth.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (staged / "synth.json").write_text(jsondoc.dumps(doc, indent=1) + "\n")
         (staged / "synth.md").write_text(text + "\n")
     doc["out"] = str(out)
     ok = all(not r.get("error") and _netlist_passed(r) for r in results) and not fo4.get("error")

@@ -1,12 +1,12 @@
 """``fsedp lm train`` / ``fsedp lm eval``: the reproducible build of the committed model and
 its measurement (held-out WikiText-2 test perplexity against the n-gram baselines)."""
 
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from fsedp import jsondoc
 from fsedp.errors import InputError
 from fsedp.files import atomic_path
 from fsedp.lm.baselines import bigram_perplexity, unigram_perplexity
@@ -102,7 +102,7 @@ def train_command(out: Path, cfg: LMConfig, tc, log=print, data=None) -> dict:
 
     root = data_dir(data)
     t0 = time.time()
-    tok = train_tokenizer([read_text(_need_data(root, r)) for r in TRAIN_FILES], cfg.vocab)
+    tok = train_tokenizer([read_text(_need_data(root, r), "text") for r in TRAIN_FILES], cfg.vocab)
     ids = train_stream(tok, root)
     log(
         f"tokenizer: {tok.get_vocab_size()} entries; training stream {len(ids)} tokens "
@@ -122,7 +122,7 @@ def train_command(out: Path, cfg: LMConfig, tc, log=print, data=None) -> dict:
         "seconds": round(time.time() - t0, 1),
     }
     with atomic_path(out / "training.json") as tmp:
-        tmp.write_text(json.dumps(info, indent=1) + "\n")
+        tmp.write_text(jsondoc.dumps(info, indent=1) + "\n")
     return info
 
 

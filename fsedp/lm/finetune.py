@@ -30,12 +30,19 @@ them equal, ties included), computed densely: all ``E F`` neurons of a layer, sc
 sub-expert, one matrix product each way.
 """
 
-import json
 import time
 
 import numpy as np
 
-from fsedp.lm.train import _torch, build_torch_model, cosine_lr, from_numpy, sample_windows
+from fsedp import jsondoc
+from fsedp.lm.train import (
+    _torch,
+    build_torch_model,
+    check_finite,
+    cosine_lr,
+    from_numpy,
+    sample_windows,
+)
 
 __all__ = ["FinetuneConfig", "SCHEDULES", "budget_at", "gated_module", "finetune_router"]
 
@@ -186,7 +193,7 @@ def _finetune(torch, model, gate, train_ids, fc, log):
             }
             seen = []
             history.append(rec)
-            log(json.dumps(rec))
+            log(jsondoc.dumps(check_finite(rec)))
     # a gate of the same class (this layer does not import the policies above it)
     out = type(gate)(
         module.gate_G.detach().numpy().copy(), module.gate_b.detach().numpy().copy(), gate.S

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fsedp import jsondoc
 from fsedp.errors import InputError
 from fsedp.lm.config import LMConfig
 
@@ -195,7 +196,7 @@ class MoELM:
 
         arrays = {k: v.astype(dtype) for k, v in self.w.items()}
         arrays.update(self.extra)
-        arrays["config"] = np.asarray(json.dumps(self.cfg.as_dict()))
+        arrays["config"] = np.asarray(jsondoc.dumps(self.cfg.as_dict()))
         with atomic_path(path, suffix=".npz") as tmp:
             np.savez_compressed(tmp, **arrays)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fsedp.errors import InputError
-from fsedp.files import read_text
+from fsedp.files import check_input_file, read_text
 
 __all__ = [
     "data_dir",
@@ -57,6 +57,8 @@ def load_tokenizer(path=None):
     from tokenizers import Tokenizer
 
     path = Path(path) if path is not None else ASSETS / "tokenizer.json"
+    if path.parent != ASSETS:  # a user's file: the read rule first (a FIFO would block)
+        check_input_file(path, "json")
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception
@@ -65,7 +67,7 @@ def load_tokenizer(path=None):
 
 def encode_file(tok, path, chunk_lines: int = 2000) -> np.ndarray:
     """Token ids of a text file (lines encoded in batches, joined as they are)."""
-    lines = read_text(path).splitlines(keepends=True)
+    lines = read_text(path, "text").splitlines(keepends=True)
     out = []
     for i in range(0, len(lines), chunk_lines):
         for enc in tok.encode_batch(["".join(lines[i : i + chunk_lines])]):

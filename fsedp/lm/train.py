@@ -9,17 +9,32 @@ sum_e f_e P_e) that keeps the experts from collapsing.  The torch module mirrors
 :class:`~fsedp.lm.model.MoELM` array for array; :func:`to_numpy` exports it.
 """
 
-import json
 import math
 import time
 
 import numpy as np
 
+from fsedp import jsondoc
 from fsedp.errors import COMMAND_LINE, InputError
 from fsedp.lm.config import LMConfig
 from fsedp.lm.model import EPS
 
 __all__ = ["TrainConfig", "build_torch_model", "to_numpy", "from_numpy", "train"]
+
+
+def check_finite(rec: dict) -> dict:
+    """``rec``, a training log record, when every figure in it is finite; a loss that is
+    ``NaN`` or infinite means training diverged: one line naming ``--lr`` (the option that
+    decides it), never a ``NaN`` in a log line."""
+    for key, value in rec.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(
+                COMMAND_LINE,
+                "--lr",
+                f"training diverged at step {rec.get('step')}: {key} is {value}; lower the "
+                "learning rate",
+            )
+    return rec
 
 
 def _torch():
@@ -243,5 +258,5 @@ def train(cfg: LMConfig, tc: TrainConfig, train_ids: np.ndarray, log=print):
                 "seconds": round(time.time() - start, 1),
             }
             history.append(rec)
-            log(json.dumps(rec))
+            log(jsondoc.dumps(check_finite(rec)))
     return to_numpy(model), history

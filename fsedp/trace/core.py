@@ -16,8 +16,6 @@ iterations of consecutive tokens, :func:`shard` places each token on a chiplet, 
 """
 
 import math
-import os
-import stat
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fsedp import files
 from fsedp.config import ModelConfig
 from fsedp.errors import InputError
 from fsedp.fields import specs
@@ -242,21 +241,11 @@ def experts_shape_problem(shape, num_experts=None, entries=MAX_ENTRIES) -> str |
 
 
 def check_input_file(path) -> None:
-    """Refuse, before opening it, an input path that is not a regular file (a folder, a
-    FIFO that would block, a device such as ``/dev/zero`` that never ends)."""
-    file = str(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(file, "<file>", "no such file") from None
-    except (OSError, ValueError) as e:
-        raise InputError(
-            file, "<file>", f"cannot read: {getattr(e, 'strerror', None) or e}"
-        ) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(file, "<file>", "is a folder, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(file, "<file>", "not a regular file")
+    """Refuse, before opening it, a trace path that is not a regular file (a folder, a
+    FIFO that would block, a device such as ``/dev/zero`` that never ends) or is larger than
+    a trace may be: the read rule of :func:`fsedp.files.check_input_file`, kind
+    ``trace``."""
+    files.check_input_file(path, "trace")
 
 
 def read_npy_header(f, file: str, field: str) -> tuple[tuple, np.dtype, bool, int]:
@@ -303,12 +292,13 @@ class NpzReader:
         self.file = file = str(path)
         self.max_member_bytes = int(max_member_bytes)
         self._headers: dict = {}
-        check_input_file(path)
+        self._fh = fh = files.open_input(path, "trace")
         try:
-            self._zip = zipfile.ZipFile(path)
+            self._zip = zipfile.ZipFile(fh)
         except FileNotFoundError:
             raise InputError(file, "<file>", "no such file") from None
         except Exception as e:  # BadZipFile, OSError, ValueError, EOFError, ...
+            fh.close()
             raise InputError(
                 file, "<file>", f"not a readable npz file: {type(e).__name__}: {e}"
             ) from None
@@ -320,7 +310,7 @@ class NpzReader:
                 self._check_info(key, info, what)
                 self.infos[key] = info
         except BaseException:
-            self._zip.close()
+            self.close()
             raise
 
     def _check_info(self, key: str, info: zipfile.ZipInfo, what: str):
@@ -353,6 +343,7 @@ class NpzReader:
 
     def close(self):
         self._zip.close()
+        self._fh.close()  # a ZipFile given a file object leaves it open
 
     @property
     def keys(self) -> list[str]:

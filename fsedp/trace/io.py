@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fsedp import files
 from fsedp.errors import InputError
 from fsedp.files import atomic_path
 from fsedp.trace.core import (
@@ -55,7 +56,6 @@ from fsedp.trace.core import (
     TRACE_MEMBER_BYTES,
     NpzReader,
     RoutingTrace,
-    check_input_file,
     experts_shape_problem,
     load_flame,
     read_npy_header,
@@ -219,11 +219,7 @@ def load_jsonl(path, num_experts: int | None = None) -> RoutingTrace:
     has_a = array("b")  # bit 0: probs, bit 1: position, bit 2: token_id
     k = None
     _check_num_experts(file, num_experts)
-    check_input_file(path)
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as e:
-        raise InputError(file, "<file>", e.strerror or str(e)) from None
+    fh = files.open_input(path, "trace", text=True)
     with fh:
         for n, line in enumerate(_lines(fh, file), 1):
             if not line.strip():
@@ -370,11 +366,7 @@ def load_npy(path, num_experts: int | None = None) -> RoutingTrace:
     :data:`~fsedp.trace.core.MAX_EXPERTS`."""
     file = str(path)
     _check_num_experts(file, num_experts)
-    check_input_file(path)
-    try:
-        fh = open(path, "rb")
-    except OSError as e:
-        raise InputError(file, "<file>", f"cannot read: {e.strerror or e}") from None
+    fh = files.open_input(path, "trace")
     with fh:
         if fh.read(4) == b"PK\x03\x04":
             raise InputError(
@@ -514,7 +506,7 @@ def record_hf(
     ne = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
     if not k or not ne:
         raise InputError(file, "config", "not a MoE model (no num_experts_per_tok / num_experts)")
-    text = read_text(text_path)
+    text = read_text(text_path, "text")
     ids = tok(text, return_tensors=None)["input_ids"][:max_tokens]
     if not ids:
         raise InputError(str(text_path), "<file>", "no tokens in the text")

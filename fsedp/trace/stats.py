@@ -25,6 +25,12 @@ per MoE layer:
 
 Precision is the top-k overlap used by Speculative MoE's Figure 12 (with exactly k experts
 predicted and chosen, precision = recall = F1).
+
+A figure undefined on the trace (a precision over no test tokens: a one-token trace keeps its
+one token to fit; the token-id precision when no test token's id was seen) is ``None``
+(``null`` in ``stats.json``) and its object carries ``"undefined": {figure: reason}``
+(:func:`undefined`); the Markdown shows ``n/a (reason)``.  Windows longer than the trace are
+left out of the load skew.
 """
 
 import numpy as np
@@ -128,9 +134,24 @@ def _hits(pred: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     return out
 
 
-def _precision(pred: np.ndarray, chosen: np.ndarray) -> float:
-    hits = _hits(pred, chosen)
-    return float(hits.mean() / chosen.shape[1]) if len(chosen) else float("nan")
+def _precision(pred: np.ndarray, chosen: np.ndarray) -> float | None:
+    """The mean top-k precision of ``pred`` on ``chosen``; ``None`` over no rows."""
+    if not len(chosen):
+        return None
+    return float(_hits(pred, chosen).mean() / chosen.shape[1])
+
+
+def _put(row: dict, key: str, value, reason: str):
+    """``row[key] = value``; a ``None`` value (undefined) with its reason in
+    ``row["undefined"]``."""
+    row[key] = value
+    if value is None:
+        row.setdefault("undefined", {})[key] = reason
+
+
+def undefined(row: dict, key: str) -> str | None:
+    """Why ``row[key]`` is undefined (``None``), else ``None``."""
+    return row.get("undefined", {}).get(key)
 
 
 def _topk(scores: np.ndarray, k: int) -> np.ndarray:
@@ -172,11 +193,16 @@ def predictability(trace: RoutingTrace, fit: float = 0.2) -> dict:
     e, ne, k = trace.experts.astype(np.int64), trace.num_experts, trace.top_k
     n_fit = max(1, int(trace.tokens * fit))
     out = {"fit_tokens": n_fit, "layers": []}
+    n_test = trace.tokens - n_fit
+    no_test = (
+        f"no test tokens: the trace's {trace.tokens} token{'s' * (trace.tokens != 1)} "
+        f"fit the predictors (the first {fit:.0%}, at least one)"
+    )
     for l in range(trace.layers):
         row = {"layer": l}
         pop = np.bincount(e[:n_fit, l].reshape(-1), minlength=ne)
         test = e[n_fit:, l]
-        row["popularity"] = _precision(np.tile(_topk(pop, k), (len(test), 1)), test)
+        _put(row, "popularity", _precision(np.tile(_topk(pop, k), (n_test, 1)), test), no_test)
         if l > 0:
             trans = pair_counts(e[:n_fit, l - 1], e[:n_fit, l], ne)
             prev = e[n_fit:, l - 1]
@@ -186,7 +212,7 @@ def predictability(trace: RoutingTrace, fit: float = 0.2) -> dict:
                 for j in range(1, prev.shape[1]):
                     score += trans[prev[a:b, j]]
                 pred[a:b] = _topk(score + 1e-6 * pop, k)
-            row["inter_layer"] = _precision(pred, test)
+            _put(row, "inter_layer", _precision(pred, test), no_test)
         if trace.token_ids is not None:
             tok = trace.token_ids.astype(np.int64)
             ids, inv = np.unique(tok[:n_fit], return_inverse=True)
@@ -202,9 +228,14 @@ def predictability(trace: RoutingTrace, fit: float = 0.2) -> dict:
                 table = _sparse_rows(keys, counts, pos[a:b], ne)
                 score = np.where(seen[a:b, None], table, 0) + 1e-6 * pop
                 pred[a:b] = _topk(score, k)
-            row["token_id"] = _precision(pred[seen], test[seen])
-            row["token_id_all"] = _precision(pred, test)
-            row["coverage"] = float(seen.mean()) if len(seen) else float("nan")
+            never = (
+                f"no test token's id occurs among the {n_fit} fitting tokens" if n_test else no_test
+            )
+            _put(row, "token_id", _precision(pred[seen], test[seen]), never)
+            _put(row, "token_id_all", _precision(pred, test), no_test)
+            _put(row, "coverage", float(seen.mean()) if n_test else None, no_test)
+        if "undefined" in row:  # after the figures
+            row["undefined"] = row.pop("undefined")
         out["layers"].append(row)
     return out
 
@@ -234,12 +265,13 @@ def trace_stats(trace: RoutingTrace, windows=WINDOWS, fit: float = 0.2) -> dict:
 
 
 def _mean(rows, key):
-    v = [r[key] for r in rows if key in r and r[key] == r[key]]
-    return float(np.mean(v)) if v else float("nan")
+    v = [r[key] for r in rows if r.get(key) is not None]
+    return float(np.mean(v)) if v else None
 
 
 def summary(stats: dict) -> dict:
-    """Means over layers: the few numbers two traces are compared by."""
+    """Means over layers: the few numbers two traces are compared by; ``None`` where no layer
+    has the figure (a trace without token ids, one layer, no test tokens)."""
     out = {}
     for w in sorted({r["window"] for r in stats["skew"]}):
         rows = [r for r in stats["skew"] if r["window"] == w]
@@ -269,6 +301,11 @@ def format_stats(stats: dict) -> str:
             f"| {w} | {s[f'active@{w}']:.3f} | {s[f'cold@{w}']:.3f} | "
             f"{s[f'peak_mean@{w}']:.2f} | {s[f'gini@{w}']:.3f} |"
         )
+    if not stats["skew"]:
+        lines.append(
+            f"| n/a (the trace's {stats['tokens']} tokens are fewer than a window of "
+            f"{min(WINDOWS)}) | | | | |"
+        )
     lines += [
         "",
         "## Co-activation concentration (share of an expert's co-activations "
@@ -289,13 +326,17 @@ def format_stats(stats: dict) -> str:
         "|---:|---:|---:|---:|---:|",
     ]
 
-    def f(v):
-        return "-" if v is None or v != v else f"{v:.3f}"
+    def f(r, key):
+        """A figure; ``n/a (reason)`` when undefined, ``-`` where it does not apply (layer 0
+        has no inter-layer figure, a trace without ids no token-id figures)."""
+        if (why := undefined(r, key)) is not None:
+            return f"n/a ({why})"
+        return "-" if r.get(key) is None else f"{r[key]:.3f}"
 
     for r in pr["layers"]:
         lines.append(
-            f"| {r['layer']} | {f(r['popularity'])} | {f(r.get('inter_layer'))} | "
-            f"{f(r.get('token_id'))} | {f(r.get('coverage'))} |"
+            f"| {r['layer']} | {f(r, 'popularity')} | {f(r, 'inter_layer')} | "
+            f"{f(r, 'token_id')} | {f(r, 'coverage')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -309,6 +350,11 @@ def plot_stats(stats: dict, trace: RoutingTrace, out_dir) -> list:
 
     plt = pyplot()
 
+    def n_a(ax, why: str):
+        """An empty plot says why (a figure undefined on the trace): no legend, no warning."""
+        ax.text(0.5, 0.5, f"n/a ({why})", ha="center", va="center", transform=ax.transAxes)
+
+    no_window = f"{trace.tokens} tokens, fewer than a window of {min(WINDOWS)}"
     out_dir = Path(out_dir)
     files = []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -325,7 +371,10 @@ def plot_stats(stats: dict, trace: RoutingTrace, out_dir) -> list:
     ax.set_ylabel("share of the window's activations")
     ax.set_yscale("log")
     ax.set_title("Expert load, layer 0 (long tail)")
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # a legend of nothing would warn
+        ax.legend()
+    else:  # the trace is shorter than every window
+        n_a(ax, no_window)
     fig.tight_layout()
     files.append(out_dir / "load_tail.png")
     fig.savefig(files[-1], dpi=110)
@@ -347,6 +396,8 @@ def plot_stats(stats: dict, trace: RoutingTrace, out_dir) -> list:
     axes[0].set_xlabel("tokens per window")
     axes[0].set_ylabel("cold share of active experts")
     axes[0].set_title("Long tail vs tokens per iteration")
+    if not ws:
+        n_a(axes[0], no_window)
     for r in stats["coactivation"]:
         axes[1].plot(PEERS, [r[f"top{p}"] for p in PEERS], marker="o", alpha=0.6)
     axes[1].set_xlabel("top-r peers")
@@ -359,11 +410,16 @@ def plot_stats(stats: dict, trace: RoutingTrace, out_dir) -> list:
         ("inter_layer", "inter-layer"),
         ("token_id", "token id"),
     ):
-        axes[2].plot(ls, [r.get(key, np.nan) for r in rows], marker="o", label=label)
+        v = [np.nan if r.get(key) is None else r[key] for r in rows]
+        if not np.isnan(v).all():  # an undefined figure (None) is a gap
+            axes[2].plot(ls, v, marker="o", label=label)
     axes[2].set_xlabel("MoE layer")
     axes[2].set_ylabel("top-k precision")
     axes[2].set_title("Predictability")
-    axes[2].legend()
+    if axes[2].get_legend_handles_labels()[0]:
+        axes[2].legend()
+    else:
+        n_a(axes[2], "no test tokens")
     fig.tight_layout()
     files.append(out_dir / "stats.png")
     fig.savefig(files[-1], dpi=110)

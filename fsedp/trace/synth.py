@@ -26,10 +26,10 @@ co-activation concentration, token-id predictability and load skew
 
 import copy
 import itertools
-import json
 
 import numpy as np
 
+from fsedp import jsondoc
 from fsedp.errors import InputError
 from fsedp.trace.core import RoutingTrace, pair_counts
 from fsedp.trace.stats import summary, trace_stats
@@ -168,7 +168,7 @@ def distance(a: dict, b: dict) -> float:
     return max(
         abs(a[key] - b[key]) / tol
         for key, tol in MATCHED.items()
-        if key in a and key in b and a[key] == a[key] and b[key] == b[key]
+        if a.get(key) is not None and b.get(key) is not None  # None: undefined on the trace
     )
 
 
@@ -191,7 +191,7 @@ def fit(source: RoutingTrace, seed: int = 0, grid=None, log=None) -> tuple[Routi
         got = summary(trace_stats(model.sample(source.tokens, seed)))
         d = distance(target, got)
         if log:
-            log(json.dumps({"a": a, "b": b, "c": c, "distance": round(d, 3)}))
+            log(jsondoc.dumps({"a": a, "b": b, "c": c, "distance": round(d, 3)}))
         if best is None or d < best[0]:
             best = (d, model, got)
     return best[1], {
