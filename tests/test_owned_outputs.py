@@ -441,3 +441,36 @@ def test_a_file_size_limit_is_one_line_exit_3_and_nothing_half_written(tmp_path,
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert len(err) == 1 and "file-size limit" in err[0] and made in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt", "t.jsonl"]
+
+
+# -- the read rule ----------------------------------------------------------------------------
+
+
+def test_the_read_rule_takes_its_limit_and_refuses_one_byte_more(tmp_path, monkeypatch):
+    from fsedp import files
+
+    monkeypatch.setitem(files.LIMITS, "page", 10)
+    p = tmp_path / "p.md"
+    for size, ok in ((9, True), (10, True), (11, False)):
+        p.write_bytes(b"x" * size)
+        if ok:
+            assert files.read_bytes(p, "page") == b"x" * size
+            assert files.check_input_file(p, "page") == p
+        else:
+            for read in (files.read_bytes, files.check_input_file, files.read_text):
+                with pytest.raises(InputError, match="11 bytes, larger than the 10 a page file"):
+                    read(p, "page")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "chardev", "folder"])
+def test_the_read_rule_refuses_what_is_not_a_regular_file_without_blocking(tmp_path, kind):
+    from fsedp import files
+
+    if kind == "folder":
+        p = tmp_path / "d"
+        p.mkdir()
+    else:
+        p = _special(tmp_path, kind)
+    for read in (files.read_bytes, files.check_input_file, files.read_text, files.read_yaml):
+        with pytest.raises(InputError, match="not a regular file"):
+            read(p, "yaml") if read is not files.read_yaml else read(p)
