@@ -1561,6 +1561,37 @@ def _read_cases(out: _Cases):
         }.items():
             argv2 = [place if a == "IN" else a for a in argv]
             out.add(f"read/{name}/{variant}", argv2, files, None, specials)
+    # a special file or folder as a named section file or device profile
+    for variant, (files, specials) in {
+        "fifo": ({}, {"dev.yaml": "fifo"}),
+        "folder": ({"dev.yaml/keep": b"x"}, {}),
+    }.items():
+        out.add(
+            f"read/offload-device/{variant}",
+            ["offload", "--device", "{dir}/dev.yaml"],
+            files,
+            None,
+            specials,
+        )
+        out.add(
+            f"read/config-section/{variant}",
+            ["run", "--config", "{dir}/c.yaml"],
+            {**files, "c.yaml": b"hardware: dev.yaml\n"},
+            None,
+            specials,
+        )
+    # the profiling options, refused before anything is measured
+    for variant, argv in {
+        "empty-name": ["--profile-device", "{dir}/p.yaml", "--profile-name", ""],
+        "blank-name": ["--profile-device", "{dir}/p.yaml", "--profile-name", "   "],
+        "long-name": ["--profile-device", "{dir}/p.yaml", "--profile-name", "n" * 5000],
+        "name-alone": ["--profile-name", "mine"],
+        "empty-file": ["--profile-device", ""],
+        "not-yaml": ["--profile-device", "{dir}/p.txt"],
+        "fifo": ["--profile-device", "{dir}/p.yaml"],
+    }.items():
+        specials = {"p.yaml": "fifo"} if variant == "fifo" else {}
+        out.add(f"cli/offload-profile/{variant}", ["offload", *argv], {}, None, specials)
     page = b"<!-- fsedp results: e -->\n| a |\n<!-- end fsedp results -->\n"
     for variant, (files, specials) in {
         "experiment-fifo": ({"p.md": page}, {"x/e.yaml": "fifo"}),
