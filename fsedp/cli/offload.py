@@ -197,14 +197,14 @@ def _replay(args, cfg):
     dev = torch_device()
     fitted = None
     if args.profile_device:
-        from fsedp.files import check_output_file
+        from fsedp.files import check_output_file, read_text
 
         out = check_output_file(args.profile_device)  # refused before anything is measured
         name = FITTED_NAME if args.profile_name is None else args.profile_name
         fitted = profile_device(sizes, cfg.batch, dev, out, name=name)
         _log.info(f"wrote {out}")
         if not args.replay:
-            print(jsondoc.dumps(fitted.as_dict()) if args.json else open(out).read(), end="")
+            print(jsondoc.dumps(fitted.as_dict()) if args.json else read_text(out, "yaml"), end="")
             return 0
         cfg = dataclasses.replace(cfg, device=str(out))
     from fsedp.config import EMBEDDED_TRACE
