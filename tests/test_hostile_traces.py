@@ -34,6 +34,7 @@ import pytest
 import test_fuzz
 from test_fuzz import Outcome, _child, _snapshot, problems
 
+from fsedp.errors import InputError
 from fsedp.trace.core import MAX_ENTRIES, MAX_EXPERTS
 
 #: Peak memory a case may add to the forked child (the brief: under 1 GB)
@@ -520,3 +521,75 @@ def test_the_tiny_model_file_of_the_cases_is_valid(tmp_path):
 
     m = MoELM.load(_write_zip(tmp_path / "m.npz", _model_members()))
     assert m.parameters == 8 * 4 + 4 * 4 + 4 + 2 * 4 + 4 * 2 + 3 * 2 * 4 * 4 + 4 * 16
+
+
+# -- the JSON-lines importer's caps, at the value, one below and one above -------------------
+
+
+def _records(tokens=2, layers=2, k=2, experts=4, first=0):
+    return [
+        {"token": t, "layer": l, "experts": [(first + t + j) % experts for j in range(k)]}
+        for t in range(tokens)
+        for l in range(layers)
+    ]
+
+
+@pytest.mark.parametrize(
+    "cap,value,records,field",
+    [
+        # 4 records: the cap at 4 takes them, 3 refuses the 4th (on its line)
+        ("MAX_RECORDS", 4, _records(), None),
+        ("MAX_RECORDS", 5, _records(), None),
+        ("MAX_RECORDS", 3, _records(), "line 4"),
+        # 8 (token, layer, expert) entries
+        ("MAX_ENTRIES", 8, _records(), None),
+        ("MAX_ENTRIES", 9, _records(), None),
+        ("MAX_ENTRIES", 7, _records(), "line 4"),
+        # layers 0 and 1
+        ("MAX_LAYERS", 2, _records(), None),
+        ("MAX_LAYERS", 3, _records(), None),
+        ("MAX_LAYERS", 1, _records(), "line 2.layer"),
+        # top-2
+        ("MAX_TOP_K", 2, _records(), None),
+        ("MAX_TOP_K", 3, _records(), None),
+        ("MAX_TOP_K", 1, _records(), "line 1.experts"),
+        # expert ids up to 3
+        ("MAX_EXPERTS", 4, _records(), None),
+        ("MAX_EXPERTS", 5, _records(), None),
+        ("MAX_EXPERTS", 3, _records(first=2), "line 1.experts"),
+    ],
+)
+def test_jsonl_caps_at_their_exact_values(tmp_path, monkeypatch, cap, value, records, field):
+    from fsedp.trace import io as trace_io
+
+    monkeypatch.setattr(trace_io, cap, value)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    if field is None:
+        trace = trace_io.load_jsonl(path)
+        assert (trace.tokens, trace.layers, trace.top_k) == (2, 2, 2)
+    else:
+        with pytest.raises(InputError) as e:
+            trace_io.load_jsonl(path)
+        assert e.value.field == field, e.value
+
+
+@pytest.mark.parametrize("length,ok", [(63, True), (64, True), (65, False)])
+def test_jsonl_line_cap_at_its_exact_value(tmp_path, monkeypatch, length, ok):
+    """A line of ``MAX_LINE`` characters (its newline included) is read; one more is
+    refused before more of it is read."""
+    from fsedp.trace import io as trace_io
+
+    monkeypatch.setattr(trace_io, "MAX_LINE", 64)
+    recs = _records(tokens=1, layers=1)
+    line = json.dumps(recs[0])
+    line = line[:-1] + " " * (length - len(line) - 1) + "}\n"
+    assert len(line) == length
+    path = tmp_path / "t.jsonl"
+    path.write_text(line)
+    if ok:
+        assert trace_io.load_jsonl(path).tokens == 1
+    else:
+        with pytest.raises(InputError, match="longer than 64 characters") as e:
+            trace_io.load_jsonl(path)
+        assert e.value.field == "line 1"
