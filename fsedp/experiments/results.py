@@ -120,17 +120,20 @@ def experiment_files(folder=None) -> dict[str, Path]:
     return found
 
 
-def check_experiment(path):
-    """Load the experiment file ``path`` as :func:`generate` would, running nothing: an
-    invalid file is an :class:`~fsedp.errors.InputError` naming it and its field."""
+def check_experiment(path) -> tuple[str, object, dict]:
+    """``(kind, loaded, raw)`` of the experiment file ``path``, loaded as :func:`generate`
+    runs it and running nothing: ``kind`` ``"grid"`` (``loaded`` from :func:`load_grid`),
+    ``"experiment"`` (:func:`load_experiment`) or ``"run"`` (a run config,
+    :func:`load_run`); ``raw`` the YAML mapping.  An invalid file is an
+    :class:`~fsedp.errors.InputError` naming it and its field."""
     path = Path(path)
-    kind = read_yaml(path).get("experiment")
+    raw = read_yaml(path)
+    kind = raw.get("experiment")
     if kind == "grid":
-        load_grid(path)
-    elif kind is not None:
-        load_experiment(path)
-    else:
-        load_run(path)
+        return "grid", load_grid(path), raw
+    if kind is not None:
+        return "experiment", load_experiment(path), raw
+    return "run", load_run(path), raw
 
 
 def check_page(text: str, names, source) -> list[str]:
@@ -234,18 +237,16 @@ def generate(path, progress: bool = True, **executor) -> tuple[str, dict]:
     shown = _display(path)
     cache = _CountingCache(getattr(executor.pop("cache", None), "root", None))
     t0 = time.time()
-    kind = read_yaml(path).get("experiment")
+    kind, exp, raw = check_experiment(path)
     if kind == "grid":
-        exp = load_grid(path)
         rows, table = run_grid(exp, progress=progress, cache=cache, **executor)
         title = f"Figure {exp['figure']} (grid over {', '.join(exp['vary'])})"
-    elif kind is not None:
-        exp = load_experiment(path)
+    elif kind == "experiment":
         rows, table = run_experiment_file(exp, progress=progress, cache=cache, **executor)
         title = f"Figure {exp['figure']} ({exp['table']})"
     else:  # a run config (Figures 11 and 13): the main job's table; the plots stay in build/
-        cfg = load_run(path)
-        point = make_point(read_yaml(path), shown, list(DEFAULT_STRATEGIES), 1, None)
+        cfg = exp
+        point = make_point(raw, shown, list(DEFAULT_STRATEGIES), 1, None)
         (res,) = run_points(
             sweep_point,
             [point],

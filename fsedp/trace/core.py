@@ -47,7 +47,6 @@ __all__ = [
     "NpzReader",
     "TRACE_MEMBER_BYTES",
     "read_npy_header",
-    "check_input_file",
 ]
 
 _MODEL = specs(ModelConfig)
@@ -238,14 +237,6 @@ def experts_shape_problem(shape, num_experts=None, entries=MAX_ENTRIES) -> str |
             f"holds at most {entries}"
         )
     return None
-
-
-def check_input_file(path) -> None:
-    """Refuse, before opening it, a trace path that is not a regular file (a folder, a
-    FIFO that would block, a device such as ``/dev/zero`` that never ends) or is larger than
-    a trace may be: the read rule of :func:`fsedp.files.check_input_file`, kind
-    ``trace``."""
-    files.check_input_file(path, "trace")
 
 
 def read_npy_header(f, file: str, field: str) -> tuple[tuple, np.dtype, bool, int]:
