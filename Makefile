@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow bench results verilog lint clean distclean
+.PHONY: run test test-slow bench results verilog lint mutation mutation-changed clean distclean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,16 @@ bench: $(STAMP) $(FPGA_STAMP)
 # the sweep cache); `fsedp results docs/results.md --check` checks without running anything.
 results: $(STAMP)
 	$(BIN)/fsedp results docs/results.md
+
+# Automated mutation testing of the rule modules (mutmut, scripts/mutation.toml): the score
+# table of docs/verification.md rewritten for the modules run (all of them, or those named by
+# MODULES="sw/eit.py sim/regions.py"); `make mutation-changed` runs the modules that differ
+# from main, the check before a change is finished (docs/verification.md).
+mutation: $(STAMP)
+	$(BIN)/python scripts/mutation.py --doc docs/verification.md $(MODULES)
+
+mutation-changed: $(STAMP)
+	$(BIN)/python scripts/mutation.py --changed main
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -17,7 +17,6 @@ __all__ = ["ICV"]
 
 class ICV:
     def __init__(self, p: SchedulerParams):
-        self.p = p
         self.full = (1 << p.chiplets) - 1
         self.reset()
 

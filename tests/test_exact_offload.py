@@ -1,0 +1,129 @@
+"""Exact expectations of the offload model's clock (``fsedp.sw.policies.offload``) on cases
+worked out by hand: whole seconds of link and compute, so that every figure of the
+synchronous and the asynchronous issue can be checked on paper -- what the device waits
+for, what the host's clock is charged for, and when a prefetched unit arrives."""
+
+import numpy as np
+import pytest
+
+from fsedp.sw.policies.offload import (
+    Cost,
+    FrequencyPrefetcher,
+    Link,
+    LRUCache,
+    OffloadRuntime,
+    popularity_order,
+)
+
+#: 1 GB units over a 1 GB/s link without latency: one transfer, 1 s
+LINK = Link("test", 1.0, 0.0)
+
+
+def cost(**kw) -> Cost:
+    """1 s per token of a unit, 0.5 s launch overhead per unit, no dense part."""
+    base = dict(unit_bytes=1e9, unit_flops=1.0, dense_flops=0.0, flops=1.0, overhead_s=0.5)
+    base.update(kw)
+    return Cost(**base)
+
+
+def two_layers(c: Cost, prefetcher=None) -> OffloadRuntime:
+    """Capacity 1 per layer, unit 0 resident in both; one step: layer 0 runs units 0 and 1
+    (one token each), layer 1 runs unit 2 (two tokens)."""
+    rt = OffloadRuntime(2, 4, 1, LINK, c, prefetcher, initial=[[0], [0]], prefetch_count=1)
+    rt.layer_step(0, 0, np.array([0, 1]), np.array([1, 1]), 2)
+    rt.layer_step(0, 1, np.array([2]), np.array([2]), 2)
+    return rt
+
+
+def test_synchronous_issue_by_hand():
+    """Layer 0: unit 1 fetched (0 -> 1 s), compute 2 x 1 + 2 x 0.5 = 3 s: ends at 4.
+    Layer 1: unit 2 fetched (4 -> 5 s), compute 2 + 0.5: ends at 7.5."""
+    st = two_layers(cost()).timing()
+    assert (st.wait_s, st.compute_s, st.time_s) == (2.0, 5.5, 7.5)
+    assert st.per_layer[0]["wait"] == 1.0 and st.per_layer[1]["wait"] == 1.0
+    assert (st.hits, st.demand, st.requested, st.prefetched) == (1, 2, 3, 0)
+    assert st.bytes == 2e9 and st.steps == 1 and st.tokens == 2
+
+
+def test_asynchronous_issue_by_hand():
+    """The host issues a copy in 0.25 s and is charged each layer's compute (3 s, 2.5 s);
+    the device runs 1 s per token-unit and never waits for the host's launches.
+    Layer 0: the copy starts at 0.25 (issued), arrives 1.25; the host is at 0.25 + 3 = 3.25;
+    the device computes 2 s, from 1.25: it ends at max(3.25, 3.25) = 3.25, idle 1.25 s.
+    Layer 1: the copy is issued at 3.5, arrives 4.5; host 3.5 + 2.5 = 6; the device's 2 s
+    end at max(6.5, 6) = 6.5, idle 1.25 s."""
+    st = two_layers(cost(issue="async", issue_s=0.25)).timing()
+    assert (st.wait_s, st.compute_s, st.time_s) == (2.5, 4.0, 6.5)
+    assert st.per_layer[0]["wait"] == 1.25 and st.per_layer[1]["wait"] == 1.25
+
+
+def test_asynchronous_issue_bound_by_the_host():
+    """A slow host (2 s per copy): layer 0's copy starts at 2, arrives 3; the host is at
+    2 + 3 = 5, so the device (2 s from 3, done at 5) ends at 5 and idles 3 s; layer 1's copy
+    is issued at 7, arrives 8, host 7 + 2.5 = 9.5: the device ends at max(10, 9.5) = 10."""
+    st = two_layers(cost(issue="async", issue_s=2.0)).timing()
+    assert (st.wait_s, st.compute_s, st.time_s) == (6.0, 4.0, 10.0)
+
+
+def test_asynchronous_device_unit_time_is_a_floor_per_unit():
+    """device_unit_s 1.5: layer 0's two units take 1.5 s each (more than their 1 s),
+    layer 1's unit its 2 s; the device's time is 3 + 2 = 5 s."""
+    st = two_layers(cost(issue="async", issue_s=0.25, device_unit_s=1.5)).timing()
+    assert st.compute_s == 5.0
+    # layer 0: ready 1.25 + 3 = 4.25 > host 3.25; layer 1: copy issued max(4.25, 3.5) = 4.25,
+    # arrives 5.25, device ends 7.25 > host 6
+    assert st.time_s == 7.25 and st.wait_s == 2.25
+
+
+def test_a_prefetch_is_issued_behind_the_demand_and_waited_for_only_if_late():
+    """Frequency prefetcher: layer 0 predicts unit 2 for layer 1.  Synchronous: the demand
+    fetch of unit 1 (0 -> 1), then the prefetch (1 -> 2); layer 1 starts at 4 with unit 2
+    there: no wait."""
+    pf = FrequencyPrefetcher([[0, 1, 2, 3], [2, 3, 0, 1]])
+    rt = two_layers(cost(), pf)
+    st = rt.timing()
+    assert (st.wait_s, st.compute_s, st.time_s) == (1.0, 5.5, 6.5)
+    assert (st.prefetched, st.prefetch_hits, st.prefetch_useful, st.demand) == (1, 1, 1, 1)
+    assert st.bytes == 2e9
+    ops = [(d["op"], d.get("kind"), d["layer"], d.get("unit")) for d in rt.decisions()]
+    assert ops == [
+        ("fetch", "demand", 0, 1),
+        ("fetch", "prefetch", 1, 2),
+        ("run", None, 0, None),
+        ("run", None, 1, None),
+    ]
+    # a slow link (4 s a copy): the demand fetch ends at 4 (layer 0 ends at 7), the prefetch
+    # arrives at 8: layer 1 waits 1 s
+    slow = two_layers(cost(), pf)
+    slow.link = Link("slow", 0.25, 0.0)
+    st = slow.timing()
+    assert st.per_layer[1]["wait"] == 1.0 and st.per_layer[0]["wait"] == 4.0
+
+
+def test_link_seconds_and_costs():
+    assert Link("l", 2.0, 3.0).seconds(4e9) == pytest.approx(2.000003)
+    c = cost(dense_flops=2.0)
+    assert c.unit_s(3) == 3.5
+    assert c.compute_s(np.array([1, 2]), 4) == 8 + 3 + 1.0
+    assert c.device_s(np.array([1, 2]), 4) == 8 + 3
+
+
+def test_lru_cache_by_hand():
+    c = LRUCache(2, [5, 7, 9])
+    assert list(c.d.items()) == [(5, 0), (7, 1)] and c.free == []
+    # the first `capacity` entries of the initial order, a repeat taking no slot
+    assert list(LRUCache(2, [5, 5, 7]).d.items()) == [(5, 0)]
+    c.touch(5)
+    assert c.insert(3) and c.slot == 1 and list(c.d) == [5, 3]  # 7 evicted, its slot
+    assert not c.insert(8, keep={5, 3}) and c.slot is None
+    assert c.insert(3) and c.slot == 1 and list(c.d) == [5, 3]
+    e = LRUCache(3, [4])
+    assert e.free == [1, 2] and e.insert(6) and e.slot == 1 and e.free == [2]
+    assert list(e.resident(8)) == [False, False, False, False, True, False, True, False]
+    assert not LRUCache(0).insert(1)
+    with pytest.raises(ValueError, match="capacity must be >= 0, not -1"):
+        LRUCache(-1)
+
+
+def test_popularity_order_ties_to_the_lower_id():
+    assert list(popularity_order(np.array([[3, 1], [1, 3], [2, 0]]), 5)) == [1, 3, 0, 2, 4]

@@ -1,0 +1,282 @@
+"""Exact expectations of the report readers of the synthesis and FPGA flows on reports
+written out by hand in the tools' formats (nextpnr's log and JSON report, Yosys' ``stat``,
+OpenSTA's path, slack and power reports, Verilog port lists): what each figure read must be,
+at the edges of each format (a missing field, a second clock, a path across clocks, an
+escaped name), so that a slip in a reader shows without the tools installed."""
+
+import pytest
+
+from fsedp.experiments import fpga, synth
+
+# ----------------------------------------------------------------------------- nextpnr
+
+
+def _step(kind, delay, a, b):
+    return {"type": kind, "delay": delay, "from": {"cell": a}, "to": {"cell": b}}
+
+
+REPORT = {
+    "critical_paths": [
+        # asynchronous and cross-clock paths do not set Fmax
+        {"from": "<async>", "to": "<async>", "path": [_step("logic", 9.0, "p", "q")]},
+        {"from": "clk", "to": "<async>", "path": [_step("logic", 9.0, "p", "q")]},
+        {"from": "<async>", "to": "clk", "path": [_step("logic", 9.0, "p", "q")]},
+        {"from": "clk", "to": "other", "path": [_step("logic", 9.0, "p", "q")]},
+        {"path": [_step("logic", 9.0, "p", "q")]},  # no clock named: not a register path
+        {
+            "from": "other",
+            "to": "other",
+            "path": [_step("clk-to-q", 0.5, "r", "s"), _step("routing", 1.0, "s", "t")],
+        },
+        {
+            "from": "clk",
+            "to": "clk",
+            "path": [
+                _step("clk-to-q", 0.52, "a", "b"),
+                _step("routing", 1.25, "b", "c"),
+                _step("logic", 0.4, "c", "d"),
+                _step("routing", 0.75, "d", "e"),
+                _step("logic", 0.35, "e", "f"),
+                {"type": "setup", "from": {"cell": "f"}, "to": {"cell": "z"}},  # no delay
+            ],
+        },
+    ]
+}
+
+
+def test_critical_path_is_the_longest_register_path_of_one_clock():
+    assert fpga.critical_path(REPORT) == {
+        "from": "a",
+        "to": "z",
+        "ns": 3.27,
+        "logic_ns": 0.75,
+        "routing_ns": 2.0,
+        "logic_steps": 2,
+    }
+
+
+def test_no_register_path_no_critical_path():
+    assert fpga.critical_path({}) is None
+    assert fpga.critical_path({"critical_paths": REPORT["critical_paths"][:5]}) is None
+
+
+def test_fmax_lines_of_a_log():
+    log = (
+        "Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 99.99 MHz "
+        "(FAIL at 100.00 MHz)\n"
+        "Info: Max frequency for clock 'clk$TRELLIS_IO_IN': 100.00 MHz (PASS at 100.00 MHz)\n"
+        "Info: Max frequency for clock '$glbnet$a$glbnet$b': 7.5 MHz (PASS at 5.00 MHz)\n"
+    )
+    assert fpga.parse_fmax(log) == {
+        "clk": {"fmax_mhz": 100.0, "target_mhz": 100.0, "pass": True},
+        "a$glbnet$b": {"fmax_mhz": 7.5, "target_mhz": 5.0, "pass": True},
+    }
+
+
+@pytest.mark.parametrize(
+    "net, name",
+    [
+        ("$glbnet$clk$TRELLIS_IO_IN", "clk"),
+        ("clk$TRELLIS_IO_IN", "clk"),
+        ("$glbnet$clk", "clk"),
+        ("x$glbnet$clk", "x$glbnet$clk"),
+        ("clk$TRELLIS_IO_IN$x", "clk$TRELLIS_IO_IN$x"),
+    ],
+)
+def test_clock_names(net, name):
+    assert fpga._clock_name(net) == name
+
+
+def test_device_totals_round_down_and_skip_what_is_not_reported():
+    util = {"TRELLIS_COMB": {"used": 5, "available": 25}, "DP16KD": {"used": 0, "available": 3}}
+    assert fpga.device_totals(util) == {"LUT4": 25, "CCU2C": 12, "DP16KD": 3}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("Info: a\nERROR: first\nInfo: b\nERROR: second\n", "nextpnr-ecp5: ERROR: first"),
+        ("Info: a\n\n  Warning: last  \n\n", "nextpnr-ecp5: Warning: last"),
+        ("\n \n", "nextpnr-ecp5: exit 3"),
+        ("ERROR: " + "x" * 400, "nextpnr-ecp5: ERROR: " + "x" * 293),
+    ],
+)
+def test_last_error_of_a_tool(text, message):
+    assert fpga._last_error(text, "nextpnr-ecp5", 3) == message
+
+
+VERILOG = """\
+module fsedp_x2(clk, z);
+  input clk;
+  output [7:0] z;
+endmodule
+module fsedp_x(clk, a, b, \\done$1 , y);
+  input clk;
+  input signed [0:3] a;
+  input [15:15] b;
+  input \\done$1 ;
+  output [2:0] y;
+  reg [3:0] r;
+endmodule
+module fsedp_y(p);
+  inout p;
+endmodule
+"""
+
+
+def test_verilog_ports_of_one_module():
+    assert fpga.verilog_ports(VERILOG, "fsedp_x") == [
+        ("input", "clk", 1),
+        ("input", "a", 4),
+        ("input", "b", 1),
+        ("input", "\\done$1", 1),
+        ("output", "y", 3),
+    ]
+    assert fpga.verilog_ports(VERILOG, "fsedp_x2") == [("input", "clk", 1), ("output", "z", 8)]
+    with pytest.raises(RuntimeError, match="^no module fsedp_z in its Verilog$"):
+        fpga.verilog_ports(VERILOG, "fsedp_z")
+    with pytest.raises(RuntimeError, match="^fsedp_y has an inout port; the harness takes"):
+        fpga.verilog_ports(VERILOG, "fsedp_y")
+
+
+# ----------------------------------------------------------------------------- Yosys, OpenSTA
+
+STAT = """\
+=== fsedp_x ===
+
+   Number of wires:                 10
+   Number of wire bits:             12
+   Number of cells:                  9
+     sky130_fd_sc_hd__inv_1          3
+     sky130_fd_sc_hd__dfxtp_1        4
+      $scopeinfo                     2
+   Number of memory bits:           64
+
+   Chip area for module '\\fsedp_x': 52.550400
+"""
+
+
+def test_yosys_stat():
+    assert synth._stat(STAT) == {
+        "cells": {"sky130_fd_sc_hd__inv_1": 3, "sky130_fd_sc_hd__dfxtp_1": 4},
+        "cell_count": 9,
+        "area_um2": 52.5504,
+        "memory_bits": 64,
+    }
+    # no totals: the cells are counted, no area, no memory
+    only = "     inv_1    3\n     nand2_1  2\n     Number_x 5\n"
+    assert synth._stat(only) == {
+        "cells": {"inv_1": 3, "nand2_1": 2},
+        "cell_count": 5,
+        "area_um2": None,
+        "memory_bits": 0,
+    }
+    top = "   Chip area for top module '\\t': 7\n"
+    assert synth._stat(top)["area_um2"] == 7.0
+
+
+STA = """\
+@@ checks
+Startpoint: a (rising edge-triggered flip-flop clocked by clk)
+Endpoint: b (rising edge-triggered flip-flop clocked by clk)
+Path Group: clk
+Path Type: max
+
+  Delay    Time   Description
+---------------------------------------------------------
+   0.0000    0.0000   clock clk (rise edge)
+   0.0000    0.0000   clock network delay (ideal)
+   0.0000    0.0000 ^ a/CLK (dfxtp_1)
+   0.3000    0.3000 ^ a/Q (dfxtp_1)
+   0.1000    0.4000 v u1/Y (inv_1)
+   0.0500    0.4500 ^ out (out)
+   0.2000    0.6500   output external delay
+             0.4500   data arrival time
+
+  10.0000   10.0000   clock clk (rise edge)
+   0.0000   10.0000   clock network delay (ideal)
+   0.0000   10.0000 ^ b/CLK (dfxtp_1)
+  -0.1200    9.8800   library setup time
+             9.8800   data required time
+---------------------------------------------------------
+             9.8800   data required time
+            -0.4500   data arrival time
+---------------------------------------------------------
+             9.4300   slack (MET)
+
+@@ slack
+worst slack -1.5000
+tns -3.2500
+@@ transition
+u1/Y 0.1 0.2 -0.1 (VIOLATED)
+u2/Y 0.1 0.2 -0.1 (VIOLATED)
+@@ power
+Group                  Internal  Switching    Leakage      Total
+                          Power      Power      Power      Power (Watts)
+----------------------------------------------------------------
+Sequential             1.000000e-06   2.000000e-07   3.000000e-11   1.200030e-06  50.0%
+----------------------------------------------------------------
+Total                  2.000000e-06   4.000000e-07   6.000000e-11   2.400060e-06 100.0%
+@@ end
+"""
+
+
+@pytest.mark.parametrize("unit_ps, k", [(1000.0, 1.0), (100.0, 0.1)])
+def test_opensta_reports(unit_ps, k):
+    def t(x):
+        return round(x * k, 6)
+
+    got = synth._parse_sta(STA, 10.0, unit_ps)
+    assert got == {
+        "period_ns": t(10.0),
+        "arrival_ns": t(0.45),
+        "required_ns": t(9.88),
+        "setup_ns": t(0.12),
+        "output_delay_ns": t(0.2),
+        "slack_ns": t(9.43),
+        "worst_slack_ns": t(-1.5),
+        "tns_ns": t(-3.25),
+        "startpoint": "a (rising edge-triggered flip-flop clocked by clk)",
+        "endpoint": "b (rising edge-triggered flip-flop clocked by clk)",
+        "path_cells": 4,
+        "max_transition_violations": 2,
+        "power_mw": {
+            "internal": 0.002,
+            "switching": 0.0004,
+            "leakage": 6e-08,
+            "total": 0.00240006,
+        },
+    }
+
+
+def test_opensta_sections_missing_and_activity_power():
+    got = synth._parse_sta("@@ checks\nnothing\n@@ end\n", 5.0, 1000.0)
+    assert got["period_ns"] == 5.0 and got["path_cells"] == 0
+    assert got["max_transition_violations"] == 0 and got["power_mw"] is None
+    for k in ("arrival_ns", "required_ns", "setup_ns", "slack_ns", "worst_slack_ns", "tns_ns"):
+        assert got[k] is None, k
+    assert got["startpoint"] is None and got["endpoint"] is None
+    assert "activity_power_mw" not in got
+    act = "@@ activity_power\nTotal 1e-3 2e-3 3e-3 6e-3 100%\n@@ end\n"
+    assert synth._parse_sta(act, 5.0, 1000.0)["activity_power_mw"] == {
+        "internal": 1.0,
+        "switching": 2.0,
+        "leakage": 3.0,
+        "total": 6.0,
+    }
+
+
+def test_sections_of_a_script_output():
+    assert synth._sections("head\n@@ a\none\n@@ b \ntwo\nthree\n@@ end\n") == {
+        "a": "\none\n",
+        "b": "\ntwo\nthree\n",
+        "end": "\n",
+    }
+    assert synth._sections("no markers") == {}
+
+
+def test_clock_port_of_a_top():
+    assert synth._clock_port("module t(a, clk, y);\nendmodule\n", "t") == "clk"
+    assert synth._clock_port("module t(a, clk2, y);\n", "t") is None
+    assert synth._clock_port("module t2(clk);\nmodule t(a);\n", "t") is None
+    assert synth._clock_port("module u(clk);\n", "t") is None

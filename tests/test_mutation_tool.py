@@ -1,0 +1,185 @@
+"""``scripts/mutation.py``, the automated mutation run (mutmut) of the rule modules: its
+table, its reading of mutmut's names and diffs, its score table in
+``docs/verification.md``, and one real run of a small module."""
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fsedp.experiments.results import BEGIN, END, find_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "scripts" / "mutation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+tool = _tool()
+
+
+def test_every_module_and_test_file_of_the_table_is_there():
+    table = tool.load_table()
+    assert len(table) >= 30
+    for name, m in table.items():
+        assert (ROOT / name).is_file() and m.tests
+        assert m.package_path.startswith("fsedp/")
+    assert table["sw/eit.py"].package_path == "fsedp/sw/eit.py"
+    assert table["fsedp/files.py"].package_path == "fsedp/files.py"
+    assert table["sim/regions.py"].slug == "sim__regions"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[module."sw/nothing.py"]\ntests = ["tests/test_golden.py"]\n', "no such file"),
+        ('[module."sw/eit.py"]\ntests = ["tests/test_nothing.py"]\n', "no test file"),
+        (
+            '[module."sw/eit.py"]\ntests = ["tests/test_golden.py"]\n'
+            '[[equivalent]]\nmodule = "sw/eit.py"\nfunction = "f"\nline = "a"\nmutant = "b"\n',
+            "lacks ['why']",
+        ),
+        (
+            '[module."sw/eit.py"]\ntests = ["tests/test_golden.py"]\n'
+            '[[equivalent]]\nmodule = "sw/icv.py"\nfunction = "f"\nline = "a"\nmutant = "b"\n'
+            'why = "c"\n',
+            "equivalent of unknown 'sw/icv.py'",
+        ),
+    ],
+)
+def test_a_bad_table_is_refused(tmp_path, text, message):
+    bad = tmp_path / "mutation.toml"
+    bad.write_text(text)
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        tool.load_table(bad)
+
+
+@pytest.mark.parametrize(
+    "name, function",
+    [
+        ("fsedp.sw.matcher.x_lowest_bit__mutmut_7", "lowest_bit"),
+        ("fsedp.sw.eit.xǁEITǁclear_flags__mutmut_12", "EIT.clear_flags"),
+        ("fsedp.files.x__put_back__mutmut_3", "_put_back"),
+        ("fsedp.sw.icv.xǁICVǁ__init____mutmut_1", "ICV.__init__"),
+    ],
+)
+def test_function_of_a_mutant_and_back(name, function):
+    assert tool.function_of(name) == function
+    assert name.rpartition(".")[2].startswith(tool.mangled(function) + "__mutmut_")
+
+
+def test_a_module_limited_to_some_functions_selects_their_mutants():
+    m = tool.Module("fsedp/experiments/fpga.py", ["tests/test_fpga.py"], ["parse_fmax", "Cls.*"])
+    assert m.selects("fsedp.experiments.fpga.x_parse_fmax__mutmut_1")
+    assert m.selects("fsedp.experiments.fpga.xǁClsǁrun__mutmut_2")
+    assert not m.selects("fsedp.experiments.fpga.x_place_and_route__mutmut_1")
+    assert tool.Module("sw/eit.py", []).selects("fsedp.sw.eit.x_anything__mutmut_1")
+
+
+def test_changed_lines_of_a_diff():
+    diff = (
+        "--- fsedp/sw/matcher.py\n+++ fsedp/sw/matcher.py\n@@ -1,3 +1,3 @@\n"
+        " def lowest_bit(x: int) -> int:\n-    if x <= 0:\n+    if x < 0:\n"
+    )
+    assert tool.changed_lines(diff) == ("if x <= 0:", "if x < 0:")
+
+
+def test_score_rows_keep_the_rows_of_modules_not_run(tmp_path):
+    table = {
+        "sw/a.py": tool.Module("sw/a.py", ["t"]),
+        "sw/b.py": tool.Module("sw/b.py", ["t"]),
+        "sw/c.py": tool.Module("sw/c.py", ["t"]),
+    }
+    table["sw/a.py"].equivalents.append(
+        {"module": "sw/a.py", "function": "f", "line": "x", "mutant": "y", "why": "no input"}
+    )
+    old = (
+        "| `sw/b.py` | 10 | 0 | 10 | 0 | 100.0 % | 3 | 2026-01-01 |\n"
+        "| `sw/c.py` | not run | | | | | | |\n"
+    )
+    results = [
+        {
+            "module": "sw/a.py",
+            "mutants": 21,
+            "killed": 19,
+            "survived": [{"mutant": "m"}],
+            "equivalent": [{"mutant": "e"}],
+            "score": 0.95,
+            "seconds": 12.4,
+        }
+    ]
+    body = tool.score_rows(results, old, table)
+    rows = [ln for ln in body.splitlines() if ln.startswith("| `")]
+    assert rows[0].startswith("| `sw/a.py` | 21 | 1 | 19 | 1 | 95.0 % | 12 | 20")
+    assert rows[1] == old.splitlines()[0]
+    assert rows[2] == "| `sw/c.py` | not run | | | | | | |"
+    assert "2 of 3 modules measured" in body
+    assert "* `sw/a.py` `f`: `x` -> `y`: no input" in body
+
+
+def test_the_score_table_of_the_page_names_every_module_of_the_table():
+    """docs/verification.md's score table is ``scripts/mutation.py --doc``'s: a row per module
+    of ``scripts/mutation.toml``, the score of each measured one equal to its counts."""
+    page = (ROOT / "docs" / "verification.md").read_text()
+    (block,) = [b for b in find_blocks(page, "verification.md") if b.name == tool.BLOCK]
+    body = page[block.start : block.end]
+    rows = {m["module"]: ln for ln in body.splitlines() if (m := tool.ROW_RE.match(ln))}
+    assert list(rows) == list(tool.load_table())
+    measured = [m for m, ln in rows.items() if "| not run |" not in ln]
+    assert f"{len(measured)} of {len(rows)} modules measured" in body
+    for module, line in rows.items():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[1] == "not run":
+            continue
+        mutants, eq, killed, survived = map(int, cells[1:5])
+        assert killed + survived + eq == mutants, module
+        assert cells[5] == f"{100 * killed / (killed + survived):.1f} %", module
+
+
+def test_the_doc_block_is_written_between_its_markers(tmp_path):
+    doc = tmp_path / "v.md"
+    doc.write_text(f"before\n{BEGIN.format(name=tool.BLOCK)}\nold\n{END}\nafter\n")
+    table = {"sw/a.py": tool.Module("sw/a.py", ["t"])}
+    results = [
+        {
+            "module": "sw/a.py",
+            "mutants": 2,
+            "killed": 2,
+            "survived": [],
+            "equivalent": [],
+            "score": 1.0,
+            "seconds": 1,
+        }
+    ]
+    tool.write_doc(doc, results, table)
+    text = doc.read_text()
+    assert text.startswith("before\n") and text.endswith(f"{END}\nafter\n")
+    assert "| `sw/a.py` | 2 | 0 | 2 | 0 | 100.0 % | 1 |" in text and "old" not in text
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_changed_modules_against_head_include_untracked_table_modules():
+    table = tool.load_table()
+    changed = tool.changed_modules("HEAD", table)
+    assert changed is not None and set(changed) <= set(table)
+    assert tool.changed_modules("no-such-ref-anywhere", table) is None
+
+
+def test_a_real_run_of_a_small_module(tmp_path):
+    """mutmut over ``sw/icv.py`` in a view under ``tmp_path``: every mutant of the ICV is
+    killed by the tests the table names (its rule fits in one line: ``(icv | release) &
+    ~alloc``, worked out by hand in ``tests/test_golden.py``)."""
+    pytest.importorskip("mutmut", reason="mutmut (the test extra) is not installed")
+    out = tmp_path / "r.json"
+    rc = tool.main(["sw/icv.py", "--jobs", "2", "--stage", str(tmp_path), "--json", str(out)])
+    (r,) = json.loads(out.read_text())
+    assert rc == 0, r
+    assert r["module"] == "sw/icv.py" and r["mutants"] >= 10
+    assert r["killed"] == r["mutants"] and r["score"] == 1.0 and r["survived"] == []
