@@ -32,12 +32,22 @@ REPORT = {
             "from": "clk",
             "to": "clk",
             "path": [
-                _step("clk-to-q", 0.52, "a", "b"),
-                _step("routing", 1.25, "b", "c"),
-                _step("logic", 0.4, "c", "d"),
-                _step("routing", 0.75, "d", "e"),
-                _step("logic", 0.35, "e", "f"),
+                _step("clk-to-q", 0.523, "a", "b"),
+                _step("routing", 1.254, "b", "c"),
+                _step("logic", 0.401, "c", "d"),
+                _step("routing", 0.752, "d", "e"),
+                _step("logic", 0.353, "e", "f"),
                 {"type": "setup", "from": {"cell": "f"}, "to": {"cell": "z"}},  # no delay
+            ],
+        },
+        # shorter (3.0 ns): its steps without a delay count 0, not 1
+        {
+            "from": "clk",
+            "to": "clk",
+            "path": [
+                _step("logic", 3.0, "m", "n"),
+                {"type": "setup", "from": {"cell": "n"}, "to": {"cell": "o"}},
+                {"type": "setup", "from": {"cell": "o"}, "to": {"cell": "p"}},
             ],
         },
     ]
@@ -48,9 +58,9 @@ def test_critical_path_is_the_longest_register_path_of_one_clock():
     assert fpga.critical_path(REPORT) == {
         "from": "a",
         "to": "z",
-        "ns": 3.27,
-        "logic_ns": 0.75,
-        "routing_ns": 2.0,
+        "ns": 3.28,  # 3.283, to the 10 ps nextpnr prints
+        "logic_ns": 0.75,  # 0.754
+        "routing_ns": 2.01,  # 2.006
         "logic_steps": 2,
     }
 
@@ -97,6 +107,7 @@ def test_device_totals_round_down_and_skip_what_is_not_reported():
     [
         ("Info: a\nERROR: first\nInfo: b\nERROR: second\n", "nextpnr-ecp5: ERROR: first"),
         ("Info: a\n\n  Warning: last  \n\n", "nextpnr-ecp5: Warning: last"),
+        ("Info: a\nInfo: b\nInfo: c\n", "nextpnr-ecp5: Info: c"),
         ("\n \n", "nextpnr-ecp5: exit 3"),
         ("ERROR: " + "x" * 400, "nextpnr-ecp5: ERROR: " + "x" * 293),
     ],

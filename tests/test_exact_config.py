@@ -1,0 +1,138 @@
+"""Exact expectations of the config's derived sizes (``fsedp.config``) on numbers worked out
+by hand: token storage's share of each chiplet's buffer, the micro-slice slots a buffer
+holds, the derived micro-slice count and count width, and the smallest buffer and count
+that meet deadlock freedom -- each at its threshold, one below and one above."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from fsedp.config import (
+    MAX_TOKENS_PER_ITERATION,
+    _smallest,
+    buffer_slots,
+    derived_count_width,
+    derived_microslices,
+    mesh_slots,
+    slot_cap,
+    smallest_buffer_kib,
+    smallest_microslices,
+    token_kib,
+    weight_kib,
+)
+from fsedp.params import max_hops
+
+
+def hw(storage=True, chiplets=4, kib=1000):
+    return SimpleNamespace(token_storage=storage, chiplets=chiplets, onchip_buffer_kib=kib)
+
+
+@pytest.mark.parametrize(
+    "tokens, d_model, kib",
+    [
+        (1000, 1024, 1000),  # 250 tokens a chiplet x (in + out) x 1024 x 2 bytes = 1000 KiB
+        (1001, 1024, 1004),  # 251 tokens (the share rounds up): 1004 KiB
+        (997, 1024, 1000),  # 249.25 -> 250
+        (4, 100, 1),  # 1 token: 400 bytes -> 1 KiB
+        (20, 100, 2),  # 5 tokens: 2000 bytes -> 2 KiB
+        (24, 128, 3),  # 6 tokens: 2 x 6 x 128 x 2 = 3072 bytes, exactly 3 KiB
+    ],
+)
+def test_token_storage_share_of_a_chiplets_buffer(tokens, d_model, kib):
+    m = SimpleNamespace(d_model=d_model)
+    assert token_kib(hw(), m, tokens) == kib
+    assert weight_kib(hw(kib=1000), m, tokens) == 1000 - kib
+    assert token_kib(hw(storage=False), m, tokens) == 0
+    assert weight_kib(hw(storage=False, kib=7), m, tokens) == 7
+
+
+def test_token_storage_at_exactly_one_kib():
+    """2 x 2 tokens of 128 activations: 1024 bytes, exactly 1 KiB; one activation more
+    (d_model 129) takes a second KiB."""
+    assert token_kib(hw(chiplets=1), SimpleNamespace(d_model=128), 2) == 1
+    assert token_kib(hw(chiplets=1), SimpleNamespace(d_model=129), 2) == 2
+    assert token_kib(hw(chiplets=2), SimpleNamespace(d_model=128), 4) == 1
+    assert token_kib(hw(chiplets=2), SimpleNamespace(d_model=128), 5) == 2  # 3 on one
+
+
+@pytest.mark.parametrize(
+    "expert, kib, count, cap, slots",
+    [
+        (8192, 8, 8, 64, 8),  # 1 KiB slices: 8 of them
+        (8192, 8, 7, 64, 6),  # slices of ceil(8192 / 7) = 1171 bytes: 8192 // 1171 = 6
+        (8193, 8, 8, 64, 7),  # 1025-byte slices: one short
+        (8192, 8, 64, 64, 64),  # 128-byte slices: 64, the cap
+        (8192, 8, 128, 64, 64),  # 128 would fit: capped
+        (8192, 8, 128, 71, 71),
+    ],
+)
+def test_buffer_slots(expert, kib, count, cap, slots):
+    assert buffer_slots(expert, kib, count, cap) == slots
+
+
+def test_mesh_slots_and_slot_cap():
+    assert max_hops(2, 2) == 3 and mesh_slots(2, 2) == 7  # 7 slots, more than 3 + 2
+    assert max_hops(3, 3) + 2 == mesh_slots(3, 3) == 13
+    assert max_hops(4, 4) + 2 == mesh_slots(4, 4) == 19
+    assert slot_cap(2, 2) == 64 and slot_cap(8, 8) == max_hops(8, 8) + 2 == 71
+
+
+def test_derived_microslices_by_hand():
+    """A 64 KiB expert in a 64 KiB buffer, 7 slots: 7 slices of ceil(65536 / 7) = 9363
+    bytes take 65541 > 65536 bytes: one short; 8 (the floor) hold 8 slots of 8 KiB."""
+    assert derived_microslices(65536, 64) == 8
+    # a 128 KiB expert, 7 slots: the quotient 131072 x 7 / 65536 = 14, but 14 slices of
+    # ceil(131072 / 14) = 9363 bytes fit 6 times (7 take 65541 bytes); 15 of 8739 fit 7
+    assert derived_microslices(131072, 64) == 15
+    assert buffer_slots(131072, 64, 14) == 6 and buffer_slots(131072, 64, 15) == 7
+    # 384 KiB: the quotient 42 (9363 bytes: 6 fit), 43 slices of 9145 bytes fit 7
+    assert derived_microslices(131072 * 3, 64) == 43
+    # the floor and the cap
+    assert derived_microslices(1024, 1024, floor=5) == 5
+    assert derived_microslices(10**9, 1) == 256
+
+
+def test_derived_microslices_where_rounding_leaves_one_slot_short():
+    """A 70001-byte expert, 64 KiB, 7 slots: the quotient gives ceil(70001 x 7 / 65536) = 8
+    slices of 8751 bytes: 65536 // 8751 = 7 -- enough.  With 9 slots: ceil(9.61) = 10
+    slices of 7001 bytes: 9 fit (63009)."""
+    assert derived_microslices(70001, 64) == 8
+    assert buffer_slots(70001, 64, 8) == 7 and buffer_slots(70001, 64, 7) == 6
+    assert derived_microslices(70001, 64, slots=9) == 10
+    # 65537 bytes x 7 slots / 64 KiB = 7.0001 -> 8 slices of 8193 bytes: 65536 // 8193 = 7
+    assert derived_microslices(65537, 64, floor=1) == 8
+    # 65536 x 7 / 65536 = 7 slices of 9363: 6 fit -> 8 slices of 8192: 8 fit
+    assert derived_microslices(65536, 64, floor=1) == 8
+
+
+def test_smallest_by_bisection():
+    assert _smallest(1, 100, lambda x: x >= 37) == 37
+    assert _smallest(1, 100, lambda x: x >= 1) == 1
+    assert _smallest(1, 100, lambda x: x >= 100) == 100
+    assert _smallest(1, 100, lambda x: False) is None
+    assert _smallest(5, 5, lambda x: True) == 5
+
+
+def test_smallest_buffer_and_count_meet_deadlock_freedom_exactly():
+    """2 x 2 mesh: H = 3, 4 slots needed.  A 4096-byte expert in 8 slices of 512 bytes:
+    4 slots take 2048 bytes: 2 KiB; in 4 slices of 1 KiB: 4 KiB."""
+    assert smallest_buffer_kib(4096, 2, 2, 8) == 2
+    assert smallest_buffer_kib(4096, 2, 2, 4) == 4
+    assert buffer_slots(4096, 2, 8) == 4 and buffer_slots(4096, 1, 8) == 2
+    # 1 KiB holds 4 slices of 256 bytes: 16 slices; 15 (274 bytes) hold 3
+    assert smallest_microslices(4096, 1, 2, 2) == 16
+    assert buffer_slots(4096, 1, 16) == 4 and buffer_slots(4096, 1, 15) == 3
+
+
+@pytest.mark.parametrize(
+    "tokens, width",
+    [(1, 4), (15, 4), (16, 5), (31, 5), (32, 6), (255, 8), (256, 9), (65535, 16)],
+)
+def test_derived_count_width_holds_an_iteration(tokens, width):
+    """The smallest width whose counts hold the iteration, at least 4 bits."""
+    assert derived_count_width(tokens) == width
+    assert 2**width - 1 >= tokens
+
+
+def test_most_tokens_of_an_iteration():
+    assert MAX_TOKENS_PER_ITERATION == 65535

@@ -1,0 +1,140 @@
+"""Exact expectations of the ring buffers' admission rungs (``fsedp.sw.streaming.ring_buffer``,
+[D4], [D16], [D19], [D20]) on ledgers worked out by hand: each rule at its threshold, one
+slot below and one above, the top hop class of a held micro-slice, and what a stored
+micro-slice does next."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from fsedp.params import DatapathParams
+from fsedp.sw.streaming.ring_buffer import Header, Room, Slot, arrive, free_slots, tick
+
+
+def ledger(admission, claims_by_chiplet, slots=6, top=4, on=True):
+    """A Room over chiplets whose busy slots claim the given hop counts (``top``: H + 1)."""
+    p = SimpleNamespace(slots=slots, held_claim=top, admission=admission)
+    chips = []
+    for claims in claims_by_chiplet:
+        ss = [Slot(busy=True, claim=k) for k in claims]
+        ss += [Slot() for _ in range(slots - len(claims))]
+        chips.append(SimpleNamespace(slots=ss))
+    return Room(SimpleNamespace(p=p, chips=chips, admission=on))
+
+
+@pytest.mark.parametrize(
+    "busy, r, admitted",
+    [
+        (2, 3, True),  # 4 free > 3
+        (3, 3, False),  # 3 free, not more than 3
+        (3, 2, True),
+        (5, 0, True),  # one free slot takes a micro-slice at the end of its path
+        (6, 0, False),
+        (1, 4, True),  # a held one (H + 1 = 4) needs 5 free
+        (2, 4, False),
+    ],
+)
+def test_forward_count_admits_while_more_than_r_slots_are_free(busy, r, admitted):
+    room = ledger("forward-count", [[1] * busy])
+    assert room.free == [6 - busy]
+    assert room.admits(0, r) is admitted
+    assert room.admits_load(0, r) is admitted  # a load: the same rule
+
+
+def test_the_naive_rule_takes_any_free_slot_but_not_for_a_held_one():
+    room = ledger("forward-count", [[1] * 5], on=False)
+    assert room.rule == "naive"
+    assert room.admits(0, 3) is True  # H = 3: any free slot
+    assert room.admits(0, 4) is False  # held: H + 1 = 4 needs more than 4 free
+    assert ledger("forward-count", [[1] * 1], on=False).admits(0, 4) is True
+    assert ledger("forward-count", [[1] * 6], on=False).admits(0, 0) is False
+
+
+def test_forward_state_ladder_by_hand():
+    """K = 6, H + 1 = 4.  Busy slots claiming 1, 3, 3: for a newcomer with r hops, every
+    rung i <= r needs N(>= i) + 1 + i <= 6: rung 4: 0 + 1 + 4; rung 3: 2 + 1 + 3 = 6 (the
+    value: admitted); rung 1: 3 + 1 + 1.  A fourth claim of 3 puts rung 3 at 7: a newcomer
+    with 3 or more hops is refused, one with 2 still admitted (rung 2: 3 + 1 + 2 = 6)."""
+    room = ledger("forward-state", [[1, 3, 3], [1, 3, 3, 3]])
+    assert room.claims == [[0, 1, 0, 2, 0], [0, 1, 0, 3, 0]]
+    assert [room.admits(0, r) for r in range(5)] == [True] * 5
+    assert [room.admits(1, r) for r in range(5)] == [True, True, True, False, False]
+    assert room.fits(1, 2, 1) and not room.fits(1, 2, 2)  # two newcomers: rung 2 at 7
+
+
+def test_forward_state_ladder_counts_rung_zero():
+    """Six slots claiming 0 are full at rung 0: 6 + 1 + 0 > 6."""
+    room = ledger("forward-state", [[0] * 5, [0] * 6])
+    assert room.admits(0, 0) is True and room.admits(1, 0) is False
+
+
+def test_a_ddr_load_leaves_the_rung_below_its_own():
+    """[D20]: a load claiming r is admitted only if an arrival with min(r, H - 1) hops would
+    still be after it.  Claims 1, 1, 3, 3 (K = 6, H + 1 = 4): an arrival with 3 hops fits
+    (rung 3: 2 + 1 + 3; rung 1: 4 + 1 + 1), a load with 3 hops does not: with it taken,
+    rung 1 holds 4 + 2 + 1 = 7.  With one claim of 1 fewer, both fit."""
+    room = ledger("forward-state", [[1, 1, 3, 3], [1, 3, 3]])
+    assert room.admits(0, 3) is True and room.admits_load(0, 3) is False
+    assert room.admits(1, 3) is True and room.admits_load(1, 3) is True
+    # a held load (H + 1 = 4) checks the rung below the top: min(4, 2) = 2, two newcomers
+    assert room.admits_load(1, 4) is True
+    # a load at the end of its path checks rung 0 only: 4 + 1 and 4 + 2, both <= 6
+    assert room.admits_load(0, 0) is True
+    # five slots claiming 0: an arrival fits (5 + 1 + 0 = 6), a load does not (5 + 2 + 0)
+    full = ledger("forward-state", [[0] * 5])
+    assert full.admits(0, 0) is True and full.admits_load(0, 0) is False
+
+
+def test_take_accounts_one_admission():
+    room = ledger("forward-state", [[1, 3]])
+    room.take(0, 2)
+    assert room.free == [3] and room.claims == [[0, 1, 1, 1, 0]]
+    count = ledger("forward-count", [[1, 3]])
+    count.take(0, 2)
+    assert count.free == [3] and not hasattr(count, "claims")
+
+
+def test_counting_ledger_is_forward_count_only():
+    arr = SimpleNamespace(p=SimpleNamespace(slots=6, held_claim=4, admission="forward-count"))
+    arr.admission = True
+    room = Room.counting(arr, [2, 5])
+    assert (room.free, room.rule, room.slots, room.top) == ([2, 5], "forward-count", 6, 4)
+    assert room.admits(0, 1) is True and room.admits(0, 2) is False
+    arr.admission = False
+    assert Room.counting(arr, [1]).rule == "naive"
+    arr.p.admission = "forward-state"
+    with pytest.raises(ValueError, match="^a ledger of free counts is forward-count, not forward"):
+        Room.counting(arr, [1])
+
+
+def test_what_a_stored_micro_slice_does_next():
+    """2 x 2 mesh (0 1 / 3 2), a ring over 0, 1, 2: at its station 1 with a leg left, it is
+    computed and sent on to 2 (east of 1 is none: 2 is south); at its last station it is
+    computed only; in transit it is sent on to its destination."""
+    p = DatapathParams(rows=2, cols=2)
+    h = Header(expert=3, index=0, traj=0b0111, dest=1, legs=1, r=2)
+    assert arrive(p, 1, h) == dict(
+        comp=True, send=True, final=False, dest=2, legs=0, dir=p.direction(1, 2), r=2
+    )
+    last = Header(expert=3, index=0, traj=0b0111, dest=2, legs=0, r=0)
+    assert arrive(p, 2, last) == dict(comp=True, send=False, final=True, dest=2, legs=0, dir=0, r=0)
+    assert arrive(p, 3, h) == dict(
+        comp=False, send=True, final=False, dest=1, legs=1, dir=p.direction(3, 1), r=2
+    )
+    # the ring's second embedding (backwards): after 1 comes 0
+    assert arrive(p, 1, h, order=1)["dest"] == 0
+
+
+def test_slot_states_and_the_tick():
+    s = Slot(busy=True)
+    assert s.present and s.releasable
+    for field in ("resv", "held", "comp", "computing", "send"):
+        t = Slot(busy=True, **{field: True})
+        assert not t.releasable
+        assert t.present is (field not in ("resv", "held"))
+    assert not Slot(busy=True, wait=1).present and not Slot(busy=True, tx=1).releasable
+    ch = SimpleNamespace(slots=[Slot(busy=True, wait=2, tx=1), Slot(busy=True)], link_busy=[2, 0])
+    tick(SimpleNamespace(chips=[ch]), [[False, True]])
+    assert (ch.slots[0].busy, ch.slots[0].wait, ch.slots[0].tx) == (True, 1, 0)
+    assert ch.slots[1].busy is False and ch.link_busy == [1, 0]
+    assert free_slots(ch.slots) == 1
