@@ -28,6 +28,8 @@ from fsedp.workload import iterations
 
 #: the scheduler decisions the datapath cannot serve (:class:`Contradicting`)
 CASES = ("off-trajectory", "busy-entry", "dropped", "as-preload")
+#: a pre-load of an expert outside the round: the round closes, the array never idles
+STRAY = "stray-preload"
 #: wall seconds a stalled layer may take on either engine (it stops within a few hundred
 #: to a few thousand simulated cycles; compilation is not timed)
 STOP_S = 10.0
@@ -43,7 +45,9 @@ class Contradicting(Scheduler):
     * ``busy-entry``: the beat reuses the entry slot (and trajectory) of the job dispatched
       just before it, still running (refused: bad_dispatch);
     * ``dropped``: the beat is never sent;
-    * ``as-preload``: the beat is sent as a pre-load (its micro-slices are held for ever)."""
+    * ``as-preload``: the beat is sent as a pre-load (its micro-slices are held for ever);
+    * ``stray-preload``: a pre-load of an expert outside the round follows the first beat
+      (the round closes as it should, but that expert's micro-slices are held for ever)."""
 
     def __init__(self, p: SchedulerParams, how: str):
         super().__init__(p)
@@ -55,6 +59,12 @@ class Contradicting(Scheduler):
         if self.hit:
             return out
         full = (1 << self.p.chiplets) - 1
+        if self.how == STRAY and out:
+            stray = min(set(range(self.p.experts)) - set(self.plan.order))
+            hops = (0,) * self.p.chiplets
+            out.append(Dispatch(PRELOAD, stray, 2, 0b0001, 0, hops))
+            self.hit = True
+            return out
         for i, b in enumerate(out):
             if b.kind != DISPATCH:
                 continue
@@ -89,14 +99,16 @@ def run_cases() -> dict:
     if "compiled" in engines:  # compile or load the kernel before timing anything
         fsedp_layer(setup, records, "A3", streaming="compiled")
     out = {}
-    for how in CASES:
+    for how in (*CASES, STRAY):
         out[how] = {}
+        # the stray pre-load's expert (0) is left out of its layer
+        recs = [r for r in records if r[2] != 0] if how == STRAY else records
         for engine in engines:
             sched = Contradicting(setup.sp, how)
             t0 = time.perf_counter()
             got = {"error": None, "message": None, "state": None}
             try:
-                fsedp_layer(setup, records, "A3", sched=sched, streaming=engine)
+                fsedp_layer(setup, recs, "A3", sched=sched, streaming=engine)
             except SimulationStalled as e:
                 got = {"error": type(e).__name__, "message": str(e), "state": e.state}
                 got["engine"] = e.engine
@@ -150,6 +162,28 @@ def test_contradicting_decision_stops_both_engines_with_the_same_state(stalls, h
     assert (
         str(SimulationStalled("compiled", runs["python"]["state"])) == (runs["compiled"]["message"])
     )
+
+
+def test_a_stray_preload_stops_both_engines_after_the_round_closed(stalls):
+    """Outside the round's open phase: every expert of the round was dispatched and has
+    completed (the scheduler's round is closed), but a pre-load of an expert outside it
+    holds its micro-slices for ever, so the array never idles -- the loop would go on, and
+    the watchdog stops it, on both engines with the same state."""
+    runs = stalls[STRAY]
+    for engine, got in runs.items():
+        assert got["hit"] and got["error"] == "SimulationStalled", (engine, got["error"])
+        assert got["seconds"] < STOP_S and got["engine"] == engine
+        st = got["state"]
+        sch = st["scheduler"]
+        assert sch == {"in_round": False, "running": {}, "undispatched": []}
+        assert st["jobs"] == [] and len(st["preloads"]) == 1
+        held = [s for ch in st["chiplets"] for s in ch["slots"]]
+        stray = st["preloads"][0]["expert"]
+        assert held and all("held" in s[5] and s[1] == stray for s in held)
+        assert not st["bad_dispatch"] and not st["orphan"]
+    if "compiled" not in runs:
+        pytest.skip("numba is not installed: the Python engine only")
+    assert runs["python"]["state"] == runs["compiled"]["state"]
 
 
 def test_legal_layer_quiet_for_long_never_trips_the_watchdog():
