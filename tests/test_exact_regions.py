@@ -23,6 +23,7 @@ from fsedp.sim.regions import (
     all_to_all_cycles,
     assign,
     gather,
+    plan,
     regions_of,
     spread,
     tilings,
@@ -189,3 +190,111 @@ def test_gather_into_regions_by_hand():
     out, moves = gather(records, home, regions, 2, np.array([0, 0, 0, 0, 2]), dp)
     assert out == [(0, 0, 4), (1, 0, 4), (2, 1, 4)]
     assert moves == [(3, 0), (3, 1)]
+
+
+def test_gather_shares_go_first_to_the_chiplets_holding_most():
+    """Region [0, 1] (2 x 2 mesh).  Expert 2 has 5 tokens: 2 on chiplet 0, 3 on chiplet 1:
+    shares 3 + 2, the larger to chiplet 1 (it holds more): nothing moves.  Expert 3 has one
+    token, on chiplet 1, and the region's other chiplet holds none: its one share goes to 1,
+    where the token is."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    home = np.array([-1, -1, 0, 0])
+    records = [(0, 0, 2), (1, 0, 2), (2, 1, 2), (3, 1, 2), (4, 1, 2), (5, 1, 3)]
+    out, moves = gather(records, home, [[0, 1], [2, 3]], 2, np.array([1, 1, 1, 1]), dp)
+    assert out == records and moves == []
+    # chiplet 0 holding 1 of 5 and chiplet 1 holding 4: shares 3 to chiplet 1, 2 to 0
+    records = [(0, 0, 2), (1, 1, 2), (2, 1, 2), (3, 1, 2), (4, 1, 2)]
+    out, moves = gather(records, home, [[0, 1], [2, 3]], 2, np.array([1, 1, 1, 1]), dp)
+    assert moves == [(1, 0)] and out[4] == (4, 0, 2)
+
+
+def test_spread_ties_on_what_chiplets_are_short_go_to_the_one_holding_more():
+    """2 x 2 mesh.  Expert 0: 1 token on chiplet 0, 2 on 1; expert 1: 2 on 0, 1 on 1.  Both
+    chiplets hold 3 and get 1 + 1 as even shares: each is short of 1, a tie.  Expert 0 (the
+    lower id; same chiplets and tokens) gives its remainder to chiplet 1, holding 2 of its
+    tokens; chiplet 0 is then the one short, and takes expert 1's: nothing moves."""
+    records = [(0, 0, 0), (1, 1, 0), (2, 1, 0), (3, 0, 1), (4, 0, 1), (5, 1, 1)]
+    assert spread(records, 4, 2) == (records, [])
+    # mirrored: expert 0 with 2 on chiplet 0 and 1 on chiplet 1
+    records = [(0, 0, 0), (1, 0, 0), (2, 1, 0), (3, 0, 1), (4, 1, 1), (5, 1, 1)]
+    assert spread(records, 4, 2) == (records, [])
+
+
+def test_all_to_all_counts_each_chiplets_bytes_in_and_out():
+    """1 x 2 mesh (one link each way), 1-byte activations, 1 byte a cycle: one move costs
+    one cycle and one hop's latency; a move to itself before it does not end the count."""
+    s = _setup(rows=1, cols=2, act_bytes=1, bpc=1)
+    assert all_to_all_cycles(s, [(0, 1)]) == (1 + 3, 1)
+    assert all_to_all_cycles(s, [(1, 1), (0, 1)]) == (1 + 3, 1)
+    assert all_to_all_cycles(s, [(0, 1), (1, 0), (1, 0)]) == (2 + 3, 3)
+
+
+def _mesh_setup(rows, cols, ddr_interval=8):
+    dp = DatapathParams(
+        rows=rows,
+        cols=cols,
+        slots=12,
+        micro_slices=4,
+        ddr_interval=ddr_interval,
+        cycles_per_token=1,
+    )
+    return SimpleNamespace(
+        chiplets=rows * cols,
+        dp=dp,
+        act_bytes=10,
+        link_bytes_per_cycle=4,
+        link_latency_cycles=3,
+    )
+
+
+def test_plan_of_a_ddr_bound_layer_on_2x2():
+    """2 x 2, one expert of 4 micro-slices (8 DDR cycles each), 5 tokens: 3 on chiplet 0,
+    2 on 1.  The whole mesh only (no tiling of 4-chiplet regions but itself): DDR 4 x 8 / 4
+    = 8, compute 5 x 4 / 4 = 5, busiest link 4 x 3/4 / 2 x 2 = 3 (link_cycles 2).  Compute
+    is below 3/4 of DDR (6): nothing moves; the score is 8."""
+    s = _mesh_setup(2, 2)
+    assert s.dp.link_cycles == 2
+    records = [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 1, 0), (4, 1, 0)]
+    p = plan(s, records, np.array([4]))
+    assert p.shape == (2, 2) and p.regions == [[0, 1, 2, 3]] and list(p.home) == [0]
+    assert p.records == records and p.moves == [] and p.a2a == 0
+    assert p.scores == {(2, 2): (8, 3)}
+
+
+def test_plan_of_a_balanced_layer_spreads_the_tokens():
+    """As above with 6 tokens, 4 on chiplet 0 and 2 on 1: compute 6 = 3/4 of DDR exactly,
+    a balanced layer: the expert's tokens are evened out, one moves 0 -> 1 (10 bytes over
+    chiplet 0's 2 links: 5, 2 cycles at 4 bytes a cycle, plus one hop, 3): the score is
+    8 + 2 x 5 = 18."""
+    s = _mesh_setup(2, 2)
+    records = [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0), (4, 1, 0), (5, 1, 0)]
+    p = plan(s, records, np.array([4]))
+    assert p.moves == [(0, 1)] and p.a2a == 5
+    assert p.records == [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 1, 0), (4, 1, 0), (5, 1, 0)]
+    assert p.scores == {(2, 2): (18, 3)}
+    # one token fewer on chiplet 0: compute 5 < 6, not balanced: nothing moves
+    q = plan(s, records[1:], np.array([4]))
+    assert q.moves == [] and q.scores == {(2, 2): (8, 3)}
+
+
+def test_plan_tries_regions_of_at_least_four_chiplets():
+    """2 x 4: the whole mesh, 1 x 4 rows and 2 x 2 squares are scored; 1 x 2 and 2 x 1 are
+    too small.  Two experts far apart, DDR-bound: each alone in a region of its own."""
+    s = _mesh_setup(2, 4)
+    records = [(0, 0, 0), (1, 1, 0), (2, 3, 1), (3, 4, 1)]
+    p = plan(s, records, np.array([4, 4]))
+    assert set(p.scores) == {(2, 4), (1, 4), (2, 2)}
+    # whole: DDR 8 x 8 / 8 = 8, compute 2 x 4 x 2 / 8 = 2, link 8 x 7/8 / 2 x 2 = 7: 8
+    assert p.scores[(2, 4)] == (8, 7)
+    # a given shape is the only one scored
+    one = plan(s, records, np.array([4, 4]), shape=(1, 2))
+    assert set(one.scores) == {(1, 2)} and one.shape == (1, 2)
+    # 1 x 2 regions: each expert's 4 slices over a region's 2 channels: DDR 16; its ring
+    # crosses the region's one link: 4 x 1/2 / 1 x 2 = 4
+    assert one.scores[(1, 2)][1] == 4
+
+
+def test_cost_model_ties_exactly():
+    assert _better((100.0, 3.0), (100.0, 3.0)) is False
+    assert _better((100.0, 3.0), (300.0, 3.0)) is True
+    assert _better((300.0, 3.0), (300.0, 3.0)) is False
