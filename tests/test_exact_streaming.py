@@ -3,12 +3,21 @@
 slot below and one above, the top hop class of a held micro-slice, and what a stored
 micro-slice does next."""
 
+import pickle
 from types import SimpleNamespace
 
 import pytest
 
 from fsedp.params import DatapathParams
+from fsedp.sw.streaming.ddr import AHEAD
 from fsedp.sw.streaming.ring_buffer import Header, Room, Slot, arrive, free_slots, tick
+from fsedp.sw.streaming.watchdog import (
+    MESSAGE_CHARS,
+    SimulationStalled,
+    scheduler_state,
+    slot_status,
+    stalled,
+)
 
 
 def ledger(admission, claims_by_chiplet, slots=6, top=4, on=True):
@@ -138,3 +147,97 @@ def test_slot_states_and_the_tick():
     assert (ch.slots[0].busy, ch.slots[0].wait, ch.slots[0].tx) == (True, 1, 0)
     assert ch.slots[1].busy is False and ch.link_busy == [1, 0]
     assert free_slots(ch.slots) == 1
+
+
+# ----------------------------------------------------------------------------- the watchdog
+
+
+@pytest.mark.parametrize(
+    "flags, status",
+    [
+        ({}, "done"),
+        ({"resv": True}, "loading"),
+        ({"wait": 3}, "arriving"),
+        ({"held": AHEAD}, "ahead"),
+        ({"held": True}, "held"),
+        ({"comp": True}, "compute"),
+        ({"computing": True}, "computing"),
+        ({"send": True}, "send"),
+        ({"tx": 2}, "sending"),
+        ({"resv": True, "wait": 1, "held": True, "comp": True}, "loading+arriving+held+compute"),
+        ({"computing": True, "send": True, "tx": 1}, "computing+send+sending"),
+    ],
+)
+def test_slot_status_words(flags, status):
+    args = dict(resv=False, wait=0, held=False, comp=False, computing=False, send=False, tx=0)
+    args.update(flags)
+    assert slot_status(**args) == status
+
+
+STATE = {
+    "cycle": 120,
+    "chiplets": [
+        {"computing": None, "slots": [(0, 5, 1, 3, 1, "held"), (2, 5, 2, 3, 1, "send")]},
+        {"computing": (5, 0, 1), "slots": []},
+    ],
+    "jobs": [{"entry": 1, "expert": 5, "traj": 3, "loaded": 2, "retired": 1, "count": 4}],
+    "preloads": [{"expert": 6, "traj": 2, "chiplet": 1, "loaded": 1, "count": 3}],
+    "ddr_queued": [0, 0],
+    "done_pending": 0,
+    "bad_dispatch": True,
+    "orphan": True,
+    "scheduler": {"in_round": True, "running": {1: 3, 3: 8}, "undispatched": [7, 2]},
+}
+
+
+def test_the_stall_message_by_hand():
+    e = SimulationStalled("python", STATE)
+    assert str(e) == (
+        "layer stalled at cycle 120 (python engine): nothing can happen any more; "
+        "the datapath refused a dispatch beat (bad_dispatch); "
+        "a micro-slice retired with no job (orphan); "
+        "the scheduler waits for done of slot(s) 1, 3; 2 expert(s) not dispatched; "
+        "jobs: e5@1 loaded 2/4 retired 1; pre-loads: e6 1/3; "
+        "slots c0: e5#1 held e5#2 send"
+    )
+    assert e.engine == "python" and e.cycle == 120 and e.orphan is True
+    assert e.state is STATE and e.jobs == STATE["jobs"]
+    again = pickle.loads(pickle.dumps(e))
+    assert str(again) == str(e) and again.state == STATE and again.engine == "python"
+
+
+def test_the_stall_message_without_anything_to_say():
+    quiet = {"cycle": 7, "chiplets": [{"computing": None, "slots": []}], "jobs": []}
+    assert str(SimulationStalled("compiled", quiet)) == (
+        "layer stalled at cycle 7 (compiled engine): nothing can happen any more; "
+        "jobs: none; slots all free"
+    )
+
+
+def test_the_stall_message_is_cut_at_its_limit():
+    many = dict(STATE, jobs=[dict(STATE["jobs"][0], expert=k) for k in range(60)])
+    msg = str(SimulationStalled("python", many))
+    assert len(msg) == MESSAGE_CHARS and msg.endswith("...")
+    exact = {"cycle": 1, "chiplets": [], "jobs": []}
+    text = str(SimulationStalled("python", exact))
+    pad = MESSAGE_CHARS - len(text)
+    exact["cycle"] = int("1" * (pad + 1))  # the message exactly at the limit: not cut
+    assert len(str(SimulationStalled("python", exact))) == MESSAGE_CHARS
+    assert not str(SimulationStalled("python", exact)).endswith("...")
+    exact["cycle"] = int("1" * (pad + 2))  # one character over: cut
+    over = str(SimulationStalled("python", exact))
+    assert len(over) == MESSAGE_CHARS and over.endswith("...")
+
+
+def test_the_schedulers_side_of_a_stall():
+    plan = SimpleNamespace(order=[4, 9, 2])
+    sched = SimpleNamespace(plan=plan, scheduled=[True, False, False], running=[0, 6, 0, 1])
+    assert scheduler_state(sched) == {
+        "in_round": True,
+        "running": {1: 6, 3: 1},
+        "undispatched": [9, 2],
+    }
+    closed = SimpleNamespace(plan=None, scheduled=[], running=[0, 0])
+    assert scheduler_state(closed) == {"in_round": False, "running": {}, "undispatched": []}
+    e = stalled("python", {"cycle": 3, "jobs": []}, closed)
+    assert e.state["scheduler"] == scheduler_state(closed) and e.cycle == 3
