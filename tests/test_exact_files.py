@@ -1,0 +1,180 @@
+"""Exact expectations of replacing a report folder (``fsedp.files``) on trees laid out by
+hand: which entries are removed, in which order (a folder's entries before the folder),
+through what (a link is unlinked, never followed), what is put back, and what is kept."""
+
+import json
+import logging
+import os
+
+import pytest
+
+from fsedp.errors import InputError
+from fsedp.files import (
+    OUTPUT_MARKER,
+    _entries,
+    _merge,
+    _put_back,
+    _remove_empty,
+    _remove_ours,
+    output_dir,
+)
+
+
+def tree(root, spec: dict):
+    """Make ``spec`` under ``root``: a str is a file's text, a dict a folder."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, v in spec.items():
+        if isinstance(v, dict):
+            tree(root / name, v)
+        else:
+            (root / name).write_text(v)
+
+
+def listing(root) -> list:
+    return sorted(_entries(root)) if root.exists() else None
+
+
+def test_entries_list_folders_before_what_they_hold(tmp_path):
+    tree(tmp_path, {"b": "1", "a": {"z": "2", "y": {"x": "3"}}, "c": {}})
+    assert list(_entries(tmp_path)) == ["a", "c", "b", "a/y", "a/z", "a/y/x"]
+
+
+def test_removing_ours_goes_deepest_first_and_keeps_the_rest(tmp_path):
+    """Ours: a, a/x, b and d, d/e (d holds only ours: it goes; a holds the user's y: it
+    stays); c is the user's; "gone" is listed but not there."""
+    f = tmp_path / "report"
+    tree(f, {"a": {"x": "ours", "y": "user"}, "b": "ours", "c": "user", "d": {"e": "ours"}})
+    _remove_ours(f, {"a", "a/x", "b", "d", "d/e", "gone"})
+    assert listing(f) == ["a", "a/y", "c"]
+    _remove_ours(f, {"a", "a/y", "c"})  # the rest: the folder itself goes too
+    assert not f.exists()
+
+
+def test_removing_ours_unlinks_a_link_never_what_it_points_to(tmp_path):
+    outside = tmp_path / "outside"
+    tree(outside, {"keep": "user"})
+    f = tmp_path / "report"
+    tree(f, {"r": "ours"})
+    os.symlink(outside, f / "lnk")
+    os.symlink(outside / "keep", f / "flnk")
+    _remove_ours(f, {"r", "lnk", "flnk", "lnk/keep"})
+    assert not f.exists()
+    assert listing(outside) == ["keep"] and (outside / "keep").read_text() == "user"
+
+
+def test_removing_ours_from_a_link_to_a_folder_touches_nothing(tmp_path):
+    real = tmp_path / "real"
+    tree(real, {"x": "1"})
+    os.symlink(real, tmp_path / "report")
+    _remove_ours(tmp_path / "report", {"x"})
+    assert listing(real) == ["x"] and os.path.islink(tmp_path / "report")
+
+
+def test_removing_empty_folders_deepest_first(tmp_path):
+    f = tmp_path / "old"
+    tree(f, {"a": {"b": {"c": {}}}, "d": {}})
+    os.symlink(tmp_path / "elsewhere", f / "dangling")
+    (tmp_path / "empty_target").mkdir()
+    os.symlink(tmp_path / "empty_target", f / "dlink")
+    _remove_empty(f)
+    assert listing(f) == ["dangling", "dlink"]  # links stay, their folder with them
+    assert (tmp_path / "empty_target").is_dir()
+    os.unlink(f / "dangling")
+    os.unlink(f / "dlink")
+    _remove_empty(f)
+    assert not f.exists()
+
+
+def test_putting_back_what_was_made_during_the_run(tmp_path, caplog):
+    """The old folder holds, after our entries went, what a user made while the report was
+    written: a file, a folder with a file, and a file whose name the new report took.  The
+    first two move into the new report; the third stays in the old folder, which is kept
+    and named in a warning."""
+    old, new = tmp_path / ".r.old" / "report", tmp_path / "r"
+    tree(old, {"note": "user", "d": {"f": "user"}, "table.md": "user's"})
+    tree(new, {"table.md": "report", OUTPUT_MARKER: "{}"})
+    with caplog.at_level(logging.WARNING, logger="fsedp.files"):
+        _put_back(old, new)
+    assert listing(new) == sorted([OUTPUT_MARKER, "d", "d/f", "note", "table.md"])
+    assert (new / "table.md").read_text() == "report" and (new / "d" / "f").read_text() == "user"
+    assert listing(old) == ["table.md"] and (old / "table.md").read_text() == "user's"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"kept {old}: it holds files fsedp did not write, made while the report was written, "
+        f"whose names the new report of {new} took"
+    ]
+
+
+def test_putting_back_everything_removes_the_old_folder(tmp_path, caplog):
+    old, new = tmp_path / "old", tmp_path / "new"
+    tree(old, {"x": "1", "e": {}})
+    new.mkdir()
+    with caplog.at_level(logging.WARNING, logger="fsedp.files"):
+        _put_back(old, new)
+    assert not old.exists() and listing(new) == ["e", "x"] and caplog.records == []
+
+
+def marker(folder) -> dict:
+    return json.loads((folder / OUTPUT_MARKER).read_text())
+
+
+def test_forcing_a_report_into_a_folder_the_user_added_to(tmp_path):
+    """Our report of t.md and plots/a.png, to which the user added u.txt and keep/: with
+    --force the new report (t.md, s.json) is merged in: t.md replaced, s.json added, and
+    every other entry stays -- our old plots/a.png too (a merge removes nothing); the
+    marker lists ours, old and new, never the user's."""
+    path = tmp_path / "r"
+    with output_dir(path) as d:
+        tree(d, {"t.md": "old", "plots": {"a.png": "old"}})
+    tree(path, {"u.txt": "user", "keep": {"k": "user"}})
+    with output_dir(path, force=True) as d:
+        tree(d, {"t.md": "new", "s.json": "{}"})
+    assert listing(path) == sorted(
+        [OUTPUT_MARKER, "keep", "keep/k", "plots", "plots/a.png", "s.json", "t.md", "u.txt"]
+    )
+    assert (path / "t.md").read_text() == "new"
+    assert marker(path)["files"] == sorted(
+        [OUTPUT_MARKER, "plots", "plots/a.png", "s.json", "t.md"]
+    )
+    assert sorted(os.listdir(tmp_path)) == ["r"]
+
+
+def test_replacing_a_report_of_ours_alone(tmp_path):
+    """Nothing but our earlier report there: it is replaced whole (its extra entries gone),
+    the marker lists the new entries, no folder is left beside it."""
+    path = tmp_path / "r"
+    with output_dir(path) as d:
+        tree(d, {"t.md": "old", "plots": {"a.png": "old"}})
+    assert marker(path)["files"] == sorted([OUTPUT_MARKER, "plots", "plots/a.png", "t.md"])
+    with output_dir(path) as d:
+        tree(d, {"t.md": "new"})
+    assert listing(path) == [OUTPUT_MARKER, "t.md"] and (path / "t.md").read_text() == "new"
+    assert marker(path)["files"] == [OUTPUT_MARKER, "t.md"]
+    assert sorted(os.listdir(tmp_path)) == ["r"]
+
+
+def test_merging_into_a_users_folder(tmp_path):
+    """--force into a folder with the user's u.txt and our earlier t.md (listed, stamps
+    matching): t.md is replaced, plots/ made, u.txt kept; the marker lists ours only."""
+    path = tmp_path / "r"
+    with output_dir(path) as d:
+        tree(d, {"t.md": "old"})
+    (path / "u.txt").write_text("user")
+    staged = tmp_path / "staged"
+    tree(staged, {"t.md": "new", "plots": {"p.png": "new"}, OUTPUT_MARKER: "{}"})
+    _merge(staged, path)
+    assert listing(path) == sorted([OUTPUT_MARKER, "plots", "plots/p.png", "t.md", "u.txt"])
+    assert (path / "t.md").read_text() == "new" and (path / "u.txt").read_text() == "user"
+    assert marker(path)["files"] == sorted([OUTPUT_MARKER, "plots", "plots/p.png", "t.md"])
+
+
+def test_a_merge_refused_by_a_users_namesake_moves_nothing(tmp_path):
+    path = tmp_path / "r"
+    tree(path, {"t.md": "user", "a.md": "user"})
+    staged = tmp_path / "staged"
+    tree(staged, {"a.md": "new", "b.md": "new", "t.md": "new"})
+    with pytest.raises(InputError) as e:
+        _merge(staged, path)
+    assert e.value.file == str(path / "a.md")  # the first namesake in the listing
+    assert "is the user's and in the way" in e.value.reason
+    assert listing(path) == ["a.md", "t.md"] and (path / "a.md").read_text() == "user"
+    assert listing(staged) == ["a.md", "b.md", "t.md"]
