@@ -298,3 +298,57 @@ def test_cost_model_ties_exactly():
     assert _better((100.0, 3.0), (100.0, 3.0)) is False
     assert _better((100.0, 3.0), (300.0, 3.0)) is True
     assert _better((300.0, 3.0), (300.0, 3.0)) is False
+
+
+def test_assign_improves_the_greedy_placement_by_a_trade():
+    """2 x 2 mesh in 1 x 2 regions ([0, 1], [2, 3]), DDR-bound experts of 3, 3, 2, 2, 2
+    micro-slices (10 DDR cycles each: over a region's 2 channels 15, 15, 10, 10, 10), one
+    token each, all on chiplet 0 (so ties go to region 0).  Greedy, largest first: e0 -> 0,
+    e1 -> 1, e2 -> 0 (25 = 25: the tie), e3 -> 1, e4 -> 0: DDR 35 and 25.  No expert moving
+    out of region 0 lowers its 35, but e0 trading places with e3 gives 30 and 30; then
+    nothing lowers 30 by half a cycle: e0 and e1 in region 1, the rest in region 0."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    held = np.zeros((4, 5), np.int64)
+    held[0, :] = 1
+    per = np.array([3, 3, 2, 2, 2])
+    assert list(assign(held, per, dp, [[0, 1], [2, 3]])) == [1, 1, 0, 0, 0]
+
+
+def test_assign_moves_an_expert_out_of_the_busiest_region():
+    """The same regions; experts of 4, 2 and 2 micro-slices, tokens on chiplet 0 so that
+    ties go to region 0, but e2's token on chiplet 2 (region 1).  Greedy: e0 -> 0 (20),
+    e1 -> 1 (10 < 30), e2 -> 1 (20 = 20, its token there).  Balanced at 20 and 20: no move."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    held = np.zeros((4, 3), np.int64)
+    held[0, 0] = held[0, 1] = held[2, 2] = 1
+    assert list(assign(held, np.array([4, 2, 2]), dp, [[0, 1], [2, 3]])) == [0, 1, 1]
+    # compute-bound: e0's 8 tokens x 4 slices = 32 cycles over 2 chiplets, 16, against its
+    # DDR 20: the larger of the two decides; e1 and e2 (2 slices, 1 token: DDR 10) share
+    # region 1 (20), e0 is alone in region 0 (20)
+    held[0, 0] = 8
+    assert list(assign(held, np.array([4, 2, 2]), dp, [[0, 1], [2, 3]])) == [0, 1, 1]
+
+
+def test_a_moved_token_goes_to_the_nearest_chiplet_with_room_not_the_lowest():
+    """2 x 4 (0 1 2 3 / 7 6 5 4).  A token on 7 ((1, 0)) with room on 6 ((1, 1), 1 hop)
+    and 1 ((0, 1), 2 hops) goes to 6; a token on 1 ((0, 1)) with room on 2 ((0, 2), 1 hop)
+    and 7 ((1, 0), 2 hops) goes to 2; a token on 4 ((1, 3)) with room on 0 (4 hops) and 5
+    (1 hop) goes to 5."""
+    pos = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0)]
+    for src, room, dest in [(7, {6: 1, 1: 1}, 6), (1, {2: 1, 7: 1}, 2), (4, {0: 1, 5: 1}, 5)]:
+        out, moves = [(0, src, 0)], []
+        _place([(0, src, 0)], [0], {c: 0 for c in range(8)} | room, pos, out, moves)
+        assert out == [(0, dest, 0)] and moves == [(src, dest)], (src, room)
+
+
+def test_gather_orders_an_experts_chiplets_by_the_load_placed_before_it():
+    """Region [0, 1], DDR 10, one micro-slice per expert.  Expert 5 (first) has 3 tokens,
+    all on chiplet 0: shares 2 (chiplet 0) + 1; its loads: chiplet 0 10 / 2 + 2 = 7,
+    chiplet 1 5 + 1 = 6.  Expert 6 has one token, on chiplet 2 (outside): neither chiplet
+    holds any of it, so the less loaded, chiplet 1, takes it."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    records = [(0, 0, 5), (1, 0, 5), (2, 0, 5), (3, 2, 6)]
+    home = np.array([-1, -1, -1, -1, -1, 0, 0])
+    out, moves = gather(records, home, [[0, 1], [2, 3]], 2, np.ones(7, np.int64), dp)
+    assert moves == [(0, 1), (2, 1)]
+    assert out == [(0, 0, 5), (1, 0, 5), (2, 1, 5), (3, 1, 6)]
