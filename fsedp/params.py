@@ -457,13 +457,13 @@ def max_hops(rows: int, cols: int, orders: int = 1, path: str = "snake") -> int:
 
 
 _PATH_CACHE: dict = {}
-_GEOMETRY: dict = {}
+_GEOMETRY_CACHE: dict = {}
 
 
 def _geometry(rows: int, cols: int):
     """Neighbour and XY-direction tables of a mesh (computed once per shape)."""
     key = (rows, cols)
-    if key not in _GEOMETRY:
+    if key not in _GEOMETRY_CACHE:
         n = rows * cols
         pos = [mesh_position(c, cols) for c in range(n)]
         nb = []
@@ -477,8 +477,8 @@ def _geometry(rows: int, cols: int):
                     row.append(None)
             nb.append(row)
         dirs = [[xy_direction(pos[a], pos[b]) for b in range(n)] for a in range(n)]
-        _GEOMETRY[key] = (nb, dirs)
-    return _GEOMETRY[key]
+        _GEOMETRY_CACHE[key] = (nb, dirs)
+    return _GEOMETRY_CACHE[key]
 
 
 @dataclass(frozen=True)

@@ -89,24 +89,24 @@ def streaming_engine() -> str:
     return "python"
 
 
-_GEOMETRY: dict = {}
+_GEOMETRY_CACHE: dict = {}
 
 
 def _geometry(p: DatapathParams):
     """Neighbour, XY-direction and distance tables of the mesh (made once per shape)."""
     key = (p.rows, p.cols)
-    if key not in _GEOMETRY:
+    if key not in _GEOMETRY_CACHE:
         n = p.chiplets
         nb = [
             [-1 if p.neighbour(c, d) is None else p.neighbour(c, d) for d in range(4)]
             for c in range(n)
         ]
-        _GEOMETRY[key] = (
+        _GEOMETRY_CACHE[key] = (
             np.array(nb, np.int64),
             np.array([[p.direction(a, b) for b in range(n)] for a in range(n)], np.int64),
             np.array([[p.distance(a, b) for b in range(n)] for a in range(n)], np.int64),
         )
-    return _GEOMETRY[key]
+    return _GEOMETRY_CACHE[key]
 
 
 class _Arrays:

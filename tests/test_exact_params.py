@@ -1,0 +1,140 @@
+"""Exact expectations of the mesh geometry every model shares (``fsedp.params``) on meshes
+drawn by hand: chiplet numbering, XY directions, neighbours, the ``cycle`` ring path on
+even, odd and odd x odd meshes, the eight ring embeddings of a 2 x 2, the hops bound ``H``
+and the widths derived from the generics, each at its edges."""
+
+import pytest
+
+from fsedp.errors import InputError
+from fsedp.params import (
+    DatapathParams,
+    SchedulerParams,
+    _geometry,
+    _number,
+    bits_for,
+    check_ring_orders,
+    cycle_cells,
+    max_hops,
+    max_hops_by_trajectories,
+    mesh_position,
+    next_pow2,
+    ring_after,
+    ring_tables,
+    xy_direction,
+)
+
+
+@pytest.mark.parametrize(
+    "n, bits, pow2", [(1, 1, 1), (2, 1, 2), (3, 2, 4), (4, 2, 4), (5, 3, 8), (8, 3, 8), (9, 4, 16)]
+)
+def test_bits_and_powers_of_two(n, bits, pow2):
+    assert bits_for(n) == bits and next_pow2(n) == pow2
+
+
+def test_snake_numbering_of_a_3x3_mesh():
+    """0 1 2 / 5 4 3 / 6 7 8."""
+    cells = [mesh_position(c, 3) for c in range(9)]
+    assert cells == [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (1, 0), (2, 0), (2, 1), (2, 2)]
+    assert [_number(r, k, 3) for r, k in cells] == list(range(9))
+
+
+@pytest.mark.parametrize(
+    "src, dst, port",
+    [((1, 1), (1, 2), 1), ((1, 1), (0, 2), 1), ((1, 1), (2, 0), 3), ((1, 1), (2, 1), 2)]
+    + [((1, 1), (0, 1), 0), ((1, 1), (1, 1), 0)],
+)
+def test_xy_routing_goes_along_the_row_first(src, dst, port):
+    assert xy_direction(src, dst) == port
+
+
+def test_neighbours_of_a_2x2_mesh():
+    """0 1 / 3 2: ports N, E, S, W."""
+    nb, dirs = _geometry(2, 2)
+    assert nb == [[None, 1, 3, None], [None, None, 2, 0], [1, None, None, 3], [0, 2, None, None]]
+    assert dirs[0] == [0, 1, 1, 2] and dirs[2] == [3, 0, 0, 3]
+    p = DatapathParams(rows=2, cols=2)
+    assert [p.neighbour(0, d) for d in range(4)] == [None, 1, 3, None]
+    assert p.distance(0, 2) == 2 and p.distance(1, 3) == 2 and p.distance(3, 0) == 1
+
+
+@pytest.mark.parametrize(
+    "rows, cols, cells",
+    [
+        (2, 2, [(0, 0), (0, 1), (1, 1), (1, 0)]),
+        (2, 3, [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (1, 0)]),
+        # 3 x 2: the transposed ring of 2 x 3
+        (3, 2, [(0, 0), (1, 0), (2, 0), (2, 1), (1, 1), (0, 1)]),
+        (1, 3, [(0, 0), (0, 1), (0, 2)]),
+        (3, 1, [(0, 0), (1, 0), (2, 0)]),
+        # 4 x 3: row 0, back and forth over columns 1.., up column 0
+        (
+            4,
+            3,
+            [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (2, 1), (2, 2), (3, 2), (3, 1)]
+            + [(3, 0), (2, 0), (1, 0)],
+        ),
+        # 3 x 3: the last two rows column by column; (2, 0) -> (0, 0) takes two hops
+        (3, 3, [(0, 0), (0, 1), (0, 2), (1, 2), (2, 2), (2, 1), (1, 1), (1, 0), (2, 0)]),
+    ],
+)
+def test_cycle_ring_paths(rows, cols, cells):
+    assert cycle_cells(rows, cols) == cells
+
+
+def test_the_eight_ring_embeddings_of_a_2x2_mesh():
+    seqs = [seq for seq, _ in ring_tables(2, 2)]
+    assert seqs == [
+        (0, 1, 2, 3),
+        (3, 2, 1, 0),
+        (0, 3, 2, 1),  # the column snake
+        (1, 2, 3, 0),
+        (2, 3, 0, 1),  # the row snake turned by 180 degrees
+        (1, 0, 3, 2),
+        (2, 1, 0, 3),  # the column snake turned
+        (3, 0, 1, 2),
+    ]
+    for seq, pos in ring_tables(2, 2):
+        assert [pos[c] for c in seq] == [0, 1, 2, 3]
+    cyc = [seq for seq, _ in ring_tables(2, 3, "cycle")]
+    assert cyc[0] == (0, 1, 2, 3, 4, 5)  # 0 1 2 / 5 4 3: the snake is a cycle here
+    assert cyc[2] == (3, 4, 5, 0, 1, 2)  # turned by 180 degrees
+    assert cyc[4] == (2, 1, 0, 5, 4, 3)  # mirrored left to right (the mesh is not square)
+    with pytest.raises(ValueError, match="^unknown ring path 'spiral'"):
+        ring_tables(2, 2, "spiral")
+
+
+def test_ring_after_follows_the_embedding():
+    seq, pos = ring_tables(2, 2)[2]  # 0 3 2 1
+    assert ring_after(0b1111, 0, 4, seq, pos) == 3
+    assert ring_after(0b0111, 0, 4, seq, pos) == 2  # 3 is off the trajectory
+    assert ring_after(0b0011, 1, 4, seq, pos) == 0  # wraps
+    assert ring_after(0b0100, 2, 4, seq, pos) == 2  # alone: itself
+    with pytest.raises(ValueError, match="^empty trajectory$"):
+        ring_after(0, 2, 4, seq, pos)
+
+
+@pytest.mark.parametrize(
+    "rows, cols, hops", [(1, 2, 1), (2, 1, 1), (1, 3, 3), (2, 2, 3), (2, 3, 5), (3, 3, 11)]
+)
+def test_hops_bound(rows, cols, hops):
+    """A row of 3 (0 1 2), all three loaded on 1: 1 -> 2 (1 hop), 2 -> 0 (2 hops), the leg
+    0 -> 1 left out: 3.  2 x 2 snake: 0 -> 1 -> 2 -> 3, the closing leg left out: 3.  The
+    larger meshes by the definition's enumeration of every trajectory as well."""
+    assert max_hops(rows, cols) == hops
+    assert max_hops_by_trajectories(rows, cols) == hops
+
+
+def test_ring_orders_are_one_two_four_or_eight():
+    for k in (1, 2, 4, 8):
+        check_ring_orders(k)
+    for k in (0, 3, 5, 16):
+        with pytest.raises(InputError, match=f"ring_orders: must be 1, 2, 4 or 8, not {k}$"):
+            check_ring_orders(k)
+
+
+def test_widths_derived_from_the_scheduler_generics():
+    p = SchedulerParams(experts=9, chiplets=5, requests=3, count_width=3, qos_width=2,
+                        n_threshold=4, theta_min=1)  # fmt: skip
+    assert (p.chiplet_bits, p.expert_bits, p.request_bits) == (3, 4, 2)
+    assert (p.sorter_lanes, p.lane_id_bits, p.position_bits) == (16, 4, 4)
+    assert (p.count_max, p.qos_max, p.cfw_width, p.cfw_max) == (7, 3, 3, 7)
