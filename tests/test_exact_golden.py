@@ -10,7 +10,7 @@ from fsedp.params import SchedulerParams
 from fsedp.sw.eit import EIT, GateRecord
 from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
 from fsedp.sw.pairing import balanced_order, is_cold, paired_index, paired_order, partner
-from fsedp.sw.scheduler import DISPATCH, PRELOAD, Scheduler
+from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch, Scheduler, layer_tokens, run_round
 from fsedp.sw.sorter import (
     apply_network,
     bitonic_schedule,
@@ -462,3 +462,69 @@ def test_every_network_sorts_every_four_lane_input(kind):
         assert apply_network(keys, net) == want, counts
         assert sort_keys(keys, kind) == want
     assert bitonic_sort([(1, 0), (3, 1), (3, 2), (2, 3)]) == [(3, 1), (3, 2), (2, 3), (1, 0)]
+
+
+def test_layer_tokens_of_the_requests_not_deferred():
+    """Counts per (chiplet, expert) in the order first seen; request 1 deferred; records
+    with an id out of range dropped; counts saturate at the width (2 bits: 3)."""
+    p = SchedulerParams(experts=8, chiplets=4, requests=2, count_width=2, theta_min=0)
+    recs = [(0, 2, 5), (1, 0, 5), (0, 2, 5), (0, 1, 7), (0, 4, 1), (2, 0, 1), (0, 0, 8)]
+    recs += [(0, 3, 0)] * 5 + [(-1, 0, 0), (0, -1, 0), (0, 0, -1)]
+    got = layer_tokens(p, recs, defer=0b10)
+    assert got == {(2, 5): 2, (1, 7): 1, (3, 0): 3}
+    assert list(got) == [(2, 5), (1, 7), (3, 0)]
+    assert layer_tokens(p, recs, defer=0) == {(2, 5): 2, (0, 5): 1, (1, 7): 1, (3, 0): 3}
+    assert layer_tokens(p, recs, defer=0b11) == {}
+
+
+def test_a_dispatch_beat_as_a_dict():
+    d = Dispatch(PRELOAD, 7, 3, 0b0110, 1, (0, 2, 1, 0), 1)
+    assert d.as_dict() == {
+        "kind": "preload",
+        "expert": 7,
+        "count": 3,
+        "traj": 0b0110,
+        "entry": 1,
+        "next_hop": [0, 2, 1, 0],
+        "order": 1,
+    }
+    assert Dispatch(DISPATCH, 1, 2, 1, 0, (0,)).as_dict()["kind"] == "dispatch"
+    assert Dispatch(DISPATCH, 1, 2, 1, 0, (0,)).order == 0
+
+
+def test_run_round_by_hand():
+    """The round of test_a_round_by_hand driven by run_round: the lowest running slot
+    completes each time the scheduler waits; then with a chooser of the highest."""
+    recs = [(0, 0, 5), (0, 1, 5), (1, 0, 5), (1, 1, 5), (0, 2, 2), (0, 3, 2), (1, 3, 2)]
+    recs += [(0, 1, 7), (1, 2, 7), (1, 3, 0)]
+    plan, events = run_round(sched(), recs)
+    assert plan.order == [5, 0, 2, 7]
+    assert [(k, d.expert, d.entry) if k != "done" else (k, d) for k, d in events] == [
+        ("dispatch", 5, 0),
+        ("dispatch", 0, 3),
+        ("dispatch", 2, 2),
+        ("preload", 7, 1),
+        ("done", 0b0001),  # e5 (slot 0): chiplets 0, 1 idle: e7 enters at 1
+        ("dispatch", 7, 1),
+        ("done", 0b0010),  # e7 (slot 1)
+        ("done", 0b0100),  # e2 (slot 2): chiplet 3 still e0's
+        ("done", 0b1000),
+    ]
+
+    def highest(running):
+        return 1 << max(s for s, t in enumerate(running) if t)
+
+    # the highest slot first: e0 (3), then e2 (2), which frees chiplet 2 for e7, entering
+    # there (slot 2 again)
+    _, events = run_round(sched(), recs, highest)
+    assert [(k, d.expert, d.entry) if k != "done" else (k, d) for k, d in events][4:] == [
+        ("done", 0b1000),
+        ("done", 0b0100),
+        ("dispatch", 7, 2),
+        ("done", 0b0100),
+        ("done", 0b0001),
+    ]
+    # an empty layer: no round, no events
+    s = sched()
+    plan, events = run_round(s, [])
+    assert plan.n == 0 and events == [] and s.plan is None
