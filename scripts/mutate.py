@@ -560,6 +560,21 @@ def write_doc(path: Path, table: str):
     write_text(path, replace_block(read_text(path), BLOCK, f"\n{table}\n\n", path))
 
 
+def doc_problem(doc, block: str) -> str | None:
+    """Why ``doc`` cannot take the generated block ``block`` (no such page, no such block,
+    a marker out of place), or ``None``."""
+    from fsedp.errors import InputError
+    from fsedp.experiments.results import find_blocks
+    from fsedp.files import read_text
+
+    try:
+        if block not in [b.name for b in find_blocks(read_text(doc), doc)]:
+            raise InputError(doc, "<blocks>", f"no block {block!r}")
+    except InputError as e:
+        return str(e)
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", help="run this mutant (repeatable)")
@@ -571,15 +586,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.doc:
-        from fsedp.errors import InputError
-        from fsedp.experiments.results import find_blocks
-        from fsedp.files import read_text
-
-        try:  # before a run of many minutes: the page and its block must be there
-            if BLOCK not in [b.name for b in find_blocks(read_text(args.doc), args.doc)]:
-                raise InputError(args.doc, "<blocks>", f"no block {BLOCK!r}")
-        except InputError as e:
-            print(f"mutate.py: {e}")
+        problem = doc_problem(args.doc, BLOCK)  # before a run of many minutes
+        if problem:
+            print(f"mutate.py: {problem}")
             return 2
         if args.only:
             print(f"mutate.py: --doc {args.doc}: the table is a run of every mutant (no --only)")

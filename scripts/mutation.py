@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutate import PACKAGE_DIRS, ROOT  # noqa: E402  (the package view of the hand-listed campaign)
+from mutate import PACKAGE_DIRS, ROOT, doc_problem  # noqa: E402  (the package view of the hand-listed campaign)
 
 TABLE = ROOT / "scripts" / "mutation.toml"
 STAGE = ROOT / "build" / "mutation"
@@ -382,15 +382,9 @@ def main(argv=None) -> int:
         print(f"mutation.py: not in {TABLE.name}: {' '.join(unknown)}")
         return 2
     if args.doc:
-        from fsedp.errors import InputError
-        from fsedp.experiments.results import find_blocks
-        from fsedp.files import read_text
-
-        try:  # before a run of many minutes: the page and its block must be there
-            if BLOCK not in [b.name for b in find_blocks(read_text(args.doc), args.doc)]:
-                raise InputError(args.doc, "<blocks>", f"no block {BLOCK!r}")
-        except InputError as e:
-            print(f"mutation.py: {e}")
+        problem = doc_problem(args.doc, BLOCK)  # before a run of many minutes
+        if problem:
+            print(f"mutation.py: {problem}")
             return 2
     results = []
     for name in chosen:

@@ -183,3 +183,15 @@ def test_a_real_run_of_a_small_module(tmp_path):
     assert rc == 0, r
     assert r["module"] == "sw/icv.py" and r["mutants"] >= 10
     assert r["killed"] == r["mutants"] and r["score"] == 1.0 and r["survived"] == []
+
+
+def test_bad_arguments_are_refused_before_any_run(tmp_path, capsys):
+    assert tool.main(["sw/nothing.py", "--stage", str(tmp_path)]) == 2
+    assert "not in mutation.toml: sw/nothing.py" in capsys.readouterr().out
+    page = tmp_path / "v.md"
+    page.write_text("no block here\n")
+    assert tool.main(["sw/icv.py", "--doc", str(page), "--stage", str(tmp_path)]) == 2
+    assert "no block 'mutation-score'" in capsys.readouterr().out
+    assert not (tmp_path / "sw__icv").exists()  # nothing was staged
+    assert tool.main(["--list"]) == 0
+    assert "sw/eit.py" in capsys.readouterr().out
