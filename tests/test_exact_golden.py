@@ -528,3 +528,68 @@ def test_run_round_by_hand():
     s = sched()
     plan, events = run_round(s, [])
     assert plan.n == 0 and events == [] and s.plan is None
+
+
+def test_scheduler_orders_and_its_refusals():
+    assert sched().order == "paired" and sched(order="sorted").order == "sorted"
+    assert sched(balance=3).order == "balanced" and sched(balance=3, order="sorted").order == (
+        "sorted"
+    )
+    with pytest.raises(ValueError, match=r"^order must be one of \('paired', 'sorted'\), not 'x'$"):
+        sched(order="x")
+    s = sched()
+    assert s.flags == {"overflow": False, "bad_record": False, "spurious_done": False}
+    s.start_round([(0, 0, 1)])
+    with pytest.raises(RuntimeError, match="^start_round while a round is in progress$"):
+        s.start_round([(0, 0, 1)])
+
+
+def test_balanced_and_sorted_rounds_by_hand():
+    """Counts e5: 4, e2: 3, e7: 2, e0: 1 (as in test_a_round_by_hand).  Balanced at 2:
+    e5 (surplus 2), the coldest e0 (surplus 1), then the coldest left, e7, is at the
+    balance point: the hottest, e2, then e7.  Balanced at 5: the surplus never rises above
+    0, hottest first.  Sorted: no pre-loads."""
+    recs = [(0, 0, 5), (0, 1, 5), (1, 0, 5), (1, 1, 5), (0, 2, 2), (0, 3, 2), (1, 3, 2)]
+    recs += [(0, 1, 7), (1, 2, 7), (1, 3, 0)]
+    assert sched(balance=2).start_round(recs).order == [5, 0, 2, 7]
+    assert sched(balance=5).start_round(recs).order == [5, 2, 7, 0]
+    s = sched(order="sorted")
+    assert s.start_round(recs).order == [5, 2, 7, 0]
+    beats = s.decide()
+    assert [(b.kind, b.expert, b.entry) for b in beats] == [(DISPATCH, 5, 0), (DISPATCH, 2, 2)]
+
+
+def test_cold_hits_at_theta_min_and_of_several_requests():
+    """theta_min 2: an expert with exactly 2 tokens is not cold; experts with 1 token of
+    requests 0 and 1 make both cold hits (neither is deferred: T_QoS 0)."""
+    s = sched(theta_min=2)
+    plan = s.start_round([(0, 0, 1), (0, 1, 1), (0, 2, 3), (1, 3, 4)])
+    assert plan.cold_hit == 0b11 and plan.defer == 0 and plan.n == 3
+    s = sched(theta_min=2)
+    assert s.start_round([(0, 0, 1), (1, 1, 1)]).cold_hit == 0
+
+
+def test_beats_carry_their_ring_embedding_and_its_next_hops():
+    """ring_orders 2 on 2 x 2 (forward 0 1 2 3, backward 3 2 1 0), entry dispatch.  Paired
+    order e3 (all four chiplets), e1 (0, 1), e2 (1, 2, 3).  e3 takes embedding 0 (nothing
+    runs: the first in turn); e1 embedding 1 (0 holds e3's 4 chiplets); e2 embedding 1 (4
+    against e1's 2): its ring backwards, 1 -> 3 -> 2 -> 1."""
+    s = sched(ring_orders=2, entry_dispatch=True)
+    recs = [(0, 0, 3), (0, 1, 3), (0, 2, 3), (0, 3, 3), (0, 1, 2), (0, 2, 2), (0, 3, 2)]
+    recs += [(0, 0, 1), (0, 1, 1)]
+    assert s.start_round(recs).order == [3, 1, 2]
+    got = [(b.kind, b.expert, b.entry, b.order, b.next_hop) for b in s.decide()]
+    assert got == [
+        (DISPATCH, 3, 0, 0, (1, 2, 3, 0)),
+        (DISPATCH, 1, 1, 1, (1, 0, 0, 0)),
+        (DISPATCH, 2, 2, 1, (0, 3, 1, 2)),
+    ]
+    assert s.running_order == [0, 1, 1, 0] and s.next_order == 0
+
+
+def test_ring_choice_sums_the_chiplets_of_every_expert_in_an_embedding():
+    s = sched(ring_orders=2)
+    s.orders = [None]
+    s.running = [0b0011, 0b1100, 0b0111, 0]  # embedding 0: 2 + 2 = 4 chiplets, 1: 3
+    s.running_order = [0, 0, 1, 0]
+    assert s.ring_order(0) == 1
