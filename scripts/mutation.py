@@ -135,26 +135,37 @@ def changed_modules(ref: str, table: dict) -> list | None:
     return [m for m in table if m in files]
 
 
-def stage(module: Module, where: Path = STAGE) -> Path:
+def stage(module: Module, where: Path = STAGE, ref: str | None = None) -> Path:
     """``build/mutation/<module>/``: the package view, the files the tests read, and a
-    ``pyproject.toml`` whose ``[tool.mutmut]`` names the module and its tests."""
+    ``pyproject.toml`` whose ``[tool.mutmut]`` names the module and its tests; of the
+    working tree, or with ``ref`` of that commit (what is being edited meanwhile is left
+    out of the run)."""
     dest = where / module.slug
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
+    if ref is None:
+        src_root = ROOT
+    else:
+        src_root = dest / ".source"
+        src_root.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", ref], cwd=ROOT, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(src_root)], input=archive.stdout, check=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     for src, rel in PACKAGE_DIRS.items():
-        shutil.copytree(ROOT / src, dest / rel, ignore=ignore, dirs_exist_ok=True)
+        shutil.copytree(src_root / src, dest / rel, ignore=ignore, dirs_exist_ok=True)
     also = []
     for name in dict.fromkeys(ALSO + list(PACKAGE_DIRS)):
-        if name == "fsedp" or not (ROOT / name).exists():
+        if name == "fsedp" or not (src_root / name).exists():
             continue
         also.append(name)
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+        if (src_root / name).is_dir():
+            shutil.copytree(src_root / name, dest / name, ignore=ignore)
         else:
-            shutil.copy2(ROOT / name, dest / name)
-    text = (ROOT / "pyproject.toml").read_text()
+            shutil.copy2(src_root / name, dest / name)
+    text = (src_root / "pyproject.toml").read_text()
     mutmut = {
         "source_paths": ["fsedp"],
         "only_mutate": [module.package_path],
@@ -172,11 +183,13 @@ def stage(module: Module, where: Path = STAGE) -> Path:
     (dest / "pyproject.toml").write_text(text + "\n".join(lines) + "\n")
     with open(dest / "tests" / "conftest.py", "a") as f:
         f.write(CONFTEST)
+    if ref is not None:
+        shutil.rmtree(src_root)
     return dest
 
 
-def run_module(module: Module, jobs: int, where: Path = STAGE) -> dict:
-    dest = stage(module, where)
+def run_module(module: Module, jobs: int, where: Path = STAGE, ref: str | None = None) -> dict:
+    dest = stage(module, where, ref)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)
     data = ROOT.parent / "shared" / "data"
@@ -362,6 +375,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--stage", default=str(STAGE), help="where the modules' views are made")
+    ap.add_argument(
+        "--ref", help="mutate the sources of this commit, not the working tree (e.g. HEAD)"
+    )
     ap.add_argument("--doc", help="rewrite the score table of this Markdown file")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
@@ -388,7 +404,7 @@ def main(argv=None) -> int:
             return 2
     results = []
     for name in chosen:
-        r = run_module(table[name], args.jobs, Path(args.stage))
+        r = run_module(table[name], args.jobs, Path(args.stage), args.ref)
         results.append(r)
         if "error" in r:
             print(f"{name}: mutmut failed after {r['seconds']:.0f} s\n{r['error']}", flush=True)

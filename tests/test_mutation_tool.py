@@ -195,3 +195,24 @@ def test_bad_arguments_are_refused_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "sw__icv").exists()  # nothing was staged
     assert tool.main(["--list"]) == 0
     assert "sw/eit.py" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ref", [None, "HEAD"])
+def test_a_modules_view_is_laid_out_as_the_package(tmp_path, ref):
+    if ref and shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    table = tool.load_table()
+    dest = tool.stage(table["sim/regions.py"], tmp_path, ref)
+    assert dest == tmp_path / "sim__regions"
+    assert (dest / "fsedp" / "sim" / "regions.py").is_file()
+    assert (dest / "fsedp" / "sw" / "eit.py").is_file() and (dest / "tests").is_dir()
+    assert not (dest / ".source").exists()
+    import tomllib
+
+    cfg = tomllib.loads((dest / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert cfg["only_mutate"] == ["fsedp/sim/regions.py"]
+    assert cfg["pytest_add_cli_args_test_selection"] == table["sim/regions.py"].tests
+    assert cfg["process_isolation"] == "forkserver"
+    assert "_mutation_cold_caches" in (dest / "tests" / "conftest.py").read_text()
+    # the working tree's own conftest is untouched
+    assert "_mutation_cold_caches" not in (ROOT / "tests" / "conftest.py").read_text()
