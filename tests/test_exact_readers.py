@@ -6,6 +6,7 @@ escaped name), so that a slip in a reader shows without the tools installed."""
 
 import pytest
 
+from fsedp.errors import InputError
 from fsedp.experiments import fpga, synth
 
 # ----------------------------------------------------------------------------- nextpnr
@@ -291,3 +292,139 @@ def test_clock_port_of_a_top():
     assert synth._clock_port("module t(a, clk2, y);\n", "t") is None
     assert synth._clock_port("module t2(clk);\nmodule t(a);\n", "t") is None
     assert synth._clock_port("module u(clk);\n", "t") is None
+
+
+# ----------------------------------------------------------------------------- Liberty
+
+
+@pytest.mark.parametrize(
+    "text, ps", [("1ns", 1000.0), (" 1 NS ", 1000.0), ("10ps", 10.0), ("100ns", 1e5)]
+)
+def test_liberty_time_units(text, ps):
+    assert synth._unit("x.lib", text, synth._TIME, "time_unit") == ps
+
+
+def test_an_unknown_time_unit_is_refused_naming_the_choices():
+    with pytest.raises(InputError) as e:
+        synth._unit("x.lib", "2ns", synth._TIME, "time_unit")
+    assert e.value.file == "x.lib" and e.value.field == "<liberty>"
+    assert e.value.reason == "time_unit '2ns' is not one of 1ps, 10ps, 100ps, 1ns, 10ns, 100ns"
+
+
+@pytest.mark.parametrize(
+    "text, ff",
+    [
+        ("library (x) { }", 1000.0),  # none given: 1 pF
+        ("capacitive_load_unit (1, pf);", 1000.0),
+        ('capacitive_load_unit(1,"ff");', 1.0),
+        ("capacitive_load_unit ( 0.5 , pf ) ;", 500.0),
+        ("capacitive_load_unit (2e1, ff);", 20.0),
+    ],
+)
+def test_liberty_capacitance_units(text, ff):
+    assert synth._cap_unit("x.lib", text) == ff
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("capacitive_load_unit (1, nf);", "capacitive_load_unit 'nf' is not one of ff, pf"),
+        (
+            "capacitive_load_unit (1e, pf);",
+            "capacitive_load_unit 'capacitive_load_unit (1e, pf)' is not a number",
+        ),
+    ],
+)
+def test_bad_capacitance_units_are_refused(text, reason):
+    with pytest.raises(InputError) as e:
+        synth._cap_unit("x.lib", text)
+    assert e.value.reason == reason
+
+
+def _cell(name, area, pins, seq=False, special=None):
+    return synth.LibertyCell(name, area, seq, special, {p.name: p for p in pins}, None)
+
+
+def _pin(name, direction, function=None, cap=None):
+    return synth.LibertyPin(name, direction, function, cap)
+
+
+@pytest.mark.parametrize(
+    "function, inverter",
+    [("!A", True), ('"(!A)"', True), ("A'", True), ("( ! A )", True), ("(A')", True)]
+    + [("!B", False), ("A", False), ("!(A&B)", False), ("!AB", False), (None, False)],
+)
+def test_what_an_inverter_is(function, inverter):
+    cell = _cell("c", 1.0, [_pin("A", "input"), _pin("Y", "output", function)])
+    assert cell.is_inverter() is inverter
+    assert [p.name for p in cell.inputs()] == ["A"] and [p.name for p in cell.outputs()] == ["Y"]
+
+
+def test_an_inverter_has_one_input_one_output_and_no_state():
+    inv = [_pin("A", "input"), _pin("Y", "output", "!A")]
+    assert not _cell("c", 1.0, inv, seq=True).is_inverter()
+    assert not _cell("c", 1.0, [*inv, _pin("B", "input")]).is_inverter()
+    assert not _cell("c", 1.0, [*inv, _pin("Z", "output", "!A")]).is_inverter()
+
+
+def test_the_smallest_ordinary_inverter_by_area_then_capacitance_then_name():
+    def inv(name, area, cap, special=None):
+        pins = [_pin("A", "input", cap=cap), _pin("Y", "output", "!A")]
+        return _cell(name, area, pins, special=special)
+
+    cells = [
+        inv("inv_b", 1.0, 0.002),
+        inv("inv_a", 1.0, 0.002),  # a tie on area and capacitance: the name
+        inv("inv_c", 1.0, 0.001),  # less capacitance
+        inv("iso", 0.5, 0.001, special="isolation cell"),
+        inv("inv_big", 2.0, 0.0005),
+    ]
+    lib = synth.Liberty(
+        path="x.lib", name="x", time_unit_ps=1000.0, cap_unit_ff=1000.0,
+        cells={c.name: c for c in cells}, text="", cell_open={},
+    )  # fmt: skip
+    assert lib.inverter().name == "inv_c"
+    del lib.cells["inv_c"]
+    assert lib.inverter().name == "inv_a"
+    assert lib.special() == {"iso": "isolation cell"}
+
+
+def test_the_mapping_library_marks_the_special_cells_dont_use():
+    text = "library (x) {\n  cell (a) {\n  }\n  cell (iso) {\n  }\n  cell (ls) {\n  }\n}\n"
+    cells = {
+        "a": _cell("a", 1.0, []),
+        "iso": _cell("iso", 1.0, [], special="isolation cell"),
+        "ls": _cell("ls", 1.0, [], special="level shifter"),
+    }
+    opens = {n: text.index(f"cell ({n}) {{") + len(f"cell ({n}) {{") for n in cells}
+    lib = synth.Liberty("x.lib", "x", 1000.0, 1000.0, cells, text, opens)
+    assert lib.mapping_text() == (
+        "library (x) {\n  cell (a) {\n  }\n"
+        "  cell (iso) {\n    dont_use : true;\n  }\n"
+        "  cell (ls) {\n    dont_use : true;\n  }\n}\n"
+    )
+
+
+def test_the_largest_fanout_of_a_mapped_netlist():
+    """Net n1 drives three inputs, n2 two, the clock four (left out: ideal), a constant
+    (1'b0) and an output pin count nothing, a cell the library does not know is skipped."""
+    cells = {
+        "inv": _cell("inv", 1.0, [_pin("A", "input"), _pin("Y", "output", "!A")]),
+        "dff": _cell(
+            "dff", 2.0, [_pin("CLK", "input"), _pin("D", "input"), _pin("Q", "output")], True
+        ),
+    }
+    lib = synth.Liberty("x.lib", "x", 1000.0, 1000.0, cells, "", {})
+    netlist = """
+  inv u1 (.A(n1), .Y(n2));
+  inv u2 (.A(n1), .Y(n3));
+  dff r1 (.CLK(clk), .D(n1), .Q(q1));
+  dff r2 (.CLK(clk), .D(n2), .Q(q2));
+  dff r3 (.CLK(clk),
+          .D(n2), .Q(n1));
+  dff r4 (.CLK(clk), .D(1'b0), .Q(q4));
+  mystery m1 (.A(n3), .B(n3), .C(n3), .D(n3));
+"""
+    assert synth._max_fanout(netlist, lib, "clk") == (3, "n1")
+    assert synth._max_fanout(netlist, lib, None) == (4, "clk")
+    assert synth._max_fanout("", lib, "clk") == (0, None)
