@@ -11,6 +11,7 @@ from fsedp.sw.eit import EIT, GateRecord
 from fsedp.sw.matcher import entry_chiplet, lowest_bit, next_hops, release_mask
 from fsedp.sw.pairing import balanced_order, is_cold, paired_index, paired_order, partner
 from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch, Scheduler, layer_tokens, run_round
+from fsedp.sw.scheduler_timing import SchedulerTiming, front_latency, replay_round
 from fsedp.sw.sorter import (
     apply_network,
     bitonic_schedule,
@@ -593,3 +594,77 @@ def test_ring_choice_sums_the_chiplets_of_every_expert_in_an_embedding():
     s.running = [0b0011, 0b1100, 0b0111, 0]  # embedding 0: 2 + 2 = 4 chiplets, 1: 3
     s.running_order = [0, 0, 1, 0]
     assert s.ring_order(0) == 1
+
+
+# ----------------------------------------------------------------------------- timing
+
+ROUND = [(0, 0, 5), (0, 1, 5), (1, 0, 5), (1, 1, 5), (0, 2, 2), (0, 3, 2), (1, 3, 2)]
+ROUND += [(0, 1, 7), (1, 2, 7), (1, 3, 0)]
+
+
+def test_the_rounds_beats_in_cycles_by_hand():
+    """The round of test_a_round_by_hand (shuffle2 sorter on 8 lanes: 4 cycles; front half
+    4 + 8 = 12 cycles).  The last gate record in cycle 10: first beat in 22.  e5 at 22;
+    PCHECK for its partner e0 (no pre-load: e0 is dispatched next); e0 at 22 + 4; e2 at
+    26 + 3; PCHECK of e7, pre-loaded 2 cycles after e2's dispatch (31); WAIT from 33."""
+    s = sched()
+    t = SchedulerTiming(s)
+    assert t.front == 12 and front_latency(s.p) == 12 and t.words == 2
+    assert t.state == "IDLE" and t.idle  # before any round
+    t.start_round(ROUND)
+    assert t.state == "FILL"
+    t.last_record(10)
+    got = [(c, b.kind, b.expert) for c, b in t.queue]
+    assert got == [(22, DISPATCH, 5), (26, DISPATCH, 0), (29, DISPATCH, 2), (31, PRELOAD, 7)]
+    assert t.wait_at == 33
+    first = t.queue[0][1]
+    assert [t.cycle(c) for c in (21, 22)] == [(None, False), (first, False)]
+    for c in range(23, 33):
+        t.cycle(c)
+    assert t.cycle(33) == (None, True) and t.ready(33) and not t.ready(32)
+    # e5 completes in 40: PICK in 41, e7's dispatch in 43 (its partner e2 is dispatched:
+    # no PCHECK), WAIT from 45
+    t.queue.clear()
+    t.completed(40, 0b0001)
+    assert [(c, b.expert) for c, b in t.queue] == [(43, 7)] and t.wait_at == 45
+    # the rest complete: no PICK; WAIT with the round over: DRAIN, IDLE 2 cycles later
+    t.queue.clear()
+    t.completed(50, 0b1110)
+    assert list(t.queue) == [] and s.plan is None
+    assert t.cycle(51) == (None, False) and t.state == "DRAIN"
+    assert t.cycle(52) == (None, False) and t.state == "DRAIN"
+    assert t.cycle(53) == (None, False) and t.state == "IDLE" and t.idle
+
+
+def test_the_front_half_waits_for_a_deferral_and_the_balanced_order():
+    """A deferral re-merges ceil(8 / 4) = 2 words plus 1; the balanced order takes n + 2."""
+    s = sched(theta_min=2)
+    s.init_request(1, 1)
+    t = SchedulerTiming(s)
+    plan = t.start_round([(0, 0, 4), (0, 1, 4), (1, 2, 3)])
+    assert plan.defer == 0b10
+    t.last_record(0)
+    assert t.queue[0][0] == 12 + 2 + 1
+    b = SchedulerTiming(sched(balance=2))
+    plan = b.start_round(ROUND)
+    b.last_record(0)
+    assert b.queue[0][0] == 12 + plan.n + 2
+    t.reset()
+    assert t.state == "IDLE" and not t.queue and s.plan is None
+
+
+def test_replay_of_a_round_from_its_completions():
+    """First beat in 0: e5 0, e0 4, e2 7, e7's pre-load 9; WAIT from 11.  e0 shows its
+    completion from 5 and e5 from 8: both are taken together when WAIT begins (11); e7's
+    dispatch follows in 14."""
+    s = sched()
+    s.start_round(ROUND)
+    beats, taken = replay_round(s, [(5, 0b1000), (8, 0b0001), (30, 0b0100), (31, 0b0010)])
+    assert [(c, b.kind, b.expert) for c, b in beats] == [
+        (0, DISPATCH, 5),
+        (4, DISPATCH, 0),
+        (7, DISPATCH, 2),
+        (9, PRELOAD, 7),
+        (14, DISPATCH, 7),
+    ]
+    assert taken == [(11, 0b1001), (30, 0b0100), (31, 0b0010)]
