@@ -12,6 +12,8 @@ from fsedp.sw.policies.offload import (
     Link,
     LRUCache,
     OffloadRuntime,
+    Prefetcher,
+    TransitionPrefetcher,
     popularity_order,
 )
 
@@ -127,3 +129,46 @@ def test_lru_cache_by_hand():
 
 def test_popularity_order_ties_to_the_lower_id():
     assert list(popularity_order(np.array([[3, 1], [1, 3], [2, 0]]), 5)) == [1, 3, 0, 2, 4]
+
+
+def test_the_decisions_replayed_on_hardware_by_hand():
+    """The frequency prefetcher's run above, as the replay reads it: layer 0 fetches unit 1
+    on demand (no room: its own buffer, slot -1) and prefetches unit 2 for layer 1 (into
+    slot 0, where unit 0 was); layer 1 waits for the prefetch."""
+    rt = two_layers(cost(), FrequencyPrefetcher([[0, 1, 2, 3], [2, 3, 0, 1]]))
+    b = 1e9
+    assert rt.decisions() == [
+        {"op": "fetch", "kind": "demand", "step": 0, "layer": 0, "unit": 1, "slot": -1,
+         "bytes": b},
+        {"op": "fetch", "kind": "prefetch", "step": 0, "layer": 1, "unit": 2, "slot": 0,
+         "bytes": b},
+        {"op": "run", "step": 0, "layer": 0, "tokens": 2, "units": [0, 1], "counts": [1, 1],
+         "slots": [0, -1], "waits": [1]},
+        {"op": "run", "step": 0, "layer": 1, "tokens": 2, "units": [2], "counts": [2],
+         "slots": [0], "waits": [2]},
+    ]  # fmt: skip
+    assert list(rt.resident(0)) == [True, False, False, False]
+    assert list(rt.resident(1)) == [False, False, True, False]
+
+
+def test_the_transition_prefetcher_by_hand():
+    """From units 0 and 1 at layer 0, the transition counts to layer 1 sum to 0, 5, 2, 2:
+    unit 1 first, then 2 and 3 tied, the more popular first (popularity 3, 2, 1, 0)."""
+    trans = [None, np.array([[0, 5, 1, 0], [0, 0, 1, 2], [9, 9, 9, 9], [9, 9, 9, 9]])]
+    orders = [np.array([0, 1, 2, 3]), np.array([3, 2, 1, 0])]
+    pf = TransitionPrefetcher(trans, orders)
+    assert pf.predict(1, np.array([0, 1]), None, 3) == [1, 3, 2]
+    assert pf.predict(1, np.array([[0], [1]]), None, 1) == [1]
+    assert pf.predict(0, np.array([0, 1]), None, 2) == [0, 1]  # layer 0: popularity
+    assert pf.predict(1, None, None, 2) == [3, 2]
+    assert Prefetcher().predict(1, np.array([0]), None, 4) == []
+
+
+def test_a_units_time_from_a_measured_table():
+    """(tokens, seconds): 1 -> 2 s, 3 -> 4 s: flat below the first entry, linear between,
+    the last plus the rate beyond (1 s a token here)."""
+    c = cost(table=((1, 2.0), (3, 4.0)))
+    assert [c.unit_s(t) for t in (0, 1, 2, 3, 5)] == [2.0, 2.0, 3.0, 4.0, 6.0]
+    # the table replaces rate and overhead for the units, not for the dense part
+    c = cost(table=((1, 2.0), (3, 4.0)), dense_flops=1.0)
+    assert c.compute_s(np.array([1, 3]), 2) == 2.0 + 2.0 + 4.0
