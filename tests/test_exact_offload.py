@@ -3,6 +3,8 @@ worked out by hand: whole seconds of link and compute, so that every figure of t
 synchronous and the asynchronous issue can be checked on paper -- what the device waits
 for, what the host's clock is charged for, and when a prefetched unit arrives."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,8 @@ from fsedp.sw.policies.offload import (
     Link,
     LRUCache,
     OffloadRuntime,
+    OffloadStats,
+    OraclePrefetcher,
     Prefetcher,
     TransitionPrefetcher,
     popularity_order,
@@ -172,3 +176,77 @@ def test_a_units_time_from_a_measured_table():
     # the table replaces rate and overhead for the units, not for the dense part
     c = cost(table=((1, 2.0), (3, 4.0)), dense_flops=1.0)
     assert c.compute_s(np.array([1, 3]), 2) == 2.0 + 2.0 + 4.0
+
+
+def test_the_oracle_prefetches_what_the_next_layer_misses():
+    """Layer 1 runs units 2 and 3, neither resident: the oracle (one transfer a layer)
+    prefetched 2 when layer 0 started; 3 is fetched on demand.  Synchronous: layer 0 waits
+    for unit 1 (0 -> 1), the prefetch follows (1 -> 2), compute 3 s: ends at 4; layer 1's
+    demand fetch of 3 (4 -> 5), compute 2 x 1 + 2 x 0.5: ends at 8."""
+    rt = OffloadRuntime(2, 4, 1, LINK, cost(), OraclePrefetcher(), [[0], [0]], 1)
+    rt.layer_step(0, 0, np.array([0, 1]), np.array([1, 1]), 2)
+    rt.layer_step(0, 1, np.array([2, 3]), np.array([1, 1]), 2)
+    st = rt.timing()
+    assert (st.wait_s, st.compute_s, st.time_s) == (2.0, 6.0, 8.0)
+    assert (st.prefetched, st.prefetch_useful, st.demand, st.hits) == (1, 1, 2, 1)
+    assert st.bytes == 3e9 and rt.log[0][5] == [2] and rt.log[1][4] == [2]
+
+
+def test_prefetch_count_and_initial_residency():
+    assert OffloadRuntime(1, 8, 3, LINK, cost()).prefetch_count == 1
+    assert OffloadRuntime(1, 8, 8, LINK, cost()).prefetch_count == 2
+    assert OffloadRuntime(1, 8, 8, LINK, cost(), prefetch_count=5).prefetch_count == 5
+    rt = OffloadRuntime(2, 8, 2, LINK, cost(), initial=[[4, 1, 7], [2]])
+    assert rt.initial == [[4, 1], [2]] and rt.capacity == 2
+    assert list(np.flatnonzero(rt.resident(0))) == [1, 4]
+    assert rt.prefetcher.name == "none" and rt.log == [] and rt.stats.steps == 0
+
+
+def test_a_cost_from_a_device_profile():
+    dev = SimpleNamespace(
+        expert_tflops=2.0,
+        expert_launch_us=5.0,
+        table=lambda: ((1, 2e-6),),
+        issue="async",
+        link_issue_us=3.0,
+        expert_device_us=None,
+    )
+    c = Cost.of(dev, 10.0, 20.0, 30.0)
+    assert (c.unit_bytes, c.unit_flops, c.dense_flops) == (10.0, 20.0, 30.0)
+    assert c.flops == 2e12 and c.overhead_s == pytest.approx(5e-6) and c.table == ((1, 2e-6),)
+    assert c.issue == "async" and c.issue_s == pytest.approx(3e-6) and c.device_unit_s == 0.0
+    dev.expert_device_us = 7.0
+    assert Cost.of(dev, 1, 1, 1).device_unit_s == pytest.approx(7e-6)
+
+
+def test_the_stats_report_by_hand():
+    st = OffloadStats(
+        steps=2, tokens=10, requested=6, hits=2, prefetch_hits=1, demand=3, prefetched=4,
+        prefetch_useful=3, substituted=1, dropped=5, bytes=1234567.0, wait_s=0.1234567,
+        compute_s=1.8765433,
+        per_layer={1: {"hit": 1, "req": 3, "wait": 0.25}, 0: {"hit": 0, "req": 0, "wait": 0.0}},
+    )  # fmt: skip
+    assert st.time_s == pytest.approx(2.0)
+    assert st.as_dict() == {
+        "steps": 2,
+        "tokens": 10,
+        "hit_rate": 0.5,
+        "resident_hit_rate": 0.3333,
+        "prefetch_accuracy": 0.75,
+        "demand_fetches": 3,
+        "prefetches": 4,
+        "substituted": 1,
+        "dropped": 5,
+        "bytes_moved_mb": 1.235,
+        "stall_s": 0.123457,
+        "compute_s": 1.876543,
+        "tokens_per_s": 5.0,
+        "per_layer": {
+            0: {"hit_rate": 0.0, "stall_s": 0.0},
+            1: {"hit_rate": 0.3333, "stall_s": 0.25},
+        },
+    }
+    assert list(st.as_dict()["per_layer"]) == [0, 1]
+    empty = OffloadStats().as_dict()
+    assert empty["hit_rate"] == 0.0 and empty["prefetch_accuracy"] is None
+    assert empty["tokens_per_s"] is None
