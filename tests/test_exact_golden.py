@@ -558,6 +558,10 @@ def test_balanced_and_sorted_rounds_by_hand():
     assert s.start_round(recs).order == [5, 2, 7, 0]
     beats = s.decide()
     assert [(b.kind, b.expert, b.entry) for b in beats] == [(DISPATCH, 5, 0), (DISPATCH, 2, 2)]
+    # e5 done: e7 enters at 1; in the paired order its partner e0 (chiplet 3, busy) would be
+    # pre-loaded here -- not in the sorted order
+    s.complete(0b0001)
+    assert [(b.kind, b.expert, b.entry) for b in s.decide()] == [(DISPATCH, 7, 1)]
 
 
 def test_cold_hits_at_theta_min_and_of_several_requests():
