@@ -250,3 +250,80 @@ def test_the_stats_report_by_hand():
     empty = OffloadStats().as_dict()
     assert empty["hit_rate"] == 0.0 and empty["prefetch_accuracy"] is None
     assert empty["tokens_per_s"] is None
+
+
+def two_steps(c: Cost) -> OffloadRuntime:
+    """Two steps over two layers, called layer by layer as the hooks do (step 0 and step 1
+    at layer 0, then both at layer 1); capacity 1, unit 0 resident; the frequency
+    prefetcher predicts unit 2 for layer 1.  Step 0: layer 0 runs 0 and 1 (one token each),
+    layer 1 runs 2 (two).  Step 1: layer 0 runs 1 (three tokens), layer 1 runs 2 and 3 (two
+    and one).
+
+    Residency: step 0's fetch of 1 finds no room (0 is in use): it runs from a buffer of its
+    own; step 1's takes 0's slot.  Layer 1: the prefetched 2 replaces 0; in step 1, 2 is a
+    hit and 3 finds no room (2 is in use)."""
+    pf = FrequencyPrefetcher([[0, 1, 2, 3], [2, 3, 0, 1]])
+    rt = OffloadRuntime(2, 4, 1, LINK, c, pf, [[0], [0]], 1)
+    rt.layer_step(0, 0, np.array([0, 1]), np.array([1, 1]), 2)
+    rt.layer_step(1, 0, np.array([1]), np.array([3]), 3)
+    rt.layer_step(0, 1, np.array([2]), np.array([2]), 2)
+    rt.layer_step(1, 1, np.array([2, 3]), np.array([2, 1]), 3)
+    return rt
+
+
+def test_two_steps_counts_by_hand():
+    st = two_steps(cost()).stats
+    assert (st.steps, st.tokens, st.requested, st.hits) == (2, 5, 6, 2)  # 0 in s0, 2 in s1
+    assert (st.prefetch_hits, st.prefetch_useful, st.prefetched, st.demand) == (1, 1, 2, 3)
+    assert st.bytes == 5e9
+    assert {k: (v["hit"], v["req"]) for k, v in st.per_layer.items()} == {0: (1, 3), 1: (1, 3)}
+
+
+def test_two_steps_synchronous_clock_by_hand():
+    """In (step, layer) order: s0 l0: fetch 1 (0 -> 1), prefetch 2 (1 -> 2), compute 3: ends
+    at 4.  s0 l1: 2 arrived at 2, compute 2.5: ends at 6.5.  s1 l0: fetch 1 (6.5 -> 7.5),
+    prefetch 2 (7.5 -> 8.5), compute 3.5: ends at 11.  s1 l1: 2 resident; fetch 3
+    (11 -> 12), compute 3 + 1: ends at 16."""
+    rt = two_steps(cost())
+    for _ in range(2):  # the replay starts over each time
+        st = rt.timing()
+        assert (st.wait_s, st.compute_s, st.time_s) == (3.0, 13.0, 16.0)
+        assert st.per_layer[0]["wait"] == 2.0 and st.per_layer[1]["wait"] == 1.0
+
+
+def test_two_steps_asynchronous_clock_by_hand():
+    """Copies issued 0.25 s each by the host, which is charged each layer's compute.
+    s0 l0: copies issued at 0.25 and 0.5: 1 arrives 1.25, 2 at 2.25; host 0.5 + 3 = 3.5;
+    the device's 2 s end at max(3.25, 3.5) = 3.5 (idle 1.5).  s0 l1: host 6; device
+    3.5 -> 5.5, ends at 6 (idle 0.5).  s1 l0: 1 issued 6.25, arrives 7.25; 2 issued 6.5,
+    arrives 8.25; host 6.5 + 3.5 = 10; device 7.25 + 3 = 10.25 (idle 1.25).  s1 l1: 3
+    issued at 10.25, arrives 11.25; host 10.25 + 4 = 14.25; device 11.25 + 3 = 14.25
+    (idle 1)."""
+    st = two_steps(cost(issue="async", issue_s=0.25)).timing()
+    assert (st.wait_s, st.compute_s, st.time_s) == (4.25, 10.0, 14.25)
+    assert st.per_layer[0]["wait"] == 2.75 and st.per_layer[1]["wait"] == 1.5
+
+
+def test_two_steps_decisions_by_hand():
+    b = 1e9
+    ops = two_steps(cost()).decisions()
+    assert ops == [
+        {"op": "fetch", "kind": "demand", "step": 0, "layer": 0, "unit": 1, "slot": -1,
+         "bytes": b},
+        {"op": "fetch", "kind": "prefetch", "step": 0, "layer": 1, "unit": 2, "slot": 0,
+         "bytes": b},
+        {"op": "run", "step": 0, "layer": 0, "tokens": 2, "units": [0, 1], "counts": [1, 1],
+         "slots": [0, -1], "waits": [1]},
+        {"op": "run", "step": 0, "layer": 1, "tokens": 2, "units": [2], "counts": [2],
+         "slots": [0], "waits": [2]},
+        {"op": "fetch", "kind": "demand", "step": 1, "layer": 0, "unit": 1, "slot": 0,
+         "bytes": b},
+        {"op": "fetch", "kind": "prefetch", "step": 1, "layer": 1, "unit": 2, "slot": 0,
+         "bytes": b},
+        {"op": "run", "step": 1, "layer": 0, "tokens": 3, "units": [1], "counts": [3],
+         "slots": [0], "waits": [1]},
+        {"op": "fetch", "kind": "demand", "step": 1, "layer": 1, "unit": 3, "slot": -1,
+         "bytes": b},
+        {"op": "run", "step": 1, "layer": 1, "tokens": 3, "units": [2, 3], "counts": [2, 1],
+         "slots": [0, -1], "waits": [3]},
+    ]  # fmt: skip
