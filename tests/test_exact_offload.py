@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fsedp.sw.policies.offload import (
+    CHIP_LINK,
     Cost,
     FrequencyPrefetcher,
     Link,
@@ -18,6 +19,7 @@ from fsedp.sw.policies.offload import (
     OraclePrefetcher,
     Prefetcher,
     TransitionPrefetcher,
+    links,
     popularity_order,
 )
 
@@ -327,3 +329,16 @@ def test_two_steps_decisions_by_hand():
         {"op": "run", "step": 1, "layer": 1, "tokens": 3, "units": [2, 3], "counts": [2, 1],
          "slots": [0, -1], "waits": [3]},
     ]  # fmt: skip
+
+
+def test_popularity_ties_go_to_the_lower_id_however_many():
+    """200 units, every third used once: the used ones first, each group by id."""
+    ids = np.arange(0, 200, 3)
+    order = list(popularity_order(ids, 200))
+    assert order == list(range(0, 200, 3)) + [u for u in range(200) if u % 3]
+
+
+def test_the_links_offered():
+    got = links()
+    assert set(got) == {"pcie4", "ddr-chip"} and got["pcie4"].name == "pcie4"
+    assert got["ddr-chip"] is CHIP_LINK and CHIP_LINK == Link("ddr-chip", 102.4, 0.1)
