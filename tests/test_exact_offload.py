@@ -153,7 +153,7 @@ def test_the_decisions_replayed_on_hardware_by_hand():
         {"op": "run", "step": 0, "layer": 1, "tokens": 2, "units": [2], "counts": [2],
          "slots": [0], "waits": [2]},
     ]  # fmt: skip
-    assert list(rt.resident(0)) == [True, False, False, False]
+    assert list(rt.resident(0)) == [True, False, False, False] and rt.resident(0).dtype == bool
     assert list(rt.resident(1)) == [False, False, True, False]
 
 
