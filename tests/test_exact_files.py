@@ -2,21 +2,36 @@
 hand: which entries are removed, in which order (a folder's entries before the folder),
 through what (a link is unlinked, never followed), what is put back, and what is kept."""
 
+import errno
 import json
 import logging
 import os
+from pathlib import Path
 
 import pytest
 
-from fsedp.errors import InputError
+from fsedp.errors import EnvironmentFailure, InputError
 from fsedp.files import (
+    LIMITS,
     OUTPUT_MARKER,
     _entries,
     _merge,
     _put_back,
     _remove_empty,
     _remove_ours,
+    build_dir,
+    check_input_file,
+    check_output_file,
+    environment_failure,
+    kind_of,
+    open_input,
     output_dir,
+    output_folder,
+    read_bytes,
+    read_text,
+    read_yaml,
+    write_failure,
+    write_text,
 )
 
 
@@ -178,3 +193,127 @@ def test_a_merge_refused_by_a_users_namesake_moves_nothing(tmp_path):
     assert "is the user's and in the way" in e.value.reason
     assert listing(path) == ["a.md", "t.md"] and (path / "a.md").read_text() == "user"
     assert listing(staged) == ["a.md", "b.md", "t.md"]
+
+
+# ----------------------------------------------------------------------------- the read rule
+
+
+def test_kinds_of_entries(tmp_path):
+    import stat
+
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "nowhere", tmp_path / "link")
+    (tmp_path / "f").write_text("x")
+    assert kind_of(os.lstat(tmp_path / "f").st_mode) == "a regular file"
+    assert kind_of(os.lstat(tmp_path).st_mode) == "a folder"
+    assert kind_of(os.lstat(tmp_path / "fifo").st_mode) == "a FIFO (named pipe)"
+    assert kind_of(os.lstat(tmp_path / "link").st_mode) == "a symbolic link"
+    assert kind_of(os.lstat("/dev/null").st_mode) == "a character device"
+    assert kind_of(stat.S_IFBLK) == "a block device" and kind_of(stat.S_IFSOCK) == "a socket"
+    assert kind_of(0) == "of an unknown kind"
+
+
+def refusal(fn, *args, **kw) -> tuple:
+    with pytest.raises(InputError) as e:
+        fn(*args, **kw)
+    return e.value.file, e.value.field, e.value.reason
+
+
+@pytest.mark.parametrize("size, ok", [(9, True), (10, True), (11, False)])
+def test_the_read_limit_at_its_value(tmp_path, monkeypatch, size, ok):
+    """A kind limited to 10 bytes: 9 and 10 are read, 11 refused naming size and limit."""
+    monkeypatch.setitem(LIMITS, "yaml", 10)
+    f = tmp_path / "c.yaml"
+    f.write_bytes(b"a" * size)
+    if ok:
+        assert read_bytes(f, "yaml", "cfg") == b"a" * size
+        assert check_input_file(f, "yaml") == f
+        with open_input(f, "yaml") as h:
+            assert h.read() == b"a" * size
+    else:
+        msg = "11 bytes, larger than the 10 a yaml file may hold here"
+        assert refusal(read_bytes, f, "yaml", "cfg") == (str(f), "cfg", msg)
+        assert refusal(check_input_file, f, "yaml") == (str(f), "<file>", msg)
+
+
+def test_what_the_read_rule_refuses(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    assert refusal(read_bytes, tmp_path / "fifo", "page", "--doc") == (
+        str(tmp_path / "fifo"), "--doc", "is a FIFO (named pipe), not a regular file",
+    )  # fmt: skip
+    assert refusal(read_bytes, tmp_path, "page")[2] == "is a folder, not a regular file"
+    assert refusal(read_bytes, tmp_path / "none", "page")[1:] == ("<file>", "no such file")
+    assert refusal(read_bytes, "", "page") == ("''", "<file>", "not a usable path")
+    assert refusal(read_bytes, "  ", "page") == ("'  '", "<file>", "not a usable path")
+    assert refusal(read_bytes, "a\0b", "page") == ("'a\\x00b'", "<file>", "not a usable path")
+    assert refusal(read_bytes, "/dev/null", "page")[2] == (
+        "is a character device, not a regular file"
+    )
+
+
+def test_text_under_the_read_rule(tmp_path):
+    f = tmp_path / "p.md"
+    f.write_bytes("é\n".encode())
+    assert read_text(f) == "é\n"
+    with open_input(f, "page", text=True) as h:
+        assert h.read() == "é\n"
+    f.write_bytes(b"ab\xff")
+    assert refusal(read_text, f, "page", "--doc") == (
+        str(f), "--doc", "not UTF-8 text (invalid start byte at byte 2)",
+    )  # fmt: skip
+    y = tmp_path / "c.yaml"
+    y.write_bytes(b"a: 1\n")
+    assert read_yaml(y) == {"a": 1}
+    y.write_bytes(b"a: \xff\n")
+    assert refusal(read_yaml, y, "--config") == (str(y), "--config", "not UTF-8 text (byte 3)")
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+@pytest.mark.parametrize(
+    "err, reason",
+    [
+        (errno.ENOSPC, "the disk is full"),
+        (errno.EDQUOT, "the disk quota is used up"),
+        (errno.EFBIG, "the file-size limit (ulimit -f) is reached"),
+        (errno.ENOMEM, "out of memory"),
+        (errno.EIO, "an input/output error"),
+    ],
+)
+def test_the_machines_refusals(err, reason):
+    todo = "free space or raise the limit and run again; nothing half-written was left"
+    e = environment_failure(OSError(err, "x", "/o/f.md"))
+    assert (e.what, e.reason, e.todo) == ("writing /o/f.md", reason, todo)
+    assert environment_failure(OSError(err, "x")).what == "writing a file"
+    assert environment_failure(OSError(err, "x", "f"), "reading t").what == "reading t"
+    w = write_failure("/o/r", OSError(err, "x"))
+    assert isinstance(w, EnvironmentFailure) and w.what == "writing /o/r"
+
+
+def test_a_write_refused_by_the_place_is_the_users():
+    assert environment_failure(OSError(errno.EACCES, "Permission denied")) is None
+    w = write_failure("/o/r", OSError(errno.EACCES, "Permission denied"))
+    assert isinstance(w, InputError)
+    assert (w.file, w.field, w.reason) == ("/o/r", "<file>", "cannot write: Permission denied")
+    w = write_failure("/o/r", OSError("odd"))
+    assert w.reason == "cannot write: odd"
+
+
+def test_writing_text_and_folders(tmp_path):
+    f = tmp_path / "a" / "b.md"
+    write_text(f, "one")
+    write_text(f, "two")
+    assert f.read_text() == "two" and os.listdir(f.parent) == ["b.md"]
+    assert refusal(write_text, tmp_path / "a", "x") == (
+        str(tmp_path / "a"), "<file>", "is a folder; expected a file name",
+    )  # fmt: skip
+    assert refusal(check_output_file, f / "c.md")[2] == f"{f} is a file, not a folder"
+    d = output_folder(tmp_path / "w" / "x")
+    assert d.is_dir() and output_folder(d) == d
+    assert refusal(output_folder, f) == (
+        str(f), "<file>", "is a file; expected a folder for the outputs",
+    )  # fmt: skip
+    os.symlink(d, tmp_path / "ln")
+    assert refusal(output_folder, tmp_path / "ln")[2].startswith("is a symbolic link (to ")
+    assert build_dir("x", "y") == Path.cwd() / "build" / "x" / "y"
