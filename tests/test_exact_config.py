@@ -6,6 +6,7 @@ that meet deadlock freedom -- each at its threshold, one below and one above."""
 from types import SimpleNamespace
 
 import pytest
+from tiny import TINY
 
 from fsedp.config import (
     MAX_TOKENS_PER_ITERATION,
@@ -14,6 +15,7 @@ from fsedp.config import (
     derived_count_width,
     derived_microslices,
     mesh_slots,
+    run_from_dict,
     slot_cap,
     smallest_buffer_kib,
     smallest_microslices,
@@ -136,3 +138,17 @@ def test_derived_count_width_holds_an_iteration(tokens, width):
 
 def test_most_tokens_of_an_iteration():
     assert MAX_TOKENS_PER_ITERATION == 65535
+
+
+def test_the_datapath_generics_of_the_tiny_run_by_hand():
+    """The tiny run: 16 experts of 3 x 64 x 128 = 24 KiB (8-bit weights) in 8 micro-slices
+    of 3 KiB; 800 MHz.  Slots: 24 KiB / 3 KiB = 8.  Link: 288 GB/s is 360 bytes a cycle:
+    3072 / 360 = 8.5 -> 9, plus 4.02 ns = 3.2 -> 4 cycles: 13.  DDR: 4 x 25.6 GB/s is 128
+    bytes a cycle: 24 cycles a micro-slice; 100 ns: 80 cycles.  A token on a micro-slice:
+    3 x 64 x 128 / 8 MACs over 2048 MAC units: 1.5 -> 2 cycles."""
+    cfg = run_from_dict(TINY, "tiny.yaml")
+    assert cfg.model.expert_bytes == 24576 and cfg.microslice_bytes() == 3072
+    dp = cfg.datapath_params()
+    assert (dp.rows, dp.cols, dp.slots, dp.micro_slices) == (2, 2, 8, 8)
+    assert (dp.link_cycles, dp.ddr_interval, dp.ddr_latency, dp.cycles_per_token) == (13, 24, 80, 2)
+    assert cfg.datapath_params(slots=9).slots == 9
