@@ -352,3 +352,10 @@ def test_gather_orders_an_experts_chiplets_by_the_load_placed_before_it():
     out, moves = gather(records, home, [[0, 1], [2, 3]], 2, np.ones(7, np.int64), dp)
     assert moves == [(0, 1), (2, 1)]
     assert out == [(0, 0, 5), (1, 0, 5), (2, 1, 5), (3, 1, 6)]
+
+
+def test_plan_of_an_empty_layer():
+    """No token: nothing to load, compute or move; every figure 0."""
+    p = plan(_mesh_setup(2, 2), [], np.array([4, 4]))
+    assert p.shape == (2, 2) and p.moves == [] and p.a2a == 0 and p.records == []
+    assert p.scores == {(2, 2): (0, 0)} and list(p.home) == [-1, -1]
