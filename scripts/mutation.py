@@ -269,7 +269,7 @@ def function_of(name: str) -> str:
 
 
 def classify(module: Module, dest: Path, codes: dict, seconds: float) -> dict:
-    killed, survived, equivalent, unchecked = [], [], [], []
+    killed, survived, equivalent, unchecked, matched = [], [], [], [], []
     left = [n for n, code in codes.items() if code not in KILLED | UNCHECKED]
     diffs = mutant_diffs(dest, left)
     for name, code in sorted(codes.items(), key=lambda kv: natural(kv[0])):
@@ -289,6 +289,7 @@ def classify(module: Module, dest: Path, codes: dict, seconds: float) -> dict:
         ]
         entry = {"mutant": name, "function": fn, "line": old, "to": new, "code": code, "diff": diff}
         (equivalent if match else survived).append(entry)
+        matched.extend(id(eq) for eq in match)
     counted = len(killed) + len(survived)
     return {
         "module": module.path,
@@ -297,6 +298,8 @@ def classify(module: Module, dest: Path, codes: dict, seconds: float) -> dict:
         "survived": survived,
         "equivalent": equivalent,
         "unchecked": unchecked,
+        # equivalents of the list that matched no survivor: killed since, or stale
+        "unmatched": [eq for eq in module.equivalents if id(eq) not in matched],
         "score": len(killed) / counted if counted else 1.0,
         "seconds": seconds,
     }
@@ -417,6 +420,8 @@ def main(argv=None) -> int:
             + f"; {r['seconds']:.0f} s",
             flush=True,
         )
+        for eq in r["unmatched"]:
+            print(f"    equivalent listed but not a survivor: {eq['function']}: {eq['line']}")
         for s in r["survived"]:
             print(
                 f"    {s['mutant']}  code {s['code']}\n        - {s['line']}\n        + {s['to']}"
