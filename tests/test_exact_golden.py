@@ -672,3 +672,14 @@ def test_replay_of_a_round_from_its_completions():
         (14, DISPATCH, 7),
     ]
     assert taken == [(11, 0b1001), (30, 0b0100), (31, 0b0010)]
+
+
+def test_sorter_details_at_their_edges():
+    assert all(type(stage_count(n)) is int for n in (1, 2, 4, 8))
+    # two lanes on the shuffle-exchange network: one compare-exchange, one step
+    assert [s.pairs for s in network(2, "shuffle").steps] == [((0, 1),)]
+    assert network(2, "shuffle2").steps == network(2, "shuffle").steps  # one step, 1 cycle
+    # the default variant, and a variant checked even though Python's sort does the work
+    assert sort_keys([(1, 0), (2, 1)]) == [(2, 1), (1, 0)]
+    with pytest.raises(ValueError, match="^sorter must be one of"):
+        sort_keys([(1, 0), (2, 1)], "bogus")
