@@ -137,22 +137,26 @@ def test_popularity_order_ties_to_the_lower_id():
     assert list(popularity_order(np.array([[3, 1], [1, 3], [2, 0]]), 5)) == [1, 3, 0, 2, 4]
 
 
+#: the decisions of :func:`two_layers` with the frequency prefetcher (step 0 of
+#: :func:`two_steps` too)
+STEP0 = [
+    {"op": "fetch", "kind": "demand", "step": 0, "layer": 0, "unit": 1, "slot": -1,
+     "bytes": 1e9},
+    {"op": "fetch", "kind": "prefetch", "step": 0, "layer": 1, "unit": 2, "slot": 0,
+     "bytes": 1e9},
+    {"op": "run", "step": 0, "layer": 0, "tokens": 2, "units": [0, 1], "counts": [1, 1],
+     "slots": [0, -1], "waits": [1]},
+    {"op": "run", "step": 0, "layer": 1, "tokens": 2, "units": [2], "counts": [2],
+     "slots": [0], "waits": [2]},
+]  # fmt: skip
+
+
 def test_the_decisions_replayed_on_hardware_by_hand():
     """The frequency prefetcher's run above, as the replay reads it: layer 0 fetches unit 1
     on demand (no room: its own buffer, slot -1) and prefetches unit 2 for layer 1 (into
     slot 0, where unit 0 was); layer 1 waits for the prefetch."""
     rt = two_layers(cost(), FrequencyPrefetcher([[0, 1, 2, 3], [2, 3, 0, 1]]))
-    b = 1e9
-    assert rt.decisions() == [
-        {"op": "fetch", "kind": "demand", "step": 0, "layer": 0, "unit": 1, "slot": -1,
-         "bytes": b},
-        {"op": "fetch", "kind": "prefetch", "step": 0, "layer": 1, "unit": 2, "slot": 0,
-         "bytes": b},
-        {"op": "run", "step": 0, "layer": 0, "tokens": 2, "units": [0, 1], "counts": [1, 1],
-         "slots": [0, -1], "waits": [1]},
-        {"op": "run", "step": 0, "layer": 1, "tokens": 2, "units": [2], "counts": [2],
-         "slots": [0], "waits": [2]},
-    ]  # fmt: skip
+    assert rt.decisions() == STEP0
     assert list(rt.resident(0)) == [True, False, False, False] and rt.resident(0).dtype == bool
     assert list(rt.resident(1)) == [False, False, True, False]
 
@@ -309,15 +313,8 @@ def test_two_steps_asynchronous_clock_by_hand():
 def test_two_steps_decisions_by_hand():
     b = 1e9
     ops = two_steps(cost()).decisions()
-    assert ops == [
-        {"op": "fetch", "kind": "demand", "step": 0, "layer": 0, "unit": 1, "slot": -1,
-         "bytes": b},
-        {"op": "fetch", "kind": "prefetch", "step": 0, "layer": 1, "unit": 2, "slot": 0,
-         "bytes": b},
-        {"op": "run", "step": 0, "layer": 0, "tokens": 2, "units": [0, 1], "counts": [1, 1],
-         "slots": [0, -1], "waits": [1]},
-        {"op": "run", "step": 0, "layer": 1, "tokens": 2, "units": [2], "counts": [2],
-         "slots": [0], "waits": [2]},
+    assert ops[:4] == STEP0
+    assert ops[4:] == [
         {"op": "fetch", "kind": "demand", "step": 1, "layer": 0, "unit": 1, "slot": 0,
          "bytes": b},
         {"op": "fetch", "kind": "prefetch", "step": 1, "layer": 1, "unit": 2, "slot": 0,
