@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from tiny import hand_setup
 
-from fsedp.params import DatapathParams
 from fsedp.sim.baselines import (
     _flow_shop,
     _idle,
@@ -25,16 +25,10 @@ from fsedp.sim.baselines import (
 
 
 def setup(rows=1, cols=2, micro_slices=1, microslice_bytes=100, bpc=1, act_bytes=1):
-    dp = DatapathParams(
-        rows=rows, cols=cols, micro_slices=micro_slices, ddr_interval=10, cycles_per_token=1
-    )
-    return SimpleNamespace(
-        chiplets=rows * cols,
-        dp=dp,
-        microslice_bytes=microslice_bytes,
-        link_bytes_per_cycle=bpc,
-        act_bytes=act_bytes,
-    )
+    return hand_setup(
+        rows, cols, act_bytes, bpc, microslice_bytes=microslice_bytes,
+        micro_slices=micro_slices, ddr_interval=10, cycles_per_token=1,
+    )  # fmt: skip
 
 
 def test_ddr_and_compute_bounds_by_hand():

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from tiny import hand_setup
 
-from fsedp.params import DatapathParams
 from fsedp.sim.regions import (
     _better,
     _min_in_degree,
@@ -116,14 +116,7 @@ def test_an_expert_on_one_chiplet_does_not_move():
 
 
 def _setup(rows=2, cols=2, act_bytes=10, bpc=4, latency=3):
-    dp = DatapathParams(rows=rows, cols=cols)
-    return SimpleNamespace(
-        chiplets=rows * cols,
-        dp=dp,
-        act_bytes=act_bytes,
-        link_bytes_per_cycle=bpc,
-        link_latency_cycles=latency,
-    )
+    return hand_setup(rows, cols, act_bytes, bpc, latency)
 
 
 def test_all_to_all_by_hand():
@@ -230,20 +223,8 @@ def test_all_to_all_counts_each_chiplets_bytes_in_and_out():
 
 
 def _mesh_setup(rows, cols, ddr_interval=8):
-    dp = DatapathParams(
-        rows=rows,
-        cols=cols,
-        slots=12,
-        micro_slices=4,
-        ddr_interval=ddr_interval,
-        cycles_per_token=1,
-    )
-    return SimpleNamespace(
-        chiplets=rows * cols,
-        dp=dp,
-        act_bytes=10,
-        link_bytes_per_cycle=4,
-        link_latency_cycles=3,
+    return hand_setup(
+        rows, cols, slots=12, micro_slices=4, ddr_interval=ddr_interval, cycles_per_token=1
     )
 
 

@@ -49,3 +49,22 @@ scheduler: default
 scenario: {tokens_per_iteration: 16, rounds: 2, seed: 5, trace: synthetic, skew: 1.2,
            prefill_fraction: 0.5}
 """
+
+
+def hand_setup(rows, cols, act_bytes=10, bpc=4, latency=3, microslice_bytes=100, **dp):
+    """A simulator setup small enough to work the figures out by hand: a ``rows x cols``
+    mesh (``fsedp.params.DatapathParams`` with the generics ``dp``), ``act_bytes`` a token,
+    ``bpc`` bytes a link cycle, ``latency`` cycles a hop, ``microslice_bytes`` a
+    micro-slice (the fields of ``fsedp.sim.setup.Setup`` the bounds and A8 read)."""
+    from types import SimpleNamespace
+
+    from fsedp.params import DatapathParams
+
+    return SimpleNamespace(
+        chiplets=rows * cols,
+        dp=DatapathParams(rows=rows, cols=cols, **dp),
+        act_bytes=act_bytes,
+        link_bytes_per_cycle=bpc,
+        link_latency_cycles=latency,
+        microslice_bytes=microslice_bytes,
+    )
