@@ -138,3 +138,59 @@ def test_widths_derived_from_the_scheduler_generics():
     assert (p.chiplet_bits, p.expert_bits, p.request_bits) == (3, 4, 2)
     assert (p.sorter_lanes, p.lane_id_bits, p.position_bits) == (16, 4, 4)
     assert (p.count_max, p.qos_max, p.cfw_width, p.cfw_max) == (7, 3, 3, 7)
+
+
+def dp(**kw):
+    base = dict(rows=2, cols=2, experts=16, count_width=6, slots=6, micro_slices=8,
+                cycles_per_token=1, ddr_interval=10, ddr_latency=8)  # fmt: skip
+    base.update(kw)
+    return DatapathParams(**base)
+
+
+def test_datapath_widths_by_hand():
+    p = dp()
+    assert (p.chiplets, p.chiplet_bits, p.expert_bits, p.index_bits) == (4, 2, 4, 3)
+    assert (p.slot_bits, p.slice_count_bits, p.free_bits) == (3, 4, 3)
+    assert (p.max_hops, p.held_claim, p.held_room) == (3, 4, 2)
+    assert p.ddr_age_bits == 4 + 8  # latency 8: 0..8 in 4 bits, 8 bits of margin
+    assert p.ddr_fifo_depth == 1 + 2  # ceil(8 / 10) in flight, plus 2
+    assert dp(ddr_latency=20).ddr_fifo_depth == 2 + 2 and dp(ddr_latency=21).ddr_fifo_depth == 5
+    assert p.hop_bits == 3  # 0 .. H + 1 = 4
+    assert p.compute_bits == 6  # 63 tokens x 1 cycle, 0..63
+    assert dp(cycles_per_token=2).compute_bits == 7  # 0..126
+
+
+def test_datapath_slots_at_deadlock_freedoms_bound():
+    assert dp(slots=4).held_room == 0  # H + 1 = 4: the least, nothing left for held ones
+    with pytest.raises(InputError) as e:
+        dp(slots=3)
+    assert e.value.field == "slots"
+    assert e.value.reason == (
+        "must be at least max_hops + 1 = 4 on a 2x2 mesh (deadlock freedom), not 3"
+    )
+
+
+def test_datapath_refusals():
+    with pytest.raises(InputError, match=r"ddr_channels: must be 1 or rows x cols = 4, not 2$"):
+        dp(ddr_channels=2)
+    assert dp(ddr_channels=4).ddr_channels == 4 and dp(ddr_channels=1).ddr_channels == 1
+    with pytest.raises(InputError, match=r"rows x cols must be 2..64 chiplets, not 1 x 1 = 1$"):
+        dp(rows=1, cols=1)
+    assert dp(rows=1, cols=2, slots=2).chiplets == 2
+    sp = SchedulerParams(chiplets=4, experts=8, theta_min=0)
+    with pytest.raises(InputError, match=r"rows x cols = 6 must equal the scheduler's chiplets"):
+        DatapathParams.for_scheduler(sp, 2, 3)
+    q = DatapathParams.for_scheduler(sp, 2, 2, slots=5)
+    assert (q.experts, q.count_width, q.slots, q.ring_path) == (8, sp.count_width, 5, "snake")
+
+
+def test_paths_on_a_2x2_mesh_by_hand():
+    """0 1 / 3 2.  A whole ring loaded on 0: 0 -> 1 -> 2 -> 3, 3 hops; on 1 likewise.  Chiplets
+    0 and 2 (diagonal): 2 hops.  One chiplet: 0."""
+    p = dp()
+    assert p.path_hops(0b1111, 0) == 3 and p.path_hops(0b1111, 1) == 3
+    assert p.path_hops(0b0101, 0) == 2 and p.path_hops(0b0100, 2) == 0
+    # a remote load on 0 of the ring over 1 and 2: entering at 1 (1 hop + 1) beats 2 (2 + 1)
+    assert p.remote_entry(0b0110, 0) == (1, 2)
+    # over 1 and 3: both cost 3 (1 + 2): the lower chiplet
+    assert p.remote_entry(0b1010, 0) == (1, 3)
