@@ -194,3 +194,46 @@ def test_paths_on_a_2x2_mesh_by_hand():
     assert p.remote_entry(0b0110, 0) == (1, 2)
     # over 1 and 3: both cost 3 (1 + 2): the lower chiplet
     assert p.remote_entry(0b1010, 0) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    "kw, field, reason",
+    [
+        ({"eit_lanes": 3}, "eit_lanes", "must be a power of two, not 3"),
+        ({"eit_lanes": 6}, "eit_lanes", "must be a power of two, not 6"),
+        ({"mesh_cols": 3}, "mesh_cols", "must divide chiplets = 4, not 3"),
+        ({"ring_orders": 4}, "mesh_cols",
+         "ring_orders 4 (other embeddings) needs the mesh columns"),
+        ({"ring_path": "cycle"}, "mesh_cols", "ring_path cycle needs the mesh columns"),
+        ({"count_width": 2, "theta_min": 4}, "theta_min",
+         "must be in 0..2**count_width - 1 = 3, not 4"),
+    ],
+)  # fmt: skip
+def test_scheduler_generics_refused(kw, field, reason):
+    base = dict(chiplets=4, experts=8, theta_min=0)
+    base.update(kw)
+    with pytest.raises(InputError) as e:
+        SchedulerParams(**base)
+    assert (e.value.field, e.value.reason) == (field, reason)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"eit_lanes": 1},
+        {"eit_lanes": 8},
+        {"mesh_cols": 2},
+        {"mesh_cols": 4},
+        {"ring_orders": 2},  # the first embedding both ways needs no columns
+        {"ring_orders": 4, "mesh_cols": 2},
+        {"ring_path": "cycle", "mesh_cols": 2},
+        {"count_width": 2, "theta_min": 3},  # theta_min at the count's top
+    ],
+)
+def test_scheduler_generics_accepted_at_the_edges(kw):
+    base = dict(chiplets=4, experts=8, theta_min=0)
+    base.update(kw)
+    p = SchedulerParams(**base)
+    assert all(getattr(p, k) == v for k, v in kw.items())
+    cols = p.mesh_cols or p.chiplets
+    assert p.ring_table(0) == ring_tables(4 // cols, cols, p.ring_path)[0]
