@@ -281,14 +281,17 @@ def test_cost_model_ties_exactly():
     assert _better((300.0, 3.0), (300.0, 3.0)) is False
 
 
-def test_assign_improves_the_greedy_placement_by_a_trade():
+@pytest.mark.parametrize("ddr, cpt", [(10, 1), (1, 10)])
+def test_assign_improves_the_greedy_placement_by_a_trade(ddr, cpt):
     """2 x 2 mesh in 1 x 2 regions ([0, 1], [2, 3]), DDR-bound experts of 3, 3, 2, 2, 2
     micro-slices (10 DDR cycles each: over a region's 2 channels 15, 15, 10, 10, 10), one
     token each, all on chiplet 0 (so ties go to region 0).  Greedy, largest first: e0 -> 0,
     e1 -> 1, e2 -> 0 (25 = 25: the tie), e3 -> 1, e4 -> 0: DDR 35 and 25.  No expert moving
     out of region 0 lowers its 35, but e0 trading places with e3 gives 30 and 30; then
-    nothing lowers 30 by half a cycle: e0 and e1 in region 1, the rest in region 0."""
-    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    nothing lowers 30 by half a cycle: e0 and e1 in region 1, the rest in region 0.  The
+    same with the roles of DDR and compute swapped (1 DDR cycle a micro-slice, 10 compute
+    cycles a token): compute-bound experts, the same trade."""
+    dp = SimpleNamespace(ddr_interval=ddr, cycles_per_token=cpt)
     held = np.zeros((4, 5), np.int64)
     held[0, :] = 1
     per = np.array([3, 3, 2, 2, 2])
