@@ -343,3 +343,27 @@ def test_plan_of_an_empty_layer():
     p = plan(_mesh_setup(2, 2), [], np.array([4, 4]))
     assert p.shape == (2, 2) and p.moves == [] and p.a2a == 0 and p.records == []
     assert p.scores == {(2, 2): (0, 0)} and list(p.home) == [-1, -1]
+
+
+def test_plan_of_a_given_shape_of_single_chiplets():
+    """2 x 2 in 1 x 1 regions ([0], [1], [3], [2]): the expert (4 slices of 8 DDR cycles,
+    3 tokens on chiplet 1, 2 on chiplet 0) goes to the region holding most of its tokens,
+    chiplet 1 (the empty region before it counts nothing): DDR 32, compute 5 x 4 = 20, no
+    link inside a region; its 2 tokens on chiplet 0 move over (20 bytes over 2 links:
+    3 cycles, and a hop): 32 + 2 x 6 = 44."""
+    s = _mesh_setup(2, 2)
+    records = [(0, 1, 0), (1, 1, 0), (2, 1, 0), (3, 0, 0), (4, 0, 0)]
+    p = plan(s, records, np.array([4]), shape=(1, 1))
+    assert p.regions == [[0], [1], [3], [2]] and list(p.home) == [1]
+    assert p.moves == [(0, 1), (0, 1)] and p.a2a == 6
+    assert p.scores == {(1, 1): (44, 0)}
+
+
+def test_plan_score_counts_compute():
+    """A compute-bound whole mesh: 20 tokens of a 4-slice expert, all on chiplet 0: compute
+    20 x 4 / 4 = 20 against DDR 8 and the busiest link 3: the score is 20.  Balanced, but
+    its tokens stay: spreading evens an expert out only over the chiplets that hold it."""
+    s = _mesh_setup(2, 2)
+    p = plan(s, [(k, 0, 0) for k in range(20)], np.array([4]))
+    assert p.moves == [] and p.a2a == 0
+    assert p.scores == {(2, 2): (20, 3)}
