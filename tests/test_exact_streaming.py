@@ -9,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from fsedp.params import DatapathParams
+from fsedp.sw.streaming import compute
 from fsedp.sw.streaming.ddr import AHEAD
 from fsedp.sw.streaming.ring_buffer import Header, Room, Slot, arrive, free_slots, tick
+from fsedp.sw.streaming.router import accept, offers
 from fsedp.sw.streaming.watchdog import (
     MESSAGE_CHARS,
     SimulationStalled,
@@ -241,3 +243,95 @@ def test_the_schedulers_side_of_a_stall():
     assert scheduler_state(closed) == {"in_round": False, "running": {}, "undispatched": []}
     e = stalled("python", {"cycle": 3, "jobs": []}, closed)
     assert e.state["scheduler"] == scheduler_state(closed) and e.cycle == 3
+
+
+# ----------------------------------------------------------------------------- router, compute
+
+
+def chip(slots, busy=(0, 0, 0, 0), rr=0, **kw):
+    return SimpleNamespace(slots=slots, link_busy=list(busy), rr=rr, **kw)
+
+
+def sending(d, r, **kw):
+    return Slot(busy=True, send=True, dir=d, r=r, **kw)
+
+
+def test_a_link_offers_the_fewest_hops_left():
+    """Chiplet 0 of a 1 x 2 mesh (its east neighbour is chiplet 1; no north, south, west).
+    East: slots 0 (3 hops left) and 1 (2) and 2 (2): slot 1, the fewest, then the lower
+    slot.  Slots transmitting, held, reserved or arriving are not offered."""
+    slots = [sending(1, 3), sending(1, 2), sending(1, 2), sending(1, 0, tx=1)]
+    slots += [sending(1, 0, held=True), sending(1, 0, resv=True), sending(1, 0, wait=1)]
+    slots += [sending(3, 0), Slot(busy=True, dir=1, r=0)]  # west: no link; not sending
+    arr = SimpleNamespace(chips=[chip(slots)], nb=[[None, 1, None, None]])
+    assert offers(arr, 0, 0) == [None, 1, None, None]
+    assert offers(arr, 0, 0b0010) == [None, None, None, None]  # east stalled
+    arr.chips[0].link_busy[1] = 2
+    assert offers(arr, 0, 0) == [None, None, None, None]  # east link still busy
+
+
+class Ledger:
+    """Admits a micro-slice with fewer than ``limit`` hops left; records what it takes."""
+
+    def __init__(self, limit):
+        self.limit, self.taken = limit, []
+
+    def admits(self, c, r):
+        return r < self.limit
+
+    def take(self, c, r):
+        self.taken.append((c, r))
+
+
+def test_accepts_round_robin_over_the_inputs_and_the_lowest_free_slot():
+    """2 x 2 (0 1 / 3 2).  Chiplet 1 is offered a micro-slice from 0 (arriving on its west
+    input, 2 hops left after it) and one from 2 (south input, 1 hop left).  Round robin from
+    input 2 (south): 2's is taken, into chiplet 1's lowest free slot (1)."""
+    p = DatapathParams(rows=2, cols=2)
+    a = Slot(busy=True, send=True, dir=1, r=3, expert=4, index=1, traj=0b0111, dest=1, legs=1)
+    b = Slot(busy=True, send=True, dir=0, r=2, expert=5, index=0, traj=0b0110, dest=1, legs=0)
+    chips = [chip([a, Slot()]), chip([Slot(busy=True), Slot(), Slot()], rr=2)]
+    chips += [chip([b, Slot()]), chip([Slot()])]
+    arr = SimpleNamespace(p=p, chips=chips, nb=[[p.neighbour(c, d) for d in range(4)]
+                                                for c in range(4)])  # fmt: skip
+    room = Ledger(limit=3)
+    got = accept(arr, [0, 0, 0, 0], room)
+    assert got[0] is None and got[2] is None and got[3] is None
+    d, src, s, h, slot = got[1]
+    assert (d, src, s, slot) == (2, 2, 0, 1) and h == Header(5, 0, 0b0110, 1, 0, 1)
+    assert room.taken == [(1, 1)]
+    # from input 3 (west) on: 0's is taken, one hop fewer than it had
+    chips[1].rr = 3
+    d, src, s, h, slot = accept(arr, [0, 0, 0, 0], Ledger(limit=3))[1]
+    assert (d, src, s, slot) == (3, 0, 0, 1) and h.r == 2
+    # a ledger that admits only the end of a path: 0's (2 hops left) is refused, 2's taken
+    d, src, s, h, slot = accept(arr, [0, 0, 0, 0], Ledger(limit=2))[1]
+    assert (d, src) == (2, 2)
+
+
+def test_compute_takes_a_received_micro_slice_before_a_loaded_one():
+    """Slots 0 (loaded from DDR) and 2 (received over a link) are present with a computation
+    pending: slot 2 goes first, for max(1, tokens) x cycles_per_token cycles."""
+    p = SimpleNamespace(chiplets=1, preempt=False, cycles_per_token=3)
+    s0 = Slot(busy=True, comp=True, ddr=True, expert=1)
+    s2 = Slot(busy=True, comp=True, expert=2)
+    ch = chip([s0, Slot(), s2], cnt=0, cslot=0, cexpert=0, cindex=0, cfinal=False)
+    arr = SimpleNamespace(p=p, chips=[ch], tokens=[[0, 4, 0]])
+    assert compute.decide(arr) == ([None], [(2, 3)])  # expert 2 has no token here: 1 x 3
+    assert compute.duration(arr, 0, s0) == 12 and compute.duration(arr, 0, Slot(rem=5)) == 5
+    s2.comp = False
+    assert compute.decide(arr) == ([None], [(0, 12)])
+    s0.ddr = False
+    ch.cnt, ch.cexpert, ch.cindex, ch.cfinal = 1, 7, 3, True  # the last cycle of another
+    assert compute.decide(arr) == ([(7, 3, True)], [(0, 12)])
+    ch.cnt = 2
+    assert compute.decide(arr) == ([None], [None])  # busy, no preemption
+
+
+def test_a_final_computation_retires_a_micro_slice_of_its_job():
+    jobs = [SimpleNamespace(valid=True, expert=4), SimpleNamespace(valid=False, expert=5)]
+    jobs += [SimpleNamespace(valid=True, expert=5)]
+    arr = SimpleNamespace(p=SimpleNamespace(chiplets=3), jobs=jobs, orphan=False)
+    assert compute.retired(arr, [(5, 0, True), (4, 1, False), (5, 2, True)]) == [0, 0, 2]
+    assert arr.orphan is False
+    assert compute.retired(arr, [(9, 0, True), None, None]) == [0, 0, 0] and arr.orphan
