@@ -233,7 +233,7 @@ Total                  2.000000e-06   4.000000e-07   6.000000e-11   2.400060e-06
 """
 
 
-@pytest.mark.parametrize("unit_ps, k", [(1000.0, 1.0), (100.0, 0.1)])
+@pytest.mark.parametrize("unit_ps, k", [(1000.0, 1.0), (100.0, 0.1), (1.23456789, 0.00123456789)])
 def test_opensta_reports(unit_ps, k):
     def t(x):
         return round(x * k, 6)
@@ -428,3 +428,106 @@ def test_the_largest_fanout_of_a_mapped_netlist():
     assert synth._max_fanout(netlist, lib, "clk") == (3, "n1")
     assert synth._max_fanout(netlist, lib, None) == (4, "clk")
     assert synth._max_fanout("", lib, "clk") == (0, None)
+
+
+LIB = """\
+/* head */
+library (tiny) {
+  operating_conditions (typ) { power_rail (vdd) { voltage : 1.8; } }
+  pin (stray) { direction : input; }
+  capacitive_load_unit (2E1, ff);
+  cell ("inv_x") {
+    area : 1.0;
+    pin (X) { direction : input; capacitance : 0.002; }
+    pin (Y) { direction : output; function : "!X"; }
+  }
+  cell (inv_nocap) {
+    area : 1.0;
+    pin (A) { direction : input; }
+    pin (Y) { direction : output; function : "!A"; }
+  }
+  cell (dff) {
+    area : 4.0;
+    ff (IQ, IQN) { next_state : "D"; clocked_on : "CLK"; }
+    pin (D) { direction : input; }
+    pin (CLK) { direction : input; }
+    pin (Q) { direction : output; function : "IQ"; }
+  }
+}
+"""
+
+
+def test_a_library_with_groups_outside_its_cells(tmp_path):
+    """Groups nested outside any cell (operating conditions, a stray pin) are skipped; a
+    quoted cell name is unquoted; an input named X inverts with !X; a capacitance unit
+    written 2E1 ff; the smallest inverter is the one without a capacitance (taken as 0)."""
+    f = tmp_path / "tiny.lib"
+    f.write_text(LIB)
+    lib = synth.read_liberty(f)
+    assert lib.name == "tiny" and lib.cap_unit_ff == 20.0
+    assert set(lib.cells) == {"inv_x", "inv_nocap", "dff"}
+    assert lib.cells["inv_x"].is_inverter() and lib.cells["inv_x"].inputs()[0].capacitance == 0.002
+    assert lib.inverter().name == "inv_nocap"
+    assert lib.cells["dff"].state == {
+        "kind": "ff", "vars": ["IQ", "IQN"], "next_state": "D", "clocked_on": "CLK",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"library (x) {\0", "a binary file, not a Liberty library (text)"),
+        (b"cell (x) { }", "not a Liberty library: it does not begin with 'library (NAME) {'"),
+    ],
+)
+def test_liberty_refusals_name_the_file(tmp_path, content, reason):
+    f = tmp_path / "x.lib"
+    f.write_bytes(content)
+    with pytest.raises(InputError) as e:
+        synth.read_liberty(f)
+    assert (e.value.file, e.value.field, e.value.reason) == (str(f), "<liberty>", reason)
+    with pytest.raises(InputError) as e:
+        synth.read_liberty(tmp_path / "none.lib")
+    assert (e.value.field, e.value.reason) == ("<liberty>", "no such file")
+
+
+@pytest.mark.parametrize("extra, ok", [(-1, True), (0, True), (1, False)])
+def test_liberty_size_limit_at_its_value(tmp_path, monkeypatch, extra, ok):
+    f = tmp_path / "tiny.lib"
+    f.write_text(LIB)
+    size = len(LIB.encode())
+    monkeypatch.setattr(synth, "MAX_LIBERTY_BYTES", size - extra)
+    if ok:
+        assert synth.read_liberty(f).name == "tiny"
+    else:
+        with pytest.raises(InputError) as e:
+            synth.read_liberty(f)
+        assert e.value.file == str(f) and e.value.reason == f"larger than {size - 1} bytes"
+
+
+def test_units_refused_name_the_file():
+    with pytest.raises(InputError) as e:
+        synth._cap_unit("x.lib", "capacitive_load_unit (1e, pf);")
+    assert e.value.file == "x.lib"
+    with pytest.raises(InputError) as e:
+        synth._cap_unit("y.lib", "capacitive_load_unit (1, nf);")
+    assert e.value.file == "y.lib"
+
+
+def test_the_clock_port_of_a_module_after_others():
+    netlist = "// made by yosys\nmodule other(a);\nendmodule\nmodule t(clk, a);\nendmodule\n"
+    assert synth._clock_port(netlist, "t") == "clk"
+
+
+def test_constants_and_unknown_cells_carry_no_load():
+    cells = {"inv": _cell("inv", 1.0, [_pin("A", "input"), _pin("Y", "output", "!A")])}
+    lib = synth.Liberty("x.lib", "x", 1000.0, 1000.0, cells, "", {})
+    netlist = """
+  mystery m0 (.A(z), .B(z), .C(z), .D(z), .E(z));
+  inv u1 (.A(1'b0), .Y(n1));
+  inv u2 (.A(1'b0), .Y(n2));
+  inv u3 (.A(1'b0), .Y(n3));
+  inv u4 (.A(n1), .Y(n4));
+  inv u5 (.A(n1), .Y(n5));
+"""
+    assert synth._max_fanout(netlist, lib, None) == (2, "n1")
