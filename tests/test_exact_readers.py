@@ -531,3 +531,55 @@ def test_constants_and_unknown_cells_carry_no_load():
   inv u5 (.A(n1), .Y(n5));
 """
     assert synth._max_fanout(netlist, lib, None) == (2, "n1")
+
+
+SEQ_LIB = """\
+library (seq) {
+  cell (inv) {
+    area : 1.0;
+    pin (A) { direction : input; }
+    pin (Y) { direction : output; function : "!A"; }
+  }
+  cell (dff) {
+    area : 4.0;
+    pg_pin (VPWR) { pg_type : primary_power; }
+    ff ("IQ", "IQN") { next_state : "D"; clocked_on : "CLK"; }
+    pin (Q) { direction : output; function : "IQ"; }
+  }
+  cell (lat) {
+    area : 3.0;
+    latch (IQ,IQN) { enable : "G"; data_in : "D"; }
+  }
+  cell (st) { area : 2.0; statetable ("A B", "Z") { table : "L H : - : H"; } }
+  cell (fb) { area : 2.0; ff_bank (IQ, IQN, 4) { next_state : "D"; } }
+  cell (lb) { area : 2.0; latch_bank (IQ, IQN, 4) { enable : "G"; } }
+  cell (bus) { area : 2.0; bus (q) { ff (X, Y) { next_state : "D"; } } }
+  cell (bp) { area : 1.0; pg_pin (VPB) { pg_type : backup_power; } }
+  cell (iso) { area : 1.0; is_isolation_cell : true; dont_use : true; }
+  cell (ao) { area : 1.0; always_on : TRUE; }
+}
+"""
+
+
+def test_sequential_cells_and_special_ones(tmp_path):
+    """ff, latch, statetable, ff_bank and latch_bank groups make a cell sequential; only an
+    ff or latch group directly in the cell gives its state; a backup-power pin, an
+    isolation cell (the first special attribute wins) and an always-on one are special."""
+    f = tmp_path / "seq.lib"
+    f.write_text(SEQ_LIB)
+    lib = synth.read_liberty(f)
+    seq = {n for n, c in lib.cells.items() if c.sequential}
+    assert seq == {"dff", "lat", "st", "fb", "lb", "bus"}
+    assert lib.cells["dff"].state == {
+        "kind": "ff", "vars": ["IQ", "IQN"], "next_state": "D", "clocked_on": "CLK",
+    }  # fmt: skip
+    assert lib.cells["lat"].state == {
+        "kind": "latch", "vars": ["IQ", "IQN"], "enable": "G", "data_in": "D",
+    }  # fmt: skip
+    assert [lib.cells[n].state for n in ("st", "fb", "lb", "bus")] == [None] * 4
+    assert lib.special() == {
+        "bp": "has a backup-power pin",
+        "iso": "isolation cell",
+        "ao": "always-on cell",
+    }
+    assert list(lib.cells["dff"].pins) == ["Q"]  # a pg_pin is not a signal pin
