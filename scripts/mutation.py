@@ -382,6 +382,12 @@ def main(argv=None) -> int:
         "--ref", help="mutate the sources of this commit, not the working tree (e.g. HEAD)"
     )
     ap.add_argument("--doc", help="rewrite the score table of this Markdown file")
+    ap.add_argument(
+        "--refresh",
+        action="store_true",
+        help="with --doc: rewrite the block without a run (its rows kept, the equivalents "
+        "listed anew from the table)",
+    )
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     table = load_table()
@@ -405,6 +411,12 @@ def main(argv=None) -> int:
         if problem:
             print(f"mutation.py: {problem}")
             return 2
+    if args.refresh:
+        if not args.doc:
+            print("mutation.py: --refresh rewrites the page named by --doc")
+            return 2
+        write_doc(Path(args.doc), [], table)
+        return 0
     results = []
     for name in chosen:
         r = run_module(table[name], args.jobs, Path(args.stage), args.ref)

@@ -222,3 +222,18 @@ def test_a_modules_view_is_laid_out_as_the_package(tmp_path, ref):
     assert "_mutation_cold_caches" in (dest / "tests" / "conftest.py").read_text()
     # the working tree's own conftest is untouched
     assert "_mutation_cold_caches" not in (ROOT / "tests" / "conftest.py").read_text()
+
+
+def test_refresh_rewrites_the_block_without_a_run(tmp_path, capsys):
+    doc = tmp_path / "v.md"
+    row = "| `sw/eit.py` | 10 | 0 | 10 | 0 | 100.0 % | 3 | 2026-01-01 |"
+    doc.write_text(f"{BEGIN.format(name=tool.BLOCK)}\n{row}\n{END}\n")
+    assert tool.main(["--doc", str(doc), "--refresh", "--stage", str(tmp_path)]) == 0
+    text = doc.read_text()
+    table = tool.load_table()
+    assert row in text and f"1 of {len(table)} modules measured" in text
+    n = sum(len(m.equivalents) for m in table.values())
+    assert f"The {n} equivalent mutants of `scripts/mutation.toml`:" in text
+    assert not any(p.is_dir() for p in tmp_path.iterdir())  # nothing staged
+    assert tool.main(["--refresh"]) == 2
+    assert "--refresh rewrites the page named by --doc" in capsys.readouterr().out
