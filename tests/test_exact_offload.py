@@ -272,7 +272,7 @@ def two_steps(c: Cost) -> OffloadRuntime:
     rt = OffloadRuntime(2, 4, 1, LINK, c, pf, [[0], [0]], 1)
     rt.layer_step(0, 0, np.array([0, 1]), np.array([1, 1]), 2)
     rt.layer_step(1, 0, np.array([1]), np.array([3]), 3)
-    rt.layer_step(0, 1, np.array([2]), np.array([2]), 2)
+    rt.layer_step(0, 1, np.array([2]), np.array([2]), 1)  # a step's tokens: its layer 0's
     rt.layer_step(1, 1, np.array([2, 3]), np.array([2, 1]), 3)
     return rt
 
@@ -313,7 +313,7 @@ def test_two_steps_asynchronous_clock_by_hand():
 def test_two_steps_decisions_by_hand():
     b = 1e9
     ops = two_steps(cost()).decisions()
-    assert ops[:4] == STEP0
+    assert ops[:4] == [*STEP0[:3], {**STEP0[3], "tokens": 1}]
     assert ops[4:] == [
         {"op": "fetch", "kind": "demand", "step": 1, "layer": 0, "unit": 1, "slot": 0,
          "bytes": b},
@@ -339,3 +339,38 @@ def test_the_links_offered():
     got = links()
     assert set(got) == {"pcie4", "ddr-chip"} and got["pcie4"].name == "pcie4"
     assert got["ddr-chip"] is CHIP_LINK and CHIP_LINK == Link("ddr-chip", 102.4, 0.1)
+
+
+def test_the_stats_report_rounds_as_it_says():
+    st = OffloadStats(
+        steps=1, tokens=10, requested=3, hits=1, prefetched=3, prefetch_useful=1,
+        bytes=1e9, wait_s=1.0, compute_s=2.0,
+        per_layer={0: {"hit": 1, "req": 1, "wait": 0.12345678}},
+    )  # fmt: skip
+    d = st.as_dict()
+    assert (d["hit_rate"], d["resident_hit_rate"], d["prefetch_accuracy"]) == (
+        0.3333, 0.3333, 0.3333,
+    )  # fmt: skip
+    assert d["bytes_moved_mb"] == 1000.0 and d["tokens_per_s"] == 3.33
+    assert d["per_layer"] == {0: {"hit_rate": 1.0, "stall_s": 0.123457}}
+    one = OffloadStats(requested=1, hits=1).as_dict()
+    assert one["hit_rate"] == 1.0
+
+
+def test_stats_before_the_clock_is_replayed():
+    st = two_steps(cost()).stats  # no timing() yet: no wait counted
+    assert st.as_dict()["per_layer"][1] == {"hit_rate": 0.3333, "stall_s": 0.0}
+
+
+def test_a_prediction_already_resident_is_not_fetched():
+    """The frequency prefetcher predicts unit 0 for layer 1, where it is resident: no
+    transfer is issued."""
+    pf = FrequencyPrefetcher([[0, 1, 2, 3], [0, 2, 3, 1]])
+    rt = two_layers(cost(), pf)
+    assert rt.stats.prefetched == 0 and rt.log[0][5] == []
+
+
+def test_costs_scale_with_the_rate():
+    c = cost(unit_flops=2.0, flops=4.0, dense_flops=8.0)
+    assert c.unit_s(3) == 3 * 2 / 4 + 0.5
+    assert c.device_s(np.array([1, 3]), 2) == 2 * 8 / 4 + (1 + 3) * 2 / 4
