@@ -17,6 +17,7 @@ from fsedp.sim.baselines import (
     _timeline_arrays,
     bounds,
     ep_home,
+    ep_layer,
     flow_shop_arrays,
     held_tokens,
     hydra_home,
@@ -150,3 +151,57 @@ def test_placements_by_hand():
     # e0 -> 0: (10, 12); e2 -> 1: (10, 6); e3: chiplet 0 max(20, 15) = 20, chiplet 1
     # max(20, 9) = 20: the lower id, 0 -> (20, 15); e1 (5, 0): chiplet 1 max(15, 6) = 15
     assert hydra_home(s, np.array([4, 0, 2, 1])) == [0, 1, 1, 0]
+
+
+def ep_setup():
+    """1 x 2 mesh, 2 experts of 2 micro-slices (100 bytes, 10 DDR cycles each; an expert
+    200 bytes, 20 cycles to load, 2 cycles a token to compute), a 300-byte buffer, 5
+    cycles of DDR latency, 10-byte activations over 10-byte-a-cycle links of 1 cycle."""
+    s = hand_setup(1, 2, act_bytes=10, bpc=10, latency=1, microslice_bytes=100,
+                   micro_slices=2, ddr_interval=10, cycles_per_token=1, slots=2)  # fmt: skip
+    s.sp = SimpleNamespace(experts=2)
+    s.buffer_bytes, s.expert_bytes, s.ddr_access_cycles = 300, 200, 5
+    s.expert_load_cycles = lambda: 20
+    s.expert_compute_cycles = lambda t: 2 * t
+    return s
+
+
+def test_ep_layer_by_hand():
+    """Expert 0 (home: chiplet 0) has 2 tokens on chiplet 1, expert 1 (home 1) one token
+    there.  The all-to-all: 20 bytes over chiplet 1's one link, 2 cycles, and a hop: 3.
+    Chiplet 0 streams e0's 2 micro-slices (loads 0-10, 10-20; arriving 15, 25) and computes
+    each for its 2 tokens: 15-17, 25-27.  Chiplet 1 likewise for e1's 1 token: 15-16,
+    25-26.  The layer: 27 + the results' way back, 3: 30 cycles."""
+    r = ep_layer(ep_setup(), [(0, 1, 0), (0, 1, 0), (0, 1, 1)], ep_home(2, 2))
+    assert (r.strategy, r.cycles, r.bound, r.ddr_cycles, r.compute_cycles) == ("EP", 30, 20, 20, 3)
+    assert r.busy == [4, 2] and r.decisions == 2 and r.ddr_per_chiplet == [200, 200]
+    assert (r.ddr_bytes, r.d2d_bytes, r.peak_weight_bytes, r.peak_token_bytes) == (
+        400, 40, 200, 40,
+    )  # fmt: skip
+    assert (r.link_bound, r.stream_bound) == (20, 0)
+    assert r.timeline == [(0, 0), (15, 2), (16, 1), (17, 0), (25, 2), (26, 1), (27, 0)]
+    assert r.idle == {
+        "ddr": {"all-to-all": 6, "drain": 14},
+        "compute": {"all-to-all": 12, "fill": 24, "starved": 17, "drain": 1},
+    }
+
+
+def test_ep_paper_loads_a_whole_expert_first():
+    """The paper's EP: one whole expert in the buffer (300 bytes hold one of 200): chiplet 0
+    loads e0 (0-20, arriving 25) and computes its 2 tokens on both micro-slices, 4 cycles:
+    25-29; the layer 29 + 3 = 32."""
+    r = ep_layer(ep_setup(), [(0, 1, 0), (0, 1, 0), (0, 1, 1)], ep_home(2, 2), "EP-paper", True)
+    assert (r.strategy, r.cycles, r.busy, r.peak_weight_bytes) == ("EP-paper", 32, [4, 2], 200)
+
+
+def test_johnsons_order_on_a_chiplet():
+    """Chiplet 0 holds e0 (20 tokens: compute 40 > load 20) and e2 (2 tokens: 4 < 20):
+    Johnson's rule runs the compute-heavy one first when its load is shorter -- e0 first,
+    so e2's load overlaps e0's long compute."""
+    s = ep_setup()
+    s.sp = SimpleNamespace(experts=3)
+    recs = [(0, 0, 0)] * 20 + [(0, 0, 2)] * 2
+    r = ep_layer(s, recs, [0, 1, 0])
+    # e0: loads 0-10, 10-20 (arrive 15, 25), computes 15-35, 35-55 (20 cycles each);
+    # e2: loads 20-30, then a slot frees at 35: 35-45 (arrive 35, 50): computes 55-57, 57-59
+    assert r.cycles == 59 and r.busy == [44, 0]
