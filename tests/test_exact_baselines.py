@@ -94,7 +94,15 @@ def test_flow_shop_by_hand():
     assert _flow_shop([], 2, 0, 0, 7) == (7, [], [])
 
 
-def test_flow_shop_arrays_equal_the_loop():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_flow_shop_arrays_equal_the_loop(compiled, monkeypatch):
+    """The same schedule from the compiled loop and, without numba, from the Python one."""
+    from fsedp.sim import fast
+
+    if compiled and not fast.available():
+        pytest.skip("numba is not installed")
+    if not compiled:
+        monkeypatch.setattr(fast, "available", lambda: False)
     load, comp = np.array([4, 4, 2]), np.array([1, 6, 1])
     makespan, b, e, i, ie = flow_shop_arrays(load, comp, 2, 1, 3)
     assert makespan == 16 and list(b) == [5, 9, 15] and list(e) == [6, 15, 16]
