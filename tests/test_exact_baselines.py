@@ -213,3 +213,20 @@ def test_johnsons_order_on_a_chiplet():
     # e0: loads 0-10, 10-20 (arrive 15, 25), computes 15-35, 35-55 (20 cycles each);
     # e2: loads 20-30, then a slot frees at 35: 35-45 (arrive 35, 50): computes 55-57, 57-59
     assert r.cycles == 59 and r.busy == [44, 0]
+
+
+def test_link_bound_with_two_micro_slices_and_heavy_tokens_by_hand():
+    """As above with 2 micro-slices for the expert (DDR 2 x 10 / 2 = 10) and 50-byte
+    activations (a token and its result over a link: 100 bytes over 2 bytes a cycle, 50).
+
+    Tokens may move: one chiplet computes both, loading the expert once (lam x 10) or the
+    other chiplet's token crosses ((1 - lam) x 50): at best 50 - 40 lam, or both chiplets
+    load it (20 lam); the larger of the minima is at lam = 5/6: 16.7 -> 17 cycles, above
+    DDR.  Tokens stay: load once and send both slices over the link (2 x 50 = 100 per
+    lam's other side: 100 - 90 lam) or load twice (20 lam): lam = 10/11, 18.2 -> 19."""
+    s = setup(act_bytes=50)
+    held = np.array([[1], [1]])
+    slices = np.array([2])
+    assert bounds(s, held.sum(0), slices) == (10, 2)
+    assert link_bound(s, held, slices) == 17
+    assert link_bound(s, held, slices, tokens_move=False) == 19
