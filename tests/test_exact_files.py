@@ -13,6 +13,7 @@ import pytest
 from fsedp.errors import EnvironmentFailure, InputError
 from fsedp.files import (
     LIMITS,
+    MAX_YAML_DEPTH,
     OUTPUT_MARKER,
     _entries,
     _merge,
@@ -27,6 +28,7 @@ from fsedp.files import (
     open_input,
     output_dir,
     output_folder,
+    parse_yaml,
     read_bytes,
     read_text,
     read_yaml,
@@ -317,3 +319,62 @@ def test_writing_text_and_folders(tmp_path):
     os.symlink(d, tmp_path / "ln")
     assert refusal(output_folder, tmp_path / "ln")[2].startswith("is a symbolic link (to ")
     assert build_dir("x", "y") == Path.cwd() / "build" / "x" / "y"
+
+
+# ----------------------------------------------------------------------------- YAML
+
+
+def yaml_refusal(text) -> tuple:
+    with pytest.raises(InputError) as e:
+        parse_yaml(text, "c.yaml")
+    assert e.value.file == "c.yaml"
+    return e.value.field, e.value.reason
+
+
+@pytest.mark.parametrize(
+    "text, field, reason",
+    [
+        ("a: &x 1\nb: 2\n", "<yaml>",
+         "YAML error at line 1, column 4: anchors (&name) are not accepted"),
+        ("a: 1\nb: *x\n", "<yaml>",
+         "YAML error at line 2, column 4: aliases (*name) are not accepted"),
+        ("a: 1\nb: 2\na: 3\n", "<yaml>", "YAML error at line 3, column 1: duplicate key 'a'"),
+        ("? [1, 2]\n: 3\n", "<yaml>", "YAML error at line 1, column 3: a key must be a scalar"),
+        ("a: [1\n", "<yaml>",
+         "YAML error at line 2, column 1: expected ',' or ']', but got '<stream end>'"),
+        ("", "<top>", "the document is empty; expected a mapping"),
+        ("# only a comment\n", "<top>", "the document is empty; expected a mapping"),
+        ("- 1\n- 2\n", "<top>", "the top level must be a mapping, not list"),
+        ("7\n", "<top>", "the top level must be a mapping, not int"),
+    ],
+)  # fmt: skip
+def test_yaml_refusals_by_hand(text, field, reason):
+    assert yaml_refusal(text) == (field, reason)
+
+
+def test_yaml_nesting_at_its_limit():
+    """The document's mapping is level 1: 32 levels are read, 33 refused."""
+
+    def nested(levels):
+        return "a: " + "{a: " * (levels - 2) + "1" + "}" * (levels - 2) + "\n"
+
+    assert parse_yaml(nested(MAX_YAML_DEPTH), "c.yaml")["a"] is not None
+    field, reason = yaml_refusal(nested(MAX_YAML_DEPTH + 1))
+    assert field == "<yaml>" and reason.endswith(f"nested deeper than {MAX_YAML_DEPTH} levels")
+
+
+def test_yaml_size_limit_at_its_value(monkeypatch):
+    import fsedp.files as files
+
+    monkeypatch.setattr(files, "MAX_YAML_BYTES", 8)
+    assert parse_yaml("a: 12345", "c.yaml") == {"a": 12345}  # 8 characters
+    with pytest.raises(InputError) as e:
+        parse_yaml("a: 123456", "c.yaml")
+    assert (e.value.field, e.value.reason) == (
+        "<file>", "9 characters; a YAML file here holds at most 8",
+    )  # fmt: skip
+
+
+def test_yaml_value_errors_are_one_line():
+    field, reason = yaml_refusal("a: 2001-13-45\n")
+    assert field == "<yaml>" and reason.startswith("YAML error: ValueError: ")
