@@ -1,4 +1,4 @@
-"""Device profiles of the software-side models (issue 34): the shipped profiles load, the
+"""Device profiles of the software-side models: the shipped profiles load, the
 default reproduces the models' earlier constants exactly, every field is checked (one line,
 exit 2), and ``--device`` reaches the offload and serving models."""
 

@@ -1,4 +1,4 @@
-"""The replay of the offload model's decisions with torch (issue 34), on the CPU with a tiny
+"""The replay of the offload model's decisions with torch, on the CPU with a tiny
 model: it moves the model's bytes, runs the model's experts, in the model's order, from the
 slots the model's cache put them in; and the fitted profile is a valid one.  Timings are
 reported, never asserted (docs/offload.md holds the measured figures)."""
