@@ -286,8 +286,6 @@ class NpzReader:
         self._fh = fh = files.open_input(path, "trace")
         try:
             self._zip = zipfile.ZipFile(fh)
-        except FileNotFoundError:
-            raise InputError(file, "<file>", "no such file") from None
         except Exception as e:  # BadZipFile, OSError, ValueError, EOFError, ...
             fh.close()
             raise InputError(
