@@ -3,6 +3,7 @@ cases worked out by hand: the DDR and compute bounds, the link bound and FSE-DP'
 bound (tokens left where they are) on a two-chiplet mesh, the two-stage flow shop of a
 chiplet's buffer, the idle causes, the occupancy timeline and the placements."""
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -230,3 +231,232 @@ def test_link_bound_with_two_micro_slices_and_heavy_tokens_by_hand():
     assert bounds(s, held.sum(0), slices) == (10, 2)
     assert link_bound(s, held, slices) == 17
     assert link_bound(s, held, slices, tokens_move=False) == 19
+
+
+def test_compute_bound_counts_the_cycles_of_a_token():
+    """2 chiplets, one micro-slice per expert, 3 cycles a token-slice: experts with 3, 0 and
+    2 tokens: (3 + 2) x 3 = 15 cycles over 2 chiplets, 7.5: 8; DDR 2 x 10 / 2 = 10."""
+    s = hand_setup(1, 2, micro_slices=1, ddr_interval=10, cycles_per_token=3)
+    assert bounds(s, np.array([3, 0, 2])) == (10, 8)
+
+
+def test_link_bound_passes_the_slice_table_and_loads_ahead_to_the_ddr_bound():
+    """Both tokens of an expert of 2 micro-slices on chiplet 0: no link is needed, the bound
+    is the DDR bound, 2 x 10 / 2 = 10 (compute 2 x 2 / 2 = 2); with one slice loaded ahead,
+    1 x 10 / 2 = 5."""
+    s = setup()
+    held, slices = np.array([[2], [0]]), np.array([2])
+    assert link_bound(s, held, slices) == 10
+    assert link_bound(s, held, slices, ahead=1) == 5
+
+
+def test_link_bound_sums_each_active_experts_best_choice():
+    """1 x 2 mesh as above, tokens stay.  Expert 0 has a token on each chiplet: both need its
+    slice, min(50 - 45 lam, 10 lam); expert 1 has one token, on chiplet 0: one load there,
+    5 lam; expert 2 is idle and counts nothing.  DDR 2 x 10 / 2 = 10, compute 2.  The sum
+    min(50 - 45 lam, 10 lam) + 5 lam is largest where 50 - 45 lam = 10 lam, lam = 10/11:
+    150/11 = 13.6: 14 cycles."""
+    s = setup()
+    assert link_bound(s, np.array([[1, 1, 0], [1, 0, 0]]), tokens_move=False) == 14
+
+
+def test_link_bound_moves_the_tokens_off_the_lighter_chiplet():
+    """1 x 2 mesh, one expert of one micro-slice (DDR 5, compute 2), 1 token on chiplet 0
+    and 3 on chiplet 1, 20-byte activations: a token and its result cost 40 bytes over 2
+    bytes a cycle, 20.  Compute on chiplet 1 only: one load and the one token of chiplet 0
+    moved (5 lam + 20 (1 - lam)); or both chiplets compute, loading twice (10 lam) or once
+    and the slice over a link (5 lam + 50 (1 - lam)).  max over lam of min(20 - 15 lam,
+    10 lam): lam = 4/5, 8 cycles."""
+    s = setup(act_bytes=20)
+    assert link_bound(s, np.array([[1], [3]])) == 8
+    assert link_bound(s, np.array([[3], [1]])) == 8  # the same by symmetry
+
+
+def test_link_bound_is_at_least_the_compute_bound():
+    """As the stream bound above (10 cycles for one token on each chiplet), with 12 tokens
+    on each chiplet: compute 24 / 2 = 12 cycles exceeds what DDR and links give."""
+    s = setup()
+    assert link_bound(s, np.array([[12], [12]]), tokens_move=False) == 12
+
+
+def test_link_bound_searches_when_the_ring_of_every_slice_exceeds_the_bound():
+    """1 x 2 mesh, tokens stay, one token on each chiplet, an expert of 2 micro-slices of
+    20 bytes (10 cycles over the 2 links each): DDR 2 x 10 / 2 = 10; the ring of both
+    slices 2 x 10 = 20 > 10, so the search runs: load once (10 lam + 20 (1 - lam)) or on
+    both chiplets (20 lam): lam = 2/3, 40/3 = 13.3: 14 cycles."""
+    s = setup(microslice_bytes=20)
+    held = np.array([[1], [1]])
+    assert link_bound(s, held, np.array([2]), tokens_move=False) == 14
+
+
+def test_link_bound_with_slow_links_by_hand():
+    """1 x 2 mesh, a quarter of a byte a link cycle (half a byte a cycle over both links),
+    tokens stay, one token on each chiplet, one micro-slice of 5 bytes: 10 cycles over the
+    links, above DDR's 5.  min(5 lam + 10 (1 - lam), 10 lam) is largest at lam = 2/3:
+    6.7: 7 cycles."""
+    s = setup(microslice_bytes=5, bpc=0.25)
+    assert link_bound(s, np.array([[1], [1]]), tokens_move=False) == 7
+
+
+def test_link_bound_rounding_margin_by_hand():
+    """The bound is rounded up to whole cycles after taking a millionth of it (at least a
+    millionth of a cycle) off, and is never below the DDR and compute bounds.
+
+    1 x 2 mesh, tokens stay, one token on each chiplet, DDR 10 000 000 cycles a micro-slice
+    (D = 5 000 000 over both channels) and a micro-slice of 10 000 004 bytes (L =
+    5 000 002 cycles over both links): the best lam gives 2 D L / (D + L) = D + 1 -
+    1 / (D + 1), just under 5 000 001; less its millionth (5 cycles) that is below DDR's
+    5 000 000, which is the bound."""
+    big = setup(microslice_bytes=10_000_004)
+    big.dp = big.dp.__class__(rows=1, cols=2, micro_slices=1, ddr_interval=10_000_000)
+    assert link_bound(big, np.array([[1], [1]]), tokens_move=False) == 5_000_000
+    # DDR 2 cycles a slice (D = 1) and L = 2 000 006 / 2 000 000 = 1.000003 cycles: the best
+    # lam gives 2 L / (1 + L) = 1.0000015, less a millionth of a cycle still above 1: 2
+    small = setup(microslice_bytes=2_000_006, bpc=1_000_000)
+    small.dp = small.dp.__class__(rows=1, cols=2, micro_slices=1, ddr_interval=2)
+    assert link_bound(small, np.array([[1], [1]]), tokens_move=False) == 2
+
+
+def test_flow_shop_arrays_are_integer_arrays():
+    """The schedule of ``test_flow_shop_by_hand`` comes back as integer arrays, compiled or
+    not: whole cycles, written as such."""
+    from fsedp.sim import fast
+
+    load, comp = np.array([4, 4, 2]), np.array([1, 6, 1])
+    runs = [flow_shop_arrays(load, comp, 2, 1, 3)]
+    real = fast.available
+    try:
+        fast.available = lambda: False
+        runs.append(flow_shop_arrays(load, comp, 2, 1, 3))
+    finally:
+        fast.available = real
+    for _, b, e, i, ie in runs:
+        assert json.dumps([b.tolist(), e.tolist(), i.tolist(), ie.tolist()]) == (
+            "[[5, 9, 15], [6, 15, 16], [0, 4, 8], [4, 8, 10]]"
+        )
+
+
+@pytest.mark.parametrize("arrays", [False, True])
+def test_idle_causes_of_three_intervals_by_hand(arrays):
+    """Busy 2-4, 5-7 and 9-10 in a layer of 14 cycles whose work spans 1..12: fill 1, gaps
+    of 1 and 2 (3), drain 12 - 10 = 2, all-to-all 1 + 14 - 12 = 3.  With no interval, a
+    span of 2..5 in 6 cycles: drain 5 - 2 = 3, all-to-all 2 + 6 - 5 = 3."""
+    acc, empty = {}, {}
+    if arrays:
+        _idle_arrays(np.array([2, 5, 9]), np.array([4, 7, 10]), 1, 12, 14, "compute", acc)
+        _idle_arrays(np.zeros(0, np.int64), np.zeros(0, np.int64), 2, 5, 6, "ddr", empty)
+    else:
+        _idle([(2, 4), (5, 7), (9, 10)], 1, 12, 14, "compute", acc)
+        _idle([], 2, 5, 6, "ddr", empty)
+    assert acc == {"all-to-all": 3, "fill": 1, "starved": 3, "drain": 2}
+    assert empty == {"all-to-all": 3, "drain": 3}
+
+
+def test_occupancy_timeline_is_whole_numbers():
+    """The timeline of ``test_occupancy_timeline_by_hand`` written as JSON: whole cycles and
+    whole numbers of chiplets."""
+    begins = [np.array([0, 5]), np.array([2])]
+    ends = [np.array([3, 6]), np.array([5])]
+    assert json.dumps(_timeline_arrays(begins, ends)) == "[[0, 1], [2, 2], [3, 1], [5, 1], [6, 0]]"
+
+
+def _lpt(load, compute_per_token):
+    return SimpleNamespace(
+        chiplets=2,
+        expert_load_cycles=lambda: load,
+        expert_compute_cycles=lambda t: compute_per_token * max(1, t),
+    )
+
+
+def test_hydra_places_the_busiest_first_and_unseen_experts_as_half_a_load():
+    """Load 9, compute 5 a token (at least one token's worth, as the setup's); predicted 0,
+    0, 0, 4, 4 tokens on 2 chiplets.  By tokens: e3, e4, then e0, e1, e2 (unseen: half a
+    load, 9 // 2 = 4, no compute).  e3 (9, 20) -> 0; e4: chiplet 0 max(18, 40), chiplet 1
+    max(9, 20): 1; e0: both 20 -> 0 (13, 20); e1: chiplet 0 max(17, 20) = 20 = chiplet 1's
+    -> 0 (17, 20); e2: chiplet 0 max(21, 20) = 21 > 20: 1."""
+    assert hydra_home(_lpt(9, 5), np.array([0, 0, 0, 4, 4])) == [0, 0, 1, 0, 1]
+
+
+def test_hydra_balances_the_larger_of_load_and_compute():
+    """Load 9, compute 5 a token; predicted 3, 1, 1.  e0 (9, 15) -> 0; e1 (9, 5): chiplet
+    0 max(18, 20) = 20, chiplet 1 9: 1; e2: chiplet 0 20, chiplet 1 max(18, 10) = 18: 1."""
+    assert hydra_home(_lpt(9, 5), np.array([3, 1, 1])) == [0, 1, 1]
+    # predicted 3 each (9, 15): e0 -> 0, e1 -> 1, e2: 30 both -> 0 (18, 30); e3: chiplet 0
+    # max(27, 45), chiplet 1 max(18, 30) = 30: 1
+    assert hydra_home(_lpt(9, 5), np.array([3, 3, 3, 3])) == [0, 1, 0, 1]
+    # load 9, compute 4 a token, predicted 3, 2, 2, 2, 2: e0 (9, 12) -> 0; e1 (9, 8) -> 1;
+    # e2: chiplet 0 max(18, 20), chiplet 1 max(18, 16) = 18: 1 (18, 16); e3: chiplet 0 20,
+    # chiplet 1 max(27, 24) = 27: 0 (18, 20); e4: chiplet 0 max(27, 28) = 28, chiplet 1
+    # max(27, 24) = 27: 1
+    assert hydra_home(_lpt(9, 4), np.array([3, 2, 2, 2, 2])) == [0, 1, 1, 0, 1]
+
+
+def test_hydra_halves_an_odd_load_to_whole_cycles():
+    """Load 9, compute 1 a token; predicted 1, 0, 0, 0: e0 (9, 1) -> 0; the unseen ones
+    (4, 0): e1: chiplet 0 13, chiplet 1 4: 1; e2: 13 against 8: 1; e3: 13 against 12: 1.
+    (Half of 9 as 4.5 would tie e3 at 13.5 against 13: chiplet 0.)"""
+    assert hydra_home(_lpt(9, 1), np.array([1, 0, 0, 0])) == [0, 1, 1, 1]
+
+
+def _ep(buffer_bytes=200, experts=3, cycles_per_token=1):
+    s = ep_setup()
+    if cycles_per_token != 1:
+        s.dp = s.dp.__class__(
+            rows=1, cols=2, micro_slices=2, ddr_interval=10, cycles_per_token=cycles_per_token
+        )
+        s.expert_compute_cycles = lambda t: 2 * cycles_per_token * t
+    s.sp = SimpleNamespace(experts=experts)
+    s.buffer_bytes = buffer_bytes
+    return s
+
+
+def test_johnsons_order_keeps_compute_heavy_experts_of_equal_load_in_id_order():
+    """Two slots (200 bytes of 100-byte micro-slices).  Chiplet 0 holds e0 (15 tokens:
+    compute 30 > load 20) and e2 (11 tokens: 22 > 20); equal loads keep e0 first.  Chunks
+    (10 to load, 5 latency) computing 15, 15, 11, 11: loads 0-10, 10-20 (arrive 15, 25),
+    computes 15-30, 30-45; chunk 2's slot frees at 30: load 30-40, arrive 45, compute 45-56;
+    chunk 3's at 45: load 45-55, arrive 60: compute 60-71, starved 56-60.  No token moves:
+    71 cycles.  Compute 26 x 2 / 2 = 26 above DDR 2 x 2 x 10 / 2 = 20: every bound 26."""
+    recs = [(0, 0, 0)] * 15 + [(0, 0, 2)] * 11
+    r = ep_layer(_ep(), recs, [0, 1, 0])
+    assert r.cycles == 71 and r.busy == [52, 0]
+    # one chunk ends where the next begins (30, 45): the level stays 1 there
+    assert r.timeline == [(0, 0), (15, 1), (30, 1), (45, 1), (56, 0), (60, 1), (71, 0)]
+    assert (r.bound, r.compute_cycles, r.link_bound) == (26, 26, 26)
+
+
+def test_johnsons_order_runs_load_heavy_experts_by_falling_compute():
+    """Two slots; chiplet 0 holds e0 (8 tokens: compute 16 < load 20) and e2 (3 tokens: 6):
+    the longer compute first.  Chunks computing 8, 8, 3, 3: 15-23, 25-33; chunk 2's slot
+    frees at 23: load 23-33, arrive 38, compute 38-41; chunk 3's at 33: load 33-43, arrive
+    48, compute 48-51: 51 cycles (e2 first would take 53).  Two slots of 100 bytes held."""
+    recs = [(0, 0, 0)] * 8 + [(0, 0, 2)] * 3
+    r = ep_layer(_ep(), recs, [0, 1, 0])
+    assert r.cycles == 51 and r.busy == [22, 0] and r.peak_weight_bytes == 200
+    assert r.timeline == [(0, 0), (15, 1), (23, 0), (25, 1), (33, 0), (38, 1), (41, 0),
+                          (48, 1), (51, 0)]  # fmt: skip
+
+
+def test_an_expert_whose_compute_equals_its_load_runs_once():
+    """e0 with 10 tokens on chiplet 0: compute 20 = load 20.  Three slots: loads 0-10,
+    10-20 (arrive 15, 25), computes 15-25, 25-35: 35 cycles, 20 busy."""
+    r = ep_layer(_ep(300, 2), [(0, 0, 0)] * 10, [0, 1])
+    assert r.cycles == 35 and r.busy == [20, 0]
+
+
+def test_ep_paper_with_room_for_one_expert_waits_for_its_compute():
+    """The paper's EP, 300 bytes of buffer: one expert of 200 bytes at a time.  Chiplet 0
+    holds e0 (2 tokens, compute 4) and e2 (1 token, 2), both load-heavy: e0 first, loaded
+    0-20, arriving 25, computed 25-29; e2's load waits for that: 29-49, arriving 54,
+    computed 54-56.  One expert held: 200 bytes."""
+    recs = [(0, 0, 0), (0, 0, 0), (0, 0, 2)]
+    r = ep_layer(_ep(300), recs, [0, 1, 0], "EP-paper", True)
+    assert r.cycles == 56 and r.busy == [6, 0] and r.peak_weight_bytes == 200
+
+
+def test_ep_computes_a_chunk_for_the_cycles_of_its_tokens():
+    """2 cycles a token-slice: e0's 3 tokens on chiplet 0 take 6 cycles a micro-slice.
+    Loads 0-10, 10-20 (arrive 15, 25): computes 15-21, 25-31: 31 cycles, 12 busy; the
+    compute bound 3 x 2 x 2 / 2 = 6."""
+    r = ep_layer(_ep(300, 2, cycles_per_token=2), [(0, 0, 0)] * 3, [0, 1])
+    assert r.cycles == 31 and r.busy == [12, 0] and r.compute_cycles == 6
