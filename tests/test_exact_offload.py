@@ -374,3 +374,39 @@ def test_costs_scale_with_the_rate():
     c = cost(unit_flops=2.0, flops=4.0, dense_flops=8.0)
     assert c.unit_s(3) == 3 * 2 / 4 + 0.5
     assert c.device_s(np.array([1, 3]), 2) == 2 * 8 / 4 + (1 + 3) * 2 / 4
+
+
+def test_three_layers_each_prefetch_is_for_the_next_layer():
+    """Three layers of capacity 1: unit 2 resident at layer 0, unit 0 at layers 1 and 2;
+    one step runs unit 2, then 1, then 2 (one token each).  The frequency prefetcher's
+    first choice per layer: 0, 1, 2.  Layer 0 prefetches layer 1's choice (1, not resident
+    there), layer 1 prefetches layer 2's (2: resident at layer 0, not at layer 2, so it is
+    fetched): both prefetches are used, nothing is fetched on demand.
+    Clock (1 s a copy, 1.5 s a layer): l0 issues 1 (0 -> 1), runs 0 -> 1.5; l1 has 1,
+    issues 2 (1.5 -> 2.5), runs 1.5 -> 3; l2 has 2 (2.5): runs 3 -> 4.5, no wait."""
+    pf = FrequencyPrefetcher([[0, 1, 2, 3], [1, 0, 2, 3], [2, 0, 1, 3]])
+    rt = OffloadRuntime(3, 4, 1, LINK, cost(), pf, initial=[[2], [0], [0]], prefetch_count=1)
+    for layer, u in enumerate([2, 1, 2]):
+        rt.layer_step(0, layer, np.array([u]), np.array([1]), 1)
+    assert [r[5] for r in rt.log] == [[1], [2], []]  # issued, per layer
+    assert [r[4] for r in rt.log] == [[], [1], [2]]  # prefetches used
+    assert [r[3] for r in rt.log] == [[], [], []]  # demand fetches
+    st = rt.timing()
+    assert (st.hits, st.prefetch_hits, st.prefetched, st.demand) == (1, 2, 2, 0)
+    assert (st.wait_s, st.compute_s, st.time_s) == (0.0, 4.5, 4.5)
+
+
+def test_two_steps_replayed_step_by_step_on_a_slow_link():
+    """:func:`two_steps` (logged layer by layer) on a link of 4 s a copy: the clock runs in
+    (step, layer) order, s0 l0, s0 l1, s1 l0, s1 l1.
+    s0 l0: fetch 1 (0 -> 4), prefetch 2 (4 -> 8), compute 3: ends at 7, waited 4.
+    s0 l1: waits for the prefetch (8), compute 2.5: ends at 10.5, waited 1.
+    s1 l0: fetch 1 (10.5 -> 14.5), prefetch 2 (14.5 -> 18.5), compute 3.5: ends 18, waited 4.
+    s1 l1: 2 resident; fetch 3 behind the prefetch (18.5 -> 22.5), compute 4: ends at 26.5,
+    waited 4.5.  (Layer by layer, s1 l0 before s0 l1, the prefetch would have had time to
+    arrive: 26 s.)"""
+    rt = two_steps(cost())
+    rt.link = Link("slow", 0.25, 0.0)
+    st = rt.timing()
+    assert (st.wait_s, st.compute_s, st.time_s) == (13.5, 13.0, 26.5)
+    assert st.per_layer[0]["wait"] == 8.0 and st.per_layer[1]["wait"] == 5.5
