@@ -367,3 +367,205 @@ def test_plan_score_counts_compute():
     p = plan(s, [(k, 0, 0) for k in range(20)], np.array([4]))
     assert p.moves == [] and p.a2a == 0
     assert p.scores == {(2, 2): (20, 3)}
+
+
+def _held(chiplets, experts, tokens):
+    """``held[c, e]`` from ``{e: (c, tokens)}``: every expert's tokens on one chiplet."""
+    held = np.zeros((chiplets, experts), np.int64)
+    for e, (c, t) in tokens.items():
+        held[c, e] = t
+    return held
+
+
+def test_assign_moves_an_expert_alone_only_for_half_a_cycle():
+    """Three regions of one chiplet, DDR 10 a micro-slice: two experts of 3 slices (load 30,
+    work 3), one token each on chiplet 0.  e0 -> region 0 (its token), e1 -> region 1 (30 <
+    60, the lower of the two empty ones).  Moving e0 alone to region 2 leaves 30 there: no
+    gain of half a cycle; trading it with e1 neither: no move."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    held = _held(3, 2, {0: (0, 1), 1: (0, 1)})
+    assert list(assign(held, np.array([3, 3]), dp, [[0], [1], [2]])) == [0, 1]
+
+
+def test_assign_moves_an_expert_alone_to_a_smaller_region():
+    """Regions of 4 and 2 chiplets, DDR 2 a micro-slice, 3 cycles a token-slice.  e0: 1
+    slice, 1 token on chiplet 3 (load 2, work 3); e1: 2 slices, 1 token on chiplet 1 (4, 6).
+    e1 first: region 0 max(1, 1.5) = 1.5 (rounded 2) < region 1 max(2, 3) = 3; e0: region 0
+    max(1.5, 2.25) = 2.25 (2), region 1 max(1, 1.5) = 1.5 (2): a tie, region 0 holds its
+    token.  Region 0 at 2.25; e0 alone to region 1: max(1, 1.5, 1, 1.5) = 1.5 < 2.25 - 0.5:
+    it moves; then both regions at 1.5 and nothing lowers that."""
+    dp = SimpleNamespace(ddr_interval=2, cycles_per_token=3)
+    held = _held(6, 2, {0: (3, 1), 1: (1, 1)})
+    assert list(assign(held, np.array([1, 2]), dp, [[0, 1, 2, 3], [4, 5]])) == [1, 0]
+
+
+def test_assign_trades_with_expert_zero_by_hand():
+    """Regions of 4 and 2 chiplets, DDR 2, 3 cycles a token-slice.  Slices 1, 3, 2, 3; e0 1
+    token on chiplet 5, e1 1 on 3, e2 1 on 2, e3 3 on 0: loads 2, 6, 4, 6, work 3, 9, 6, 27.
+    Greedy by the larger: e3 -> 0 (6.75 < 13.5); e1 -> 1 (4.5 < 9); e2: region 0 max(2.5,
+    8.25), region 1 max(5, 7.5): both 8 rounded, its token in region 0; e0 -> 1 (6 < 9).
+    DDR and compute: region 0 (2.5, 8.25), region 1 (4, 6).  Of region 0's experts, only e2
+    trading with e0 gains half a cycle: region 0 (2, 7.5), region 1 (5, 7.5); then nothing
+    lowers 7.5."""
+    dp = SimpleNamespace(ddr_interval=2, cycles_per_token=3)
+    held = _held(6, 4, {0: (5, 1), 1: (3, 1), 2: (2, 1), 3: (0, 3)})
+    home = assign(held, np.array([1, 3, 2, 3]), dp, [[0, 1, 2, 3], [4, 5]])
+    assert list(home) == [0, 1, 1, 0]
+
+
+def test_assign_trades_for_the_ddr_time_by_hand():
+    """Regions of 4 and 2 chiplets, DDR 10, 1 cycle a token-slice.  Slices 3, 3, 2, 4; e0 1
+    token on chiplet 4, e1 1 on 5, e2 2 on 0, e3 2 on 1: loads 30, 30, 20, 40, work 3, 3,
+    4, 8.  Greedy: e3 -> 0 (10 < 20); e0 -> 1 (15 < 17.5); e1 -> 0 (17.5 < 30); e2 -> 0
+    (22.5, rounded 22, < 25).  DDR 22.5 and 15: e3 trading with e0 gives 20 and 20 (DDR
+    22.5 - 2.5, 15 + 5), the one gain of half a cycle; then nothing lowers 20."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    held = _held(6, 4, {0: (4, 1), 1: (5, 1), 2: (0, 2), 3: (1, 2)})
+    home = assign(held, np.array([3, 3, 2, 4]), dp, [[0, 1, 2, 3], [4, 5]])
+    assert list(home) == [0, 0, 0, 1]
+
+
+def test_assign_greedy_weighs_load_and_work_over_the_region_size():
+    """Regions of 4 and 2 chiplets, DDR 3, 2 cycles a token-slice.  Slices 1, 3, 3, 2; e0 4
+    tokens on chiplet 5, e1 1 on 2, e2 2 on 2, e3 1 on 0: loads 3, 9, 9, 6, work 8, 6, 12,
+    4.  Largest first: e2 -> 0 (max(2.25, 3) = 3 < 6); e1: region 0 max(4.5, 4.5), region 1
+    max(4.5, 3): both 4 rounded, its token in region 0; e0 -> 1 (4 < 6.5); e3: region 0
+    max(6, 5.5) = 6, region 1 max(4.5, 6) = 6, its token in region 0.  Region 0 at 6,
+    region 1 at 4: every move or trade leaves 6 or more."""
+    dp = SimpleNamespace(ddr_interval=3, cycles_per_token=2)
+    held = _held(6, 4, {0: (5, 4), 1: (2, 1), 2: (2, 2), 3: (0, 1)})
+    home = assign(held, np.array([1, 3, 3, 2]), dp, [[0, 1, 2, 3], [4, 5]])
+    assert list(home) == [1, 0, 0, 0]
+
+
+def test_assign_takes_the_first_of_equal_trades_by_hand():
+    """Regions of 4 and 2 chiplets, DDR 10, 1 cycle a token-slice, every token in region 0.
+    Slices 2, 4, 3, 4; tokens 4 (chiplet 1), 2 (0), 4 (3), 4 (2): loads 20, 40, 30, 40,
+    work 8, 8, 12, 16.  Greedy: e1 -> 0 (10); e3: 20 both, its tokens in region 0; e2 -> 1
+    (15 < 27.5); e0: 25 both, region 0.  DDR 25 and 15: e1 or e3 trading with e2 gives
+    22.5 (25 - 10 / 4, 15 + 10 / 2), the first found (e1) is taken: region 0 (22.5, 9),
+    region 1 (20, 4); nothing lowers 22.5 by half a cycle."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    held = _held(6, 4, {0: (1, 4), 1: (0, 2), 2: (3, 4), 3: (2, 4)})
+    home = assign(held, np.array([2, 4, 3, 4]), dp, [[0, 1, 2, 3], [4, 5]])
+    assert list(home) == [0, 1, 0, 0]
+
+
+def test_assign_improves_the_busiest_region_each_time_by_hand():
+    """Regions of 4 and 2 chiplets, DDR 2, 3 cycles a token-slice.  Slices 2, 1, 4, 3; e0 2
+    tokens and e1 3 on chiplet 4, e2 1 on 0, e3 2 on 2: loads 4, 2, 8, 6, work 12, 9, 12,
+    18.  Greedy: e3 -> 0 (4.5); e0 -> 1 (6 < 7.5); e2 -> 0 (7.5 < 12); e1: region 0 9.75,
+    region 1 10.5, both 10 rounded, its tokens in region 1.  Compute 7.5 and 10.5: region
+    1 is the busiest; e1 moving to region 0 gives 9.75 (7.5 + 9 / 4).  Now region 0 is:
+    e3 trading with e0 gives max(9.75 - 6 / 4, 6 + 6 / 2) = 9.  Then region 1 at 9: nothing
+    lowers it by half a cycle."""
+    dp = SimpleNamespace(ddr_interval=2, cycles_per_token=3)
+    held = _held(6, 4, {0: (4, 2), 1: (4, 3), 2: (0, 1), 3: (2, 2)})
+    home = assign(held, np.array([2, 1, 4, 3]), dp, [[0, 1, 2, 3], [4, 5]])
+    assert list(home) == [0, 0, 0, 1]
+
+
+def test_assign_needs_more_than_half_a_cycle_of_gain():
+    """Regions of 4 and 2 chiplets, DDR 3, 2 cycles a token-slice; one slice each, e0 3
+    tokens and e1 1 token on chiplet 3: loads 3, 3, work 6, 2.  e0 -> 0 (1.5 < 3); e1:
+    region 0 max(1.5, 2) = 2, region 1 max(1.5, 1) = 1.5, both 2 rounded, its token in
+    region 0.  Moving e1 to region 1 gives max(0.75, 1.5, 1.5, 1) = 1.5: exactly half a
+    cycle below 2, not more: it stays."""
+    dp = SimpleNamespace(ddr_interval=3, cycles_per_token=2)
+    held = _held(6, 2, {0: (3, 3), 1: (3, 1)})
+    assert list(assign(held, np.array([1, 1]), dp, [[0, 1, 2, 3], [4, 5]])) == [0, 0]
+
+
+def test_assign_takes_the_best_trade_and_keeps_count_by_hand():
+    """Regions [0, 1] and [2, 3], DDR 3, 2 cycles a token-slice, every token in region 1.
+    Slices 2, 4, 1, 3, 2; tokens 4 (chiplet 2), 1 (3), 1 (2), 4 (3), 3 (3): loads 6, 12,
+    3, 9, 6, work 16, 8, 2, 24, 12.  Greedy: e3 -> 1 (12 both, its tokens there); e0 -> 0
+    (8 < 20); e1 -> 0 (12 < 16); e4 -> 1 (18 both); e2 -> 0 (13 < 19).  DDR 10.5 and 7.5,
+    compute 13 and 18: region 1 is the busiest.  e3 trading with e0 gives 17, e4 with e1
+    16 (max(7.5 + 3, 18 - 2, 10.5 - 3, 13 + 2)): the lower is taken.  Then compute 15 and
+    16, and nothing gains half a cycle."""
+    dp = SimpleNamespace(ddr_interval=3, cycles_per_token=2)
+    held = _held(4, 5, {0: (2, 4), 1: (3, 1), 2: (2, 1), 3: (3, 4), 4: (3, 3)})
+    home = assign(held, np.array([2, 4, 1, 3, 2]), dp, [[0, 1], [2, 3]])
+    assert list(home) == [0, 1, 0, 1, 0]
+
+
+def test_gather_caps_what_a_chiplet_holds_at_the_larger_share():
+    """A 1 x 3 mesh, one region [0, 1, 2]; expert 0's 7 tokens: 3 on chiplet 0, 4 on
+    chiplet 1: shares 3 + 2 + 2.  Chiplets 0 and 1 both hold at least the larger share (3):
+    a tie, the lower-numbered gets it.  Chiplet 0 keeps its 3, chiplet 1 keeps 2 and sends
+    2 to chiplet 2."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    records = [(k, 0, 0) for k in range(3)] + [(k, 1, 0) for k in range(3, 7)]
+    out, moves = gather(records, np.array([0]), [[0, 1, 2]], 3, np.array([1]), dp)
+    assert moves == [(1, 2), (1, 2)]
+    assert [c for _, c, _ in out] == [0, 0, 0, 1, 1, 2, 2]
+
+
+def test_gather_spreads_an_experts_loads_over_the_chiplets_it_is_on():
+    """A 2 x 2 mesh as one region (0 1 / 3 2), DDR 10, 1 cycle a token-slice, one slice
+    each.  Expert 0's 2 tokens on chiplet 0: shares 1 + 1, to 0 (it holds them) and 1 (the
+    lowest of the rest): each loads half, 10 / 2 + 1 = 6; one token 0 -> 1.  Expert 1's
+    token on chiplet 2 stays: 10 + 1 = 11.  Expert 2's 2 tokens on chiplet 3: one stays,
+    the other share to the least loaded of 0 (6), 1 (6) and 2 (11): chiplet 0."""
+    dp = SimpleNamespace(ddr_interval=10, cycles_per_token=1)
+    records = [(0, 0, 0), (1, 0, 0), (2, 2, 1), (3, 3, 2), (4, 3, 2)]
+    out, moves = gather(records, np.array([0, 0, 0]), [[0, 1, 2, 3]], 2, np.ones(3), dp)
+    assert moves == [(0, 1), (3, 0)]
+    assert out == [(0, 0, 0), (1, 1, 0), (2, 2, 1), (3, 3, 2), (4, 0, 2)]
+
+
+def test_gather_adds_up_the_loads_of_the_experts_placed_before():
+    """Region [0, 1] of a 2 x 2 mesh, DDR 2, 5 cycles a token-slice.  Expert 0 (1 slice):
+    its token on chiplet 2 goes to 0 (both empty: the lower): 1 x (2 + 5) = 7 there.
+    Expert 1 (2 slices): 2 tokens on chiplet 0, one each: 2 x (2 / 2 + 5) = 12 on both;
+    one token 0 -> 1.  Loads 19 and 12: expert 2's token on chiplet 2 goes to chiplet 1."""
+    dp = SimpleNamespace(ddr_interval=2, cycles_per_token=5)
+    records = [(0, 2, 0), (1, 0, 1), (2, 0, 1), (3, 2, 2)]
+    home, per = np.array([0, 0, 0]), np.array([1, 2, 2])
+    out, moves = gather(records, home, [[0, 1], [2, 3]], 2, per, dp)
+    assert moves == [(2, 0), (0, 1), (2, 1)]
+    assert out == [(0, 0, 0), (1, 0, 1), (2, 1, 1), (3, 1, 2)]
+
+
+def test_gather_counts_the_compute_of_a_share_in_cycles():
+    """Region [0, 1] of a 2 x 2 mesh, DDR 2, 5 cycles a token-slice.  Expert 0 (1 slice):
+    its token stays on 0: 2 + 5 = 7.  Expert 1 (2 slices): tokens on 1, 2, 1: shares 2 (to
+    chiplet 1, holding 2) + 1: chiplet 1 2 x (2 / 2 + 2 x 5) = 22, chiplet 0 2 x (1 + 5) =
+    12, 19 in all; the token of chiplet 2 goes to 0.  Expert 2's token on chiplet 2 goes to
+    the less loaded: chiplet 0 (19 < 22)."""
+    dp = SimpleNamespace(ddr_interval=2, cycles_per_token=5)
+    records = [(0, 0, 0), (1, 1, 1), (2, 2, 1), (3, 1, 1), (4, 2, 2)]
+    home, per = np.array([0, 0, 0]), np.array([1, 2, 2])
+    out, moves = gather(records, home, [[0, 1], [2, 3]], 2, per, dp)
+    assert moves == [(2, 0), (2, 0)]
+    assert out == [(0, 0, 0), (1, 1, 1), (2, 0, 1), (3, 1, 1), (4, 0, 2)]
+
+
+def test_spread_remainder_goes_to_the_chiplet_short_of_its_total():
+    """2 x 2 mesh.  Expert 1 has 5 tokens, all on chiplet 0 (they stay); expert 0 has 1 on
+    chiplet 0 and 2 on chiplet 1: 1 each and one remainder.  After the even shares chiplet 0
+    holds 5 + 1 = 6 of its 6, chiplet 1 holds 1 of its 2: the remainder goes to chiplet 1,
+    and nothing moves."""
+    records = [(0, 0, 0), (1, 1, 0), (2, 1, 0)] + [(k, 0, 1) for k in range(3, 8)]
+    assert spread(records, 4, 2) == (records, [])
+
+
+def test_plan_score_counts_the_busiest_link():
+    """2 x 2, DDR 1 cycle a micro-slice: one expert of 4 slices, one token on chiplet 0.
+    DDR 4 x 1 / 4 = 1, compute 1 x 4 / 4 = 1, the busiest link 4 x 3/4 / 2 x 2 = 3: the
+    score is 3 (balanced: compute 1 >= 3/4 of DDR; one chiplet, nothing moves)."""
+    p = plan(_mesh_setup(2, 2, ddr_interval=1), [(0, 0, 0)], np.array([4]))
+    assert p.moves == [] and p.scores == {(2, 2): (3, 3)}
+
+
+def test_plan_stops_at_the_whole_mesh_of_an_exactly_balanced_layer():
+    """2 x 4, DDR 8: one expert of 4 slices with 6 tokens on chiplet 0: DDR 4 x 8 / 8 = 4,
+    compute 6 x 4 / 8 = 3 = 3/4 of DDR exactly: balanced; the busiest link 4 x 7/8 / 2 x 2
+    = 3.5 is within max(DDR, compute) = 4: the whole mesh is taken, no tiling scored.  With
+    DDR 7 (3.5, the link exactly as long), the same."""
+    records = [(k, 0, 0) for k in range(6)]
+    p = plan(_mesh_setup(2, 4), records, np.array([4]))
+    assert p.shape == (2, 4) and p.scores == {(2, 4): (4, 4)}
+    p = plan(_mesh_setup(2, 4, ddr_interval=7), records, np.array([4]))
+    assert p.shape == (2, 4) and p.scores == {(2, 4): (4, 4)}
