@@ -569,3 +569,28 @@ def test_plan_stops_at_the_whole_mesh_of_an_exactly_balanced_layer():
     assert p.shape == (2, 4) and p.scores == {(2, 4): (4, 4)}
     p = plan(_mesh_setup(2, 4, ddr_interval=7), records, np.array([4]))
     assert p.shape == (2, 4) and p.scores == {(2, 4): (4, 4)}
+
+
+def test_assign_moving_an_expert_alone_moves_only_its_own_load():
+    """Regions of 4 and 2 chiplets, DDR 3, 2 cycles a token-slice; e0 (1 slice) has a token
+    on chiplet 3, e1 (2 slices) on chiplet 0, e2 (3 slices) is idle: loads 3 and 6, work 2
+    and 4.  e1 -> 0 (1.5 < 3); e0: region 0 2.25, region 1 1.5, both 2 rounded, its token
+    in region 0.  e0 alone to region 1 gives 1.5 < 2.25 - 0.5: DDR 1.5 and compute 1 in
+    both regions, and nothing lowers 1.5 by half a cycle."""
+    dp = SimpleNamespace(ddr_interval=3, cycles_per_token=2)
+    held = _held(6, 3, {0: (3, 1), 1: (0, 1)})
+    home = assign(held, np.array([1, 2, 3]), dp, [[0, 1, 2, 3], [4, 5]])
+    assert list(home) == [1, 0, -1]
+
+
+def test_assign_trade_lowers_the_busiest_regions_ddr_by_hand():
+    """Regions of 4 and 2 chiplets, DDR 3, 2 cycles a token-slice.  Slices 1, 2, 4, 1; e0 4
+    tokens on chiplet 5, e1 1 on 4, e2 1 on 2, e3 1 on 1: loads 3, 6, 12, 3, work 8, 4, 8,
+    2.  Greedy: e2 -> 0 (3 < 6); e0: 4 both, its tokens in region 1; e1 -> 0 (4.5 < 6); e3:
+    5 both rounded, its token in region 0.  Region 0 (5.25, 3.5), region 1 (1.5, 4): e1
+    trading with e0 gives region 0 (4.5, 4.5), region 1 (3, 2); then no move or trade
+    gets below 4.5 - 0.5 (e3 alone to region 1: 4.5)."""
+    dp = SimpleNamespace(ddr_interval=3, cycles_per_token=2)
+    held = _held(6, 4, {0: (5, 4), 1: (4, 1), 2: (2, 1), 3: (1, 1)})
+    home = assign(held, np.array([1, 2, 4, 1]), dp, [[0, 1, 2, 3], [4, 5]])
+    assert list(home) == [0, 1, 0, 0]
