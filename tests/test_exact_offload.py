@@ -410,3 +410,13 @@ def test_two_steps_replayed_step_by_step_on_a_slow_link():
     st = rt.timing()
     assert (st.wait_s, st.compute_s, st.time_s) == (13.5, 13.0, 26.5)
     assert st.per_layer[0]["wait"] == 8.0 and st.per_layer[1]["wait"] == 5.5
+
+
+def test_a_stall_is_the_copy_time_to_the_last_bit():
+    """One layer waits for one copy of 0.1 s (1 GB at 10 GB/s, no latency): its stall is
+    exactly 0.1 s, the clock starting at 0 (0.1 - 0 is 0.1, where 1.1 - 1 would not be);
+    compute 1 token x 1 s + 0.5 s launch."""
+    rt = OffloadRuntime(1, 2, 1, Link("l", 10.0, 0.0), cost(), initial=[[0]])
+    rt.layer_step(0, 0, np.array([1]), np.array([1]), 1)
+    st = rt.timing()
+    assert (st.wait_s, st.compute_s, st.per_layer[0]["wait"]) == (0.1, 1.5, 0.1)

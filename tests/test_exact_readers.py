@@ -583,3 +583,192 @@ def test_sequential_cells_and_special_ones(tmp_path):
         "ao": "always-on cell",
     }
     assert list(lib.cells["dff"].pins) == ["Q"]  # a pg_pin is not a signal pin
+
+
+EDGE_LIB = """\
+library (edges) {
+  scaled_cell (dff, slow) { area : 8.0; pin (Q) { direction : output; } ff (IQ, IQN) { } }
+  cell (inv) {
+    area : 1.0;
+    pin (A) { direction : input; capacitance : x; }
+    pin (Y) { direction : output; function : "!A"; }
+  }
+  cell (dff) {
+    area : 4.0;
+    ff (XQ, "XQN") { next_state : "D"; clocked_on : "CLK"; }
+    cell_leakage_power : 1.5;
+    pin (Q) {
+      function : "XQ";
+      timing () { related_pin : "CLK"; function : "D"; }
+      direction : output;
+    }
+    pin (NC) { capacitance : 0.25; }
+  }
+  cell (outer) { area : 2.0; cell (inner) { area : 3.0; } }
+  cell (noarea) { pin (A) { direction : input; } }
+  cell (nest) {
+    area : 1.0;
+    pin (A) { direction : input; pin (B) { capacitance : 0.001; } capacitance : 0.5; }
+  }
+  scaled_cell (inv, slow) {
+    area : 9.0;
+    dont_use : true;
+    pin (A) { direction : input; capacitance : 5.0; }
+    ff (IQ, IQN) { next_state : "D"; }
+  }
+}
+"""
+
+
+def test_a_library_at_the_edges_of_its_groups(tmp_path):
+    """What each group's attributes belong to, worked out from EDGE_LIB line by line:
+
+    * inv: a capacitance that is not a number reads as none (None, not an empty string);
+    * dff: the ff group's names XQ and XQN, quoted or not, keep their X; the attribute after
+      the ff group (cell_leakage_power) and those of a timing group are not the state's; a
+      timing group's attributes are not its pin's, even one named function, and the pin's
+      attributes after the group are still its own (Q: function XQ, direction output); a pin
+      without a direction has the direction "" (NC);
+    * outer: a group named cell inside a cell is not a cell, and its area is not outer's;
+    * noarea: a cell without an area is left out;
+    * nest: a pin group nested in a pin keeps its own capacitance (0.001), the one after it
+      in the outer pin (0.5) does not land on it;
+    * scaled_cell: a library-level group with an area, dont_use, a pin and an ff group,
+      before the cells or after them, is no cell, and no cell takes its attributes."""
+    f = tmp_path / "edges.lib"
+    f.write_text(EDGE_LIB)
+    lib = synth.read_liberty(f)
+    assert set(lib.cells) == {"inv", "dff", "outer", "nest"}
+    assert lib.cells["inv"].pins["A"] == synth.LibertyPin("A", "input", None, None)
+    assert lib.cells["inv"].area == 1.0 and lib.cells["inv"].special is None
+    dff = lib.cells["dff"]
+    assert dff.sequential and dff.special is None and dff.area == 4.0
+    assert dff.state == {
+        "kind": "ff",
+        "vars": ["XQ", "XQN"],
+        "next_state": "D",
+        "clocked_on": "CLK",
+    }
+    assert dff.pins == {
+        "Q": synth.LibertyPin("Q", "output", "XQ", None),
+        "NC": synth.LibertyPin("NC", "", None, 0.25),
+    }
+    assert lib.cells["outer"].area == 2.0 and not lib.cells["outer"].sequential
+    nest = lib.cells["nest"].pins
+    assert nest["B"].capacitance == 0.001 and nest["A"].direction == "input"
+    assert lib.special() == {} and lib.inverter().name == "inv"
+
+
+def _refused(tmp_path, text) -> str:
+    f = tmp_path / "bad.lib"
+    f.write_text(text)
+    with pytest.raises(InputError) as e:
+        synth.read_liberty(f)
+    assert (e.value.file, e.value.field) == (str(f), "<liberty>")
+    return e.value.reason
+
+
+#: the smallest usable library (an inverter and a flip-flop), ``{}`` where more goes
+CELLS = """\
+library (x) {{
+  {}
+  cell (inv) {{ area : 1; pin (A) {{ direction : input; }}
+    pin (Y) {{ direction : output; function : "!A"; }} }}
+  cell (dff) {{ area : 2; ff (IQ, IQN) {{ next_state : "D"; }} }}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        (
+            "library (x) {\n  cell (a) {\n    pin (A) {\n",
+            "unbalanced braces: the pin group is never closed",
+        ),
+        (
+            CELLS.format('time_unit : "2ns";'),
+            f"time_unit '2ns' is not one of {', '.join(synth._TIME)}",
+        ),
+        (
+            CELLS.format("capacitive_load_unit (1, nf);"),
+            "capacitive_load_unit 'nf' is not one of ff, pf",
+        ),
+        (CELLS.format("cell (big) { area : abc; }"), "cell big: area 'abc' is not a number"),
+        (
+            "library (x) {\n  cell (a) { }\n}\n",
+            "not a Liberty library: it has no cell with an area",
+        ),
+        (
+            CELLS.format("").replace('"!A"', '"A"'),
+            "has no inverter (a cell with one input A and the function !A)",
+        ),
+        (
+            CELLS.format("").replace("ff (IQ", "stat (IQ"),
+            "has no flip-flop (a cell with an ff group)",
+        ),
+    ],
+    ids=["unclosed", "time-unit", "cap-unit", "area", "no-cells", "no-inverter", "no-flop"],
+)
+def test_liberty_refusals_word_for_word(tmp_path, text, reason):
+    """Each refusal of a whole file names that file and says exactly why; an unclosed group
+    is the innermost one still open (pin, inside cell a inside the library)."""
+    assert _refused(tmp_path, text) == reason
+
+
+def test_cells_is_a_usable_library(tmp_path):
+    f = tmp_path / "ok.lib"
+    f.write_text(CELLS.format(""))
+    assert set(synth.read_liberty(f).cells) == {"inv", "dff"}
+
+
+class _Unreadable:
+    """A file that opens but fails to read (an I/O error of the disk)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def read(self, n=-1):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error, reason",
+    [
+        (OSError(5, "Input/output error"), "cannot read: Input/output error"),
+        (OSError("no strerror"), "cannot read: no strerror"),  # the error itself
+    ],
+)
+def test_a_liberty_that_cannot_be_read(tmp_path, monkeypatch, error, reason):
+    """An error while reading is a refusal naming the file: the system's message of the
+    error where it has one, else the error as written."""
+    monkeypatch.setattr(synth, "open_input", lambda *a: _Unreadable(error))
+    with pytest.raises(InputError) as e:
+        synth.read_liberty(tmp_path / "x.lib")
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        str(tmp_path / "x.lib"), "<liberty>", reason,
+    )  # fmt: skip
+
+
+def test_opensta_slack_to_6_digits():
+    """A slack of 1.2345678 library units of 1 ns: 1.234568 ns (rounded at the 6th digit,
+    not 1.2345678)."""
+    out = "@@ checks\n             1.2345678   slack (MET)\n@@ end\n"
+    assert synth._parse_sta(out, 10.0, 1000.0)["slack_ns"] == 1.234568
+
+
+def test_without_a_clock_no_net_is_left_out_whatever_its_name():
+    """A top without a clock port leaves out no net: XXXX drives two inverter inputs, n1
+    one, so the largest fanout is XXXX's, 2."""
+    cells = {"inv": _cell("inv", 1.0, [_pin("A", "input"), _pin("Y", "output", "!A")])}
+    lib = synth.Liberty("x.lib", "x", 1000.0, 1000.0, cells, "", {})
+    netlist = (
+        "  inv u1 (.A(XXXX), .Y(n1));\n  inv u2 (.A(XXXX), .Y(n2));\n  inv u3 (.A(n1), .Y(n3));\n"
+    )
+    assert synth._max_fanout(netlist, lib, None) == (2, "XXXX")
