@@ -772,3 +772,65 @@ def test_without_a_clock_no_net_is_left_out_whatever_its_name():
         "  inv u1 (.A(XXXX), .Y(n1));\n  inv u2 (.A(XXXX), .Y(n2));\n  inv u3 (.A(n1), .Y(n3));\n"
     )
     assert synth._max_fanout(netlist, lib, None) == (2, "XXXX")
+
+
+@pytest.mark.parametrize(
+    "before, ok",
+    [
+        ("/* " + "x" * 70_000 + " */\n", True),  # a long licence comment before the header
+        (" " * 70_000, True),
+        ("\n" * 65_530, True),  # the header cut by the end of the first 64 KiB
+        ("// " + "y" * 70_000 + "\n", True),
+        ("cell (x) { }\n" + " " * 70_000, False),
+        ("x" * 70_000 + "\n", False),
+    ],
+)
+def test_the_header_may_come_after_the_first_64_kib(tmp_path, before, ok):
+    """The head (64 KiB) read first refuses at once only what it shows is not a Liberty
+    library; blanks, a comment and a header the head cuts are read on."""
+    f = tmp_path / "long.lib"
+    f.write_text(before + LIB)
+    if ok:
+        assert synth.read_liberty(f).name == "tiny"
+    else:
+        with pytest.raises(InputError) as e:
+            synth.read_liberty(f)
+        assert (e.value.file, e.value.reason) == (
+            str(f),
+            "not a Liberty library: it does not begin with 'library (NAME) {'",
+        )
+
+
+def test_a_test_cells_pins_are_not_the_cells(tmp_path):
+    """A scan flip-flop's ``test_cell`` repeats pins D and Q without their capacitance or
+    function: the cell keeps its own (D 0.003 pF, Q = IQ)."""
+    scan = """\
+  cell (sdff) {
+    area : 6.0;
+    ff (IQ, IQN) { next_state : "(D&!SE) | (SI&SE)"; clocked_on : "CLK"; }
+    pin (D) { direction : input; capacitance : 0.003; }
+    pin (SI) { direction : input; capacitance : 0.004; }
+    pin (SE) { direction : input; capacitance : 0.005; }
+    pin (CLK) { direction : input; }
+    pin (Q) { direction : output; function : "IQ"; }
+    test_cell () {
+      ff (IQ, IQN) { next_state : "D"; clocked_on : "CLK"; }
+      pin (D) { direction : input; }
+      pin (CLK) { direction : input; }
+      pin (Q) { direction : output; signal_type : test_scan_out; }
+    }
+  }
+}
+"""
+    f = tmp_path / "scan.lib"
+    f.write_text(LIB[: LIB.rindex("}")] + scan)
+    cell = synth.read_liberty(f).cells["sdff"]
+    assert cell.sequential and cell.state["next_state"] == "(D&!SE) | (SI&SE)"
+    assert {p: (q.direction, q.capacitance) for p, q in cell.pins.items()} == {
+        "D": ("input", 0.003),
+        "SI": ("input", 0.004),
+        "SE": ("input", 0.005),
+        "CLK": ("input", None),
+        "Q": ("output", None),
+    }
+    assert cell.pins["Q"].function == "IQ"

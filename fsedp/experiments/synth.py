@@ -215,6 +215,22 @@ def _uncomment(text: str) -> str:
     return _COMMENT.sub(lambda m: " " * (m.end() - m.start()), text)
 
 
+#: bytes of a Liberty file read first, to refuse most files that are not one at once
+_HEAD = 1 << 16
+_NOT_LIBERTY = "not a Liberty library: it does not begin with 'library (NAME) {'"
+
+
+def _head_decides(head: str, whole: bool) -> bool:
+    """Whether the uncommented ``head`` of a file (``whole``: all of it) tells that the file
+    does not begin with ``library (NAME) {``: not when the file goes on and its head is
+    blank, an unclosed comment, or ends within 1 KiB of its first word (a header the head's
+    end may cut)."""
+    if whole:
+        return True
+    rest = head.lstrip()
+    return not rest.startswith("/*") and len(rest) > 1024
+
+
 def _fail(path, reason: str) -> InputError:
     return InputError(str(path), "<liberty>", reason)
 
@@ -227,13 +243,12 @@ def read_liberty(path) -> Liberty:
     path = Path(path)
     try:
         with open_input(path, "liberty", "<liberty>") as f:
-            raw = f.read(1 << 16)  # the head first: most files that are not one stop here
+            raw = f.read(_HEAD)  # the head first: most files that are not one stop here
             if b"\0" in raw:
                 raise _fail(path, "a binary file, not a Liberty library (text)")
-            if _LIBRARY.match(_uncomment(raw.decode("latin-1"))) is None:
-                raise _fail(
-                    path, "not a Liberty library: it does not begin with 'library (NAME) {'"
-                )
+            start = _uncomment(raw.decode("latin-1"))
+            if _LIBRARY.match(start) is None and _head_decides(start, len(raw) < _HEAD):
+                raise _fail(path, _NOT_LIBERTY)
             raw += f.read(MAX_LIBERTY_BYTES)
     except OSError as e:
         raise _fail(path, f"cannot read: {e.strerror or e}") from None
@@ -241,6 +256,8 @@ def read_liberty(path) -> Liberty:
         raise _fail(path, f"larger than {MAX_LIBERTY_BYTES} bytes")
     text = _uncomment(raw.decode("latin-1"))
     head = _LIBRARY.match(text)
+    if head is None:
+        raise _fail(path, _NOT_LIBERTY)
     lib_attrs, cells, cell_open = {}, {}, {}
     stack: list[tuple[str, str]] = []
     cur: dict | None = None  # the cell being read
@@ -258,7 +275,8 @@ def read_liberty(path) -> Liberty:
                     if name in ("ff", "latch") and len(stack) == 3:
                         names = [v.strip().strip('"') for v in args.split(",")]
                         cur["state"] = {"kind": name, "vars": names}
-                elif name == "pin":
+                elif name == "pin" and all(g != "test_cell" for g, _ in stack[2:-1]):
+                    # a test_cell's pins describe the scan model, not the cell's own pins
                     pin = {"name": args}
                     cur["pins"][args] = pin
         elif m["close"]:
