@@ -825,6 +825,13 @@ def test_a_test_cells_pins_are_not_the_cells(tmp_path):
     f = tmp_path / "scan.lib"
     f.write_text(LIB[: LIB.rindex("}")] + scan)
     cell = synth.read_liberty(f).cells["sdff"]
+    # the test_cell before any pin of the file, and before the cell's own pins
+    test_cell = scan[scan.index("    test_cell") : scan.index("  }\n}")]
+    first = scan.replace(test_cell, "").replace(
+        "    area : 6.0;\n", "    area : 6.0;\n" + test_cell
+    )
+    f.write_text("library (scan) {\n" + first[: first.rindex("}")] + LIB[LIB.index("  cell (") :])
+    assert synth.read_liberty(f).cells["sdff"] == cell
     assert cell.sequential and cell.state["next_state"] == "(D&!SE) | (SI&SE)"
     assert {p: (q.direction, q.capacitance) for p, q in cell.pins.items()} == {
         "D": ("input", 0.003),

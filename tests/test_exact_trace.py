@@ -233,6 +233,11 @@ def made(experts, num_experts=4, **kw) -> RoutingTrace:
             "token 1 layer 1 repeats an expert: [3, 0, 3]",
         ),
         (
+            {"experts": [[[0, 1, 2], [0, 1, 3]], [[0, 1, 2], [1, 3, 1]]]},
+            "experts",
+            "token 1 layer 1 repeats an expert: [1, 3, 1]",
+        ),
+        (
             {"scores": np.zeros((2, 1, 1))},
             "scores",
             "shape (2, 1, 1) differs from experts (1, 1, 2)",
@@ -350,6 +355,7 @@ def test_refusals_name_the_trace_and_the_field():
     assert refusal(gate_records, t, 0, [0, 0, -1, 0, 0])[:2] == ("t", "chiplet_of_token")
     assert refusal(gate_records, t, 0, chip, table_depth=0)[:2] == ("t", "table_depth")
     assert refusal(gate_records, t, 0, chip, {7: 0})[:2] == ("t", "request_slot")
+    assert refusal(gate_records, t, 0, chip, np.arange(9))[:2] == ("t", "request_slot")
     assert refusal(gate_records, t, 0, chip, {7: 0, 3: 1, 9: 2}, table_depth=2)[:2] == (
         "t",
         "request_slot",
@@ -455,6 +461,9 @@ def test_synthetic_draws_the_popular_experts_first():
         assert t.experts[:, 0, :].tolist() == [perm[:3].tolist()] * 50
         t = synth(16, 1, 50, seed=seed, skew=60)
         assert t.experts[:, 0, 0].tolist() == [perm[0]] * 50
+        # many experts: the top-1 is found by a partial sort of 4096 keys
+        perm = np.random.default_rng(seed).permutation(4096)
+        assert synth(4096, 1, 20, seed=seed, skew=60).experts[:, 0, 0].tolist() == [perm[0]] * 20
 
 
 def test_synthetic_draws_a_long_trace_in_slices():
@@ -786,6 +795,13 @@ def test_flame_refuses_by_name(tmp_path):
             "decode_topk_experts",
             "top-k = 3 exceeds num_experts = 2",
         ),
+        # the experts' shape is checked first, before the other arrays
+        (
+            {"num_experts": np.asarray(2), "prefill_token_ids": np.arange(5)},
+            "prefill",
+            "prefill_topk_experts",
+            "top-k = 3 exceeds num_experts = 2",
+        ),
         (
             {"prefill_topk_experts": e[:, :, 0]},
             "prefill",
@@ -900,3 +916,11 @@ def test_flame_caps_members_and_entries(tmp_path):
         f"shape ({n}, 1, 1) is {n} (token, layer, expert) entries; a trace file holds at most "
         f"{MAX_ENTRIES}",
     )
+
+
+def test_a_trace_made_in_memory_is_not_capped_like_a_file():
+    """2^24 + 65,536 entries (257 tokens of 1024 layers at top-64): more than a trace file
+    may declare, taken from memory."""
+    e = np.broadcast_to(np.arange(64, dtype=np.int16), (257, 1024, 64))
+    t = made(e, num_experts=64)
+    assert t.experts.shape == (257, 1024, 64) and t.experts.size > 1 << 24
