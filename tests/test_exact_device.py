@@ -3,10 +3,12 @@ bounds, its unit in the refusal, its default; the expert table's checks word for
 the unit conversions (us to seconds in ``table``); interpolation; the YAML text."""
 
 import os
+from pathlib import Path
 
 import pytest
 
 from fsedp.errors import COMMAND_LINE, InputError
+from fsedp.fields import specs, table
 from fsedp.sw.policies.device import (
     DEFAULT_DEVICE,
     TABLE_MAX,
@@ -360,3 +362,38 @@ def test_load_device_reads_a_changed_file_again(tmp_path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert load_device(str(path)).link_gbs == 30.0
     assert _load_stamped.cache_info().maxsize == 32
+
+
+# ---------------------------------------------------------------- declarations and docs
+
+
+def test_declared_units_and_choices():
+    s = specs(DeviceProfile)
+    units = {k: v.unit for k, v in s.items()}
+    assert units == {
+        "name": "",
+        "link_gbs": "GB/s",
+        "link_latency_us": "us",
+        "pinned": "",
+        "expert_launch_us": "us",
+        "expert_tflops": "TFLOP/s",
+        "tflops": "TFLOP/s",
+        "memory_gbs": "GB/s",
+        "step_launch_us": "us",
+        "link_issue_us": "us",
+        "expert_device_us": "us",
+        "issue": "",
+        "expert_table_us": "",
+        "source": "",
+    }
+    assert s["issue"].choices == ("sync", "async")
+    assert s["expert_table_us"].kind is dict and s["pinned"].kind is bool
+    assert "1..64 entries" in s["expert_table_us"].doc
+
+
+def test_docs_table_is_the_declared_fields():
+    """docs/configs.md shows every field's type, range, unit, default and meaning as
+    declared (each doc string, each unit)."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "configs.md").read_text()
+    shown = docs.split("<!-- fields: DeviceProfile ", 1)[1].split("\n", 1)[1]
+    assert shown.split("<!-- end fields -->", 1)[0].strip() == table(DeviceProfile)

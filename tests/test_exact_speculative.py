@@ -42,6 +42,14 @@ def test_precision_f1_recall_side():
     assert f1 == pytest.approx(2 / 3, abs=1e-15)
 
 
+def test_precision_f1_when_p_plus_r_is_below_one():
+    """pred [1, 4] = {0, 1, 2, 3} against true [1, 2] = {3, 9}: 1 hit; p = 1/4, r = 1/2,
+    p + r = 0.75: F1 = 2 x 0.125 / 0.75 = 1/3 (the floor 1e-12 of p + r plays no part)."""
+    p, f1 = precision_f1(np.array([[0, 1, 2, 3]]), np.array([[3, 9]]))
+    assert p == 0.25
+    assert f1 == pytest.approx(1 / 3, abs=1e-15)
+
+
 def test_precision_f1_perfect_and_none():
     """All hit: p = 1, F1 = 1; none: p = 0, F1 = 0 (no division by zero)."""
     assert precision_f1(np.array([[1, 0]]), np.array([[0, 1]])) == (1.0, 1.0)
@@ -349,6 +357,25 @@ def test_cem_history_rounds_to_four_places_elite_and_smoothing_recorded():
     assert hist(smoothing=0.0) == [0.8, 0.7333, 0.8]
     assert hist(smoothing=0.5) == [0.8, 0.6667, 0.8]
     assert hist() == [0.8, 0.8, 0.8]
+
+
+def test_cem_a_later_equal_sample_does_not_replace_the_best():
+    """seed 7, samples 1, smoothing 0 (P stays uniform: every sample is a fresh Gumbel
+    placement).  Iterations 1 and 2 give [1, 1, 0, 0] (LAR 1); iteration 3's draws
+        e0 [-1.6871, -0.4532]  e1 [0.027, -1.5055]  e2 [1.4169, 1.7452]  e3 [0.0533, 3.1025]
+    give e3 -> 1 (3.10), e2 -> 1 (1.75, device 1 full), e1 -> 0 (0.027), e0 -> 0:
+    [0, 0, 1, 1], also LAR 1.  Only a strictly better sample replaces the best: the first
+    stays."""
+    r = np.random.default_rng(7)
+    r.gumbel(size=(4, 2)), r.gumbel(size=(4, 2))
+    assert r.gumbel(size=(4, 2)).round(4).tolist() == [
+        [-1.6871, -0.4532],
+        [0.027, -1.5055],
+        [1.4169, 1.7452],
+        [0.0533, 3.1025],
+    ]
+    dev, tok, val, hist = cem_placement(BLOCKS, 2, iters=3, samples=1, smoothing=0.0, seed=7)
+    assert (dev.tolist(), tok.tolist(), val, hist) == ([1, 1, 0, 0], [1, 0], 1.0, [1.0] * 3)
 
 
 def test_cem_finds_the_perfect_blocks():
