@@ -413,6 +413,54 @@ def test_kmeans_finds_the_perfect_blocks():
     assert a[0].tolist() == b[0].tolist() and a[2] == b[2]
 
 
+# three token rows over 4 experts: [3, 1, 0, 0], [0, 1, 2, 0], [0, 0, 1, 3] (11 activations)
+CHAIN = np.array([[3.0, 1, 0, 0], [0, 1, 2, 0], [0, 0, 1, 3]])
+
+
+def test_kmeans_by_hand():
+    """Expert profiles (columns, normalised): e0 [1, 0, 0], e1 [1, 1, 0]/sqrt 2,
+    e2 [0, 2, 1]/sqrt 5, e3 [0, 0, 1].  seed 0 picks experts 2, 3 as the centres.
+    Similarities to (c0 = e2, c1 = e3): e0 [0, 0], e1 [0.632, 0], e2 [1, 0.447],
+    e3 [0.447, 1]; balanced (2 each, highest first, the tie 1 = 1 to the lower flat index
+    e2/d0): e2 -> 0, e3 -> 1, e1 -> 0, e0 -> 1: [1, 0, 0, 1].  New centres: c0 =
+    mean(e1, e2) = [0.354, 0.801, 0.224], c1 = mean(e0, e3) = [0.5, 0, 0.5]; similarities
+    e0 [0.354, 0.5], e1 [0.816, 0.354], e2 [0.816, 0.224], e3 [0.224, 0.5]: the same
+    placement, so it stops.  Tokens (loads 4, 3, 4; cap 1.1 x 11 / 2 = 6.05; heaviest
+    first, rows 0 then 2 then 1): row 0 (score [1, 3]) -> 1; row 2 ([1, 3]): 8 > 6.05 on 1,
+    not the least used -> 0; row 1 ([3, 0]) -> 0 at 7 > 6.05, the least used (tie [4, 4]
+    -> device 0).  Local: row 0 e0 3, row 1 e1 + e2 3, row 2 e2 1: LAR 7/11."""
+    assert np.random.default_rng(0).choice(4, 2, replace=False).tolist() == [2, 3]
+    dev, tok, val = kmeans_placement(CHAIN, 2)
+    assert dev.tolist() == [1, 0, 0, 1]
+    assert tok.tolist() == [1, 0, 0]
+    assert val == pytest.approx(7 / 11, abs=1e-15)
+    one = kmeans_placement(CHAIN, 2, iters=1)  # one step already gives this placement
+    assert one[0].tolist() == [1, 0, 0, 1] and one[2] == val
+    # seed 1 starts from experts 1, 2 and finds the better [0, 0, 1, 1] with tokens
+    # [0, 0, 1]: local (3 + 1) + 1 + (1 + 3) = 9 of 11
+    dev, tok, val = kmeans_placement(CHAIN, 2, seed=1)
+    assert (dev.tolist(), tok.tolist()) == ([0, 0, 1, 1], [0, 0, 1])
+    assert val == pytest.approx(9 / 11, abs=1e-15)
+
+
+def test_metis_recorded_placements_are_balanced():
+    """Recorded (METIS's partition is not worked by hand): the expert side always has equal
+    counts (2 + 2 for D 2; 2 + 2 + 2 of 6 experts for D 3), tokens by best response."""
+    dev, tok, val = metis_placement(CHAIN, 2)
+    assert (dev.tolist(), tok.tolist()) == ([0, 0, 1, 1], [0, 0, 1])
+    assert val == pytest.approx(9 / 11, abs=1e-15)
+    aff = np.array(
+        [[3.0, 1, 0, 0, 2, 0], [0, 1, 2, 0, 0, 1], [0, 0, 1, 3, 0, 2], [1, 0, 0, 0, 4, 0]]
+    )
+    dev, tok, val = metis_placement(aff, 2)
+    assert (dev.tolist(), tok.tolist()) == ([0, 0, 1, 1, 0, 1], [0, 1, 1, 0])
+    assert val == pytest.approx(20 / 21, abs=1e-15)
+    dev, tok, val = metis_placement(aff, 3, slack=0.1)
+    assert (dev.tolist(), tok.tolist()) == ([1, 1, 2, 0, 2, 0], [1, 2, 0, 2])
+    assert np.bincount(dev).tolist() == [2, 2, 2]
+    assert val == pytest.approx(15 / 21, abs=1e-15)
+
+
 # ---------------------------------------------------------------- speculative shuffling
 
 
