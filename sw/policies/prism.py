@@ -10,7 +10,9 @@ of them, and pick gate neurons for a training-free proxy router (``docs/prism.md
 * **Solver**: greedy initialisation (neurons by descending total |activation|, each to the
   group with the smallest running impact that still has room), then simulated annealing
   (swap two neurons of different groups, so groups stay equal; Metropolis acceptance with
-  temperature ``t0 x cooling^i`` relative to the initial cost; ``iters`` proposals).
+  temperature ``t0 x cooling^i`` relative to the initial cost, ``i`` the swaps proposed so
+  far; ``iters`` draws of two neurons, a draw of two neurons of one group skipped without
+  cooling).
 * **Gate neurons**: a neuron is *active* for a token when its |activation| is in the token's
   top ``top_p`` share; ``C = B^T B`` counts co-activations; a neuron's centrality is its
   co-activation with the other neurons of its group; the ``g`` most central neurons of each

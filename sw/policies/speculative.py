@@ -129,7 +129,9 @@ def _affinity(token_rows: np.ndarray, experts: np.ndarray, V: int, E: int) -> np
 
 def place_tokens(aff: np.ndarray, expert_dev: np.ndarray, D: int, slack: float) -> np.ndarray:
     """Best response of the tokens: each vocabulary row to the device holding most of its
-    activations, the heaviest rows first, a device full at ``(1 + slack)`` of an even share."""
+    activations, the heaviest rows first, a device full at ``(1 + slack)`` of an even share.
+    A row is never left out: going down its devices by score, it takes the first that has
+    room or the least-used one, whichever comes first (the latter may go over the share)."""
     load = aff.sum(1)
     cap = (1 + slack) * load.sum() / D
     score = np.stack([aff[:, expert_dev == d].sum(1) for d in range(D)], 1)
