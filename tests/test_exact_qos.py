@@ -13,6 +13,7 @@ Operating points (:data:`QUAL`): ``K`` 1, 2, 4 with perplexities 3, 2, 1, so a f
 accepts every ``K`` (smallest 1), a floor of 2 accepts 2 and 4, a floor of 1 only 4.
 """
 
+from dataclasses import FrozenInstanceError
 from types import SimpleNamespace
 
 import numpy as np
@@ -75,6 +76,16 @@ def test_step_memory_bound():
     assert pm(bytes_per_param=1.0).step_s(4, 2) == 176.5
     # 2 bytes per parameter (the default): memory 352
     assert pm().step_s(4, 2) == 352.5
+
+
+def test_step_memory_over_the_bandwidth():
+    """bandwidth 2 B/s halves the memory time: 176 / 2 = 88 (compute 512 / 1000)."""
+    assert pm(bytes_per_param=1.0, bandwidth=2.0, flops=1000.0).step_s(4, 2) == 88.5
+
+
+def test_perf_model_is_frozen():
+    with pytest.raises(FrozenInstanceError):
+        pm().flops = 1.0
 
 
 def test_step_compute_bound():
