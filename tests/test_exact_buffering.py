@@ -118,3 +118,156 @@ def test_the_qos_report_by_hand():
     assert q["delay_over_slack_max"] == 0.75 and q["violations"] == 0
     tb.done_at[2] = 2201  # 201 > 200: one violation
     assert tb.qos()["violations"] == 1
+
+
+def test_a_fresh_host_may_defer_in_its_first_iteration_and_flushes_nothing():
+    """Nothing measured yet: the longest iteration is 0 and no layer is done, so one more
+    deferral is taken to cost nothing; a request in its only iteration, at the very start,
+    has latency 0 and delay 0: 0 + 1.25 x 0 <= 0.  No layer run: the flush is empty."""
+    tb = tiny_buffering([layer(0, 0, [4])])
+    assert (tb.longest, tb.layers_done, tb.now, tb.deferrals) == (0, 0, 0, 0)
+    assert tb.flush() == [] and tb.iter_end == {}
+    tb = tiny_buffering([layer(0, 0, [4])])
+    tb._begin_iteration(0)
+    assert tb._may_defer(4, 0) is True and tb.layers_done == 0
+
+
+def test_the_projection_of_the_running_iteration():
+    """Iteration 3 began at 1000; nothing measured before it (longest 0).  With no layer done
+    the projection is 0: a delay of 200 fits the slack of 200 exactly.  With 2 of 4 layers
+    done in 70 cycles the iteration projects to 70 x 4 / 2 = 140: 70 + 1.25 x 140 = 245 >
+    200."""
+    tb = host(last={7: 1}, first={7: 0}, iter_start={0: 0, 3: 1000}, iter_end={1: 1000})
+    tb.longest, tb.layers_done, tb.now = 0, 0, 1200
+    assert tb._may_defer(7, 3) is True
+    tb.now = 1201
+    assert tb._may_defer(7, 3) is False
+    tb.layers_done, tb.now = 2, 1070
+    assert tb._may_defer(7, 3) is False
+    tb.now = 1050  # 50 x 4 / 2 = 100: 50 + 125 = 175 <= 200
+    assert tb._may_defer(7, 3) is True
+
+
+def test_the_slack_sets_the_scheduler_threshold():
+    """One buffering opportunity per 1 / slack rounds: slack 0.5 -> N_threshold 2."""
+    tb = TokenBuffering(tiny_buffering([layer(0, 0, [1])]).setup, [layer(0, 0, [1])], slack=0.5)
+    assert tb.sched.p.n_threshold == 2 and tb.slack == 0.5
+    assert tiny_buffering([layer(0, 0, [1])]).sched.p.n_threshold == 5
+
+
+def a5_setup():
+    d = copy.deepcopy(TINY)
+    d["scheduler"] = {
+        "requests": 8, "theta_min": 2, "n_threshold": 4, "qos_width": 4, "t_qos_init": 2,
+    }  # fmt: skip
+    return make_setup(run_from_dict(d, "tiny.yaml"))
+
+
+def rlayer(i, l, requests, records):
+    return SimpleNamespace(
+        iteration=i, layer=l, requests=dict(enumerate(requests)), records=records
+    )
+
+
+def test_a_request_deferred_pauses_for_the_rest_of_its_iteration():
+    """Requests 10 (slot 0) and 20 (slot 1), T_QoS 2, two iterations of two layers.  Request
+    10 sends two tokens to experts 0 and 1 (2 tokens each: not cold); request 20 one token
+    to experts 2 and 3 (1 token each, below theta_min 2: a cold hit) and is deferred at layer
+    0 of iteration 0: it pauses, so its layer-1 records wait too; both layers' records join
+    iteration 1, where its new token makes experts 2 and 3 warm (2 tokens): it runs."""
+    a = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
+    b0, b1 = [(1, 2, 2), (1, 2, 3)], [(1, 3, 2), (1, 3, 3)]
+    layers = [rlayer(0, 0, [10, 20], a + b0), rlayer(0, 1, [10, 20], a + b0)]
+    layers += [rlayer(1, 0, [10, 20], a + b1), rlayer(1, 1, [10, 20], a + b1)]
+    setup = a5_setup()
+    tb = TokenBuffering(setup, layers)
+    carried = [(20, 2, 2), (20, 2, 3)]
+
+    res = tb.layer(layers[0])
+    assert tb.slot == {10: 0, 20: 1} and res.defer == 0b10 and tb.deferrals == 1
+    assert res.strategy == "FSE-DP A5"
+    assert tb.paused == {20} and tb.next_carry == {0: carried} and tb.layers_done == 1
+    assert tb.now == res.cycles + setup.dense_cycles(3) and tb.done_at == {10: tb.now}
+
+    res = tb.layer(layers[1])  # 20 is paused: its records wait without a round
+    assert res.defer == 0 and tb.deferrals == 1 and tb.layers_done == 2
+    assert tb.next_carry == {0: carried, 1: carried} and tb.done_at == {10: tb.now}
+    end0 = tb.now
+
+    res = tb.layer(layers[2])
+    assert tb.iter_end == {0: end0} and tb.longest == end0 and tb.layers_done == 1
+    assert res.defer == 0 and tb.paused == set() and tb.carry == {1: carried}
+    assert tb.done_at == {10: tb.now, 20: tb.now}
+    res = tb.layer(layers[3])
+    assert tb.carry == {} and tb.next_carry == {} and tb.done_at == {10: tb.now, 20: tb.now}
+    assert tb.flush() == [] and tb.iter_end == {0: end0, 1: tb.now}
+    q = tb.qos()
+    assert (q["requests"], q["deferrals"], q["delayed"], q["violations"]) == (2, 1, 0, 0)
+
+
+def test_the_flush_runs_what_is_left_layer_by_layer():
+    """Left after the run: layer 0 (request 20, carried out of the last iteration), layer 1
+    (nothing), layer 2 (request 10, carried in and not run), layer 3 (request 10 and 20).
+    Each runs as A3 with the requests in slots by id; the clock moves by each layer."""
+    from fsedp.sim.fsedp import fsedp_layer
+
+    setup = a5_setup()
+    tb = TokenBuffering(setup, [rlayer(0, 0, [10, 20], [])])
+    tb._begin_iteration(0)
+    tb.now = 50
+    tb.carry = {1: [], 2: [(10, 1, 4), (10, 1, 5)]}
+    tb.next_carry = {
+        0: [(20, 2, 2), (20, 2, 3)],
+        3: [(20, 0, 6), (20, 0, 7), (10, 3, 6), (10, 3, 8)],
+    }
+    out = tb.flush()
+    assert [r.strategy for r in out] == ["FSE-DP A5 (flush)"] * 3
+    want = [
+        fsedp_layer(setup, [(0, 2, 2), (0, 2, 3)], "A3"),
+        fsedp_layer(setup, [(0, 1, 4), (0, 1, 5)], "A3"),
+        fsedp_layer(setup, [(1, 0, 6), (1, 0, 7), (0, 3, 6), (0, 3, 8)], "A3"),
+    ]
+    assert [r.cycles for r in out] == [w.cycles for w in want]
+    t = [50]
+    for w, tokens in zip(want, (1, 1, 2)):
+        t.append(t[-1] + w.cycles + setup.dense_cycles(tokens))
+    assert tb.done_at == {20: t[3], 10: t[3]} and tb.now == t[3]
+    assert tb.iter_end == {0: 50} and tb.carry == {} and tb.next_carry == {}
+
+
+def test_the_qos_report_in_another_clock_and_at_its_rounding():
+    """1.25 ns a cycle.  Delays 0, 1 and 987 cycles (0, 0.00125 and 1.23375 us): one cycle
+    is a delay; the mean 0.41166.. us rounds to 0.41, the 99th percentile (0.98 of the way
+    from 1 to 987 cycles: 967.28 cycles, 1.2091 us) to 1.21, the max to 1.23.  Latencies
+    1000 cycles (slack 200 = 0.25 us): the worst ratio 987 / 200 = 4.935."""
+    tb = host(
+        first={1: 0, 2: 0, 3: 0},
+        last={1: 0, 2: 0, 3: 0},
+        iter_start={0: 0},
+        iter_end={0: 1000},
+    )
+    tb.setup = SimpleNamespace(ns_per_cycle=1.25)
+    tb.done_at = {2: 1001, 3: 1987}  # request 1 never ran late: not in done_at
+    tb.deferrals = 0
+    q = tb.qos()
+    assert q["delayed"] == 2 and q["delay_us"] == {"mean": 0.41, "p99": 1.21, "max": 1.23}
+    assert q["slack_us"] == {"mean": 0.25, "p99": 0.25, "max": 0.25}
+    assert q["delay_over_slack_max"] == 4.935 and q["violations"] == 1
+
+
+def test_violations_at_the_slack_and_a_request_of_no_latency():
+    """A delay of exactly the slack is no violation, nor one of 1 + 1e-9 times it (the
+    tolerance), but one more is; a request whose iterations took no time has ratio 0."""
+    tb = host(first={1: 0}, last={1: 0}, iter_start={0: 0}, iter_end={0: 1000})
+    tb.setup = SimpleNamespace(ns_per_cycle=1.0)
+    tb.deferrals = 0
+    tb.done_at = {1: 1200}
+    assert tb.qos()["violations"] == 0 and tb.qos()["delay_over_slack_max"] == 1.0
+    tb.slack, tb.iter_end, tb.done_at = 1.0, {0: 10**9}, {1: 2 * 10**9 + 1}
+    assert tb.qos()["violations"] == 0  # (1e9 + 1) / 1e9 is 1 + 1e-9 in floating point
+    tb.done_at = {1: 2 * 10**9 + 2}
+    assert tb.qos()["violations"] == 1
+    tb = host(first={1: 0}, last={1: 0}, iter_start={0: 5}, iter_end={0: 5})
+    tb.setup, tb.deferrals, tb.done_at = SimpleNamespace(ns_per_cycle=1.0), 0, {1: 5}
+    q = tb.qos()
+    assert q["delay_over_slack_max"] == 0.0 and q["violations"] == 0
