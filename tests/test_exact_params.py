@@ -237,3 +237,110 @@ def test_scheduler_generics_accepted_at_the_edges(kw):
     assert all(getattr(p, k) == v for k, v in kw.items())
     cols = p.mesh_cols or p.chiplets
     assert p.ring_table(0) == ring_tables(4 // cols, cols, p.ring_path)[0]
+
+
+def test_cycle_ring_path_of_a_5x5_mesh():
+    """Row 0; rows 1 and 2 back and forth over columns 4..1; the last two rows column by
+    column from column 4 (down, up, down, up); then (3, 0), (4, 0) and up column 0 to 1."""
+    assert cycle_cells(5, 5) == (
+        [(0, c) for c in range(5)]
+        + [(1, 4), (1, 3), (1, 2), (1, 1), (2, 1), (2, 2), (2, 3), (2, 4)]
+        + [(3, 4), (4, 4), (4, 3), (3, 3), (3, 2), (4, 2), (4, 1), (3, 1)]
+        + [(3, 0), (4, 0), (2, 0), (1, 0)]
+    )
+
+
+def test_neighbours_and_directions_of_meshes_of_three_rows():
+    """3 x 3 snake: 0 1 2 / 5 4 3 / 6 7 8; 3 x 2: 0 1 / 3 2 / 4 5.  Ports N E S W."""
+    p = dp(rows=3, cols=3, slots=12)
+    assert [[p.neighbour(c, d) for d in range(4)] for c in (4, 7, 6, 3)] == [
+        [1, 3, 7, 5],
+        [4, 8, None, 6],
+        [5, 7, None, None],
+        [2, None, 8, 4],
+    ]
+    q = dp(rows=3, cols=2, slots=8)
+    assert [[q.neighbour(c, d) for d in range(4)] for c in (2, 4)] == [
+        [1, None, 5, 3],
+        [3, 5, None, None],
+    ]
+    # XY: along the row first (E 1 / W 3), then the column (S 2 / N 0)
+    assert [p.direction(0, 8), p.direction(8, 0), p.direction(0, 6), p.direction(6, 0)] == [
+        1, 3, 2, 0,
+    ]  # fmt: skip
+    assert [p.direction(4, 1), p.direction(4, 7), q.direction(5, 0)] == [0, 2, 3]
+
+
+def test_hops_bound_over_the_embeddings():
+    """2 x 3: the row snake 0 1 2 3 4 5 has one-hop legs only (6 legs, the closing one left
+    out: 5); the column snake (0, 0) (1, 0) (1, 1) (0, 1) (0, 2) (1, 2) closes with a 3-hop
+    leg: 1 + 1 + 1 + 1 + 1 + 3 - 1 = 7.  One or two embeddings use the row snake only; four
+    or eight the column snake too.  3 x 3: the snake closes with a 4-hop leg (8 + 4 - 1 =
+    11), the cycle with a 2-hop one (8 + 2 - 1 = 9)."""
+    assert [max_hops(2, 3, o) for o in (1, 2, 4, 8)] == [5, 5, 7, 7]
+    assert max_hops(3, 3, 1, "cycle") == 9 and max_hops(3, 3, 1, "snake") == 11
+    assert max_hops_by_trajectories(3, 3, "cycle") == 9
+    assert dp(rows=3, cols=3, slots=10, ring_path="cycle").max_hops == 9
+
+
+def test_paths_in_the_backward_embedding():
+    """2 x 2, the ring over 0, 1 and 2 loaded on 0: forward 0 -> 1 -> 2 (2 hops); backward
+    (embedding 1: 3 2 1 0) 0 -> 2 -> 1 (2 + 1 = 3 hops).  A remote load on 3 of that ring:
+    forward, entering at 0 costs 1 + 2 (at 2: 1 + 3, at 1: 2 + 3); backward, entering at 2
+    costs 1 + 2 (2 -> 1 -> 0; at 0: 1 + 3, at 1: 2 + 3)."""
+    p = dp()
+    assert p.path_hops(0b0111, 0) == 2 and p.path_hops(0b0111, 0, 1) == 3
+    assert p.path_hops(0b0111, 0, 0) == 2
+    assert p.remote_entry(0b0111, 3) == (0, 3) and p.remote_entry(0b0111, 3, 1) == (2, 3)
+
+
+def test_ring_tables_of_the_generics_follow_their_path():
+    p = dp(rows=3, cols=3, slots=10, ring_path="cycle")
+    assert p.ring_table(0) == ring_tables(3, 3, "cycle")[0]
+    assert p.ring_table(0)[0] == (0, 1, 2, 3, 8, 7, 4, 5, 6)
+    sp = SchedulerParams(chiplets=9, experts=8, theta_min=0, mesh_cols=3, ring_path="cycle")
+    assert sp.ring_table(0)[0] == (0, 1, 2, 3, 8, 7, 4, 5, 6)
+    q = DatapathParams.for_scheduler(sp, 3, 3, slots=10)
+    assert (q.rows, q.cols, q.ring_path) == (3, 3, "cycle")
+
+
+@pytest.mark.parametrize(
+    "make, field, reason",
+    [
+        (lambda: dp(rows=1, cols=1), "rows", "rows x cols must be 2..64 chiplets, not 1 x 1 = 1"),
+        (lambda: dp(ddr_channels=2), "ddr_channels", "must be 1 or rows x cols = 4, not 2"),
+        (lambda: dp(slots=3), "slots",
+         "must be at least max_hops + 1 = 4 on a 2x2 mesh (deadlock freedom), not 3"),
+        (lambda: dp(ring_orders=3), "ring_orders", "must be 1, 2, 4 or 8, not 3"),
+        (lambda: dp(experts=0), "experts", None),
+        (lambda: SchedulerParams(chiplets=4, experts=8, theta_min=0, eit_lanes=3),
+         "eit_lanes", "must be a power of two, not 3"),
+        (lambda: SchedulerParams(chiplets=4, experts=8, theta_min=0, mesh_cols=3),
+         "mesh_cols", "must divide chiplets = 4, not 3"),
+        (lambda: SchedulerParams(chiplets=4, experts=8, theta_min=0, ring_orders=8),
+         "mesh_cols", "ring_orders 8 (other embeddings) needs the mesh columns"),
+        (lambda: SchedulerParams(chiplets=4, experts=8, theta_min=0, ring_path="cycle"),
+         "mesh_cols", "ring_path cycle needs the mesh columns"),
+        (lambda: SchedulerParams(chiplets=4, experts=8, count_width=2, theta_min=4),
+         "theta_min", "must be in 0..2**count_width - 1 = 3, not 4"),
+        (lambda: DatapathParams.for_scheduler(
+            SchedulerParams(chiplets=4, experts=8, theta_min=0), 2, 3),
+         "rows", "rows x cols = 6 must equal the scheduler's chiplets = 4"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_generics(make, field, reason):
+    """Every refusal names the generics (file ``<params>``) and the field."""
+    with pytest.raises(InputError) as e:
+        make()
+    assert (e.value.file, e.value.field) == ("<params>", field)
+    if reason is not None:
+        assert e.value.reason == reason
+
+
+def test_the_largest_mesh():
+    """64 chiplets is the most: 8 x 8 (H + 1 slots of its snake) is taken, 65 is not."""
+    h = max_hops(8, 8)
+    assert dp(rows=8, cols=8, slots=h + 1).chiplets == 64
+    with pytest.raises(InputError) as e:
+        dp(rows=5, cols=13, slots=200)
+    assert e.value.reason == "rows x cols must be 2..64 chiplets, not 5 x 13 = 65"
