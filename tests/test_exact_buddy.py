@@ -13,6 +13,7 @@ and, unless a case says otherwise, experts 0 and 1 resident, 2 and 3 not.
 """
 
 import re
+import warnings
 from dataclasses import fields
 from types import SimpleNamespace
 
@@ -148,6 +149,26 @@ def test_conditional_laplace_smoothing_default_eps():
     assert np.diag(q).tolist() == [0.0] * 4
 
 
+def test_conditional_of_integer_counts_is_float():
+    """Integer counts with an integer eps 0 still give float q: row 0 = [0, 2, 1, 0] / 3."""
+    q = conditional(M3, 0)
+    assert q.dtype == np.float64
+    assert q[0].tolist() == pytest.approx([0, 2 / 3, 1 / 3, 0])
+
+
+def test_conditional_rows_without_counts_are_zeros_not_leftover_memory():
+    """A row with total 0 is written as zeros even where the allocator hands out memory that
+    held other numbers (freed arrays of 7s just before), and no warning is raised."""
+    m = np.zeros((4, 4))
+    m[0, 1] = m[1, 0] = 1.0
+    junk = [np.full((4, 4), 7.0) for _ in range(8)]
+    del junk
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q = conditional(m, 0.0)
+    assert q.tolist() == [[0, 1, 0, 0], [1, 0, 0, 0], [0] * 4, [0] * 4]
+
+
 # ---------------------------------------------------------------- CFT buddy lists
 
 
@@ -169,6 +190,14 @@ def test_buddy_list_is_the_shortest_prefix_reaching_alpha():
     assert lists(row, 0.75 + 1e-9) == [1, 2, 3]
     assert lists(row, 1.0) == [1, 2, 3]
     assert lists([0, 0.25, 0.5, 0.25], 1.0) == [2, 1, 3]  # the tie: 1 before 3
+
+
+def test_buddy_list_ties_in_index_order_among_many():
+    """21 experts, row 0 = [0] + [1/15, 1/30] x 10: ten peers at 1/15 (odd ids), ten at
+    1/30 (even ids); all twenty are needed for alpha 1, ties kept in index order: 1, 3, ...,
+    19, then 2, 4, ..., 20 (an unstable sort mixes them at this size)."""
+    row = [0.0] + [1 / 15, 1 / 30] * 10
+    assert lists(row, 1.0, 20) == list(range(1, 20, 2)) + list(range(2, 21, 2))
 
 
 def test_buddy_list_alpha_reached_up_to_rounding():

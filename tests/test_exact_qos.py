@@ -374,6 +374,21 @@ def test_continuous_qos_by_hand():
     ]
 
 
+def test_continuous_admits_only_into_free_slots():
+    """Batch 2, all K 1, 1 token of prompt.  r0 (3 out), r1 (1 out) at 0; r2, r3 (1 out) at
+    0.1.  Step 1: r0, r1: prefill 2/16, step 1/4 + 2/16: ends 0.5 (r1 done).  Step 2: one
+    slot free: r2 only: prefill 1/16 + 0.375: ends 0.9375.  Step 3: r3 takes r2's slot:
+    ends 1.375, with r0's last token."""
+    reqs = [R(0, 0.0, 3, 3.0), R(1, 0.0, 1, 3.0), R(2, 0.1, 1, 3.0), R(3, 0.1, 1, 3.0)]
+    out = serve_continuous(reqs, "qos", PM, QUAL, max_batch=2)
+    assert times(out) == [
+        (0, 0.0, 0.5, 1.375, 1),
+        (1, 0.0, 0.5, 0.5, 1),
+        (2, 0.5, 0.9375, 0.9375, 1),
+        (3, 0.9375, 1.375, 1.375, 1),
+    ]
+
+
 def test_continuous_fifo_by_hand():
     """Batch 2.  Step 1: K = max(1, 2) = 2: prefill 2 x 2 / 16 = 0.25, step 2/4 + 2/16:
     ends 0.875.  Step 2: r0 and r2: K 4: prefill 4/16, step 1 + 2/16: ends 2.25; r0 ran at
