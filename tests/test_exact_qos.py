@@ -292,6 +292,15 @@ def test_fullbatch_timeout_tolerance():
         assert out[2].start == start
 
 
+def test_fullbatch_timeout_tolerance_edge():
+    """The same batch ending at 0.5, r1 at 0.25, timeout 0.25 + 1e-9: it has waited 0.25,
+    exactly timeout - 1e-9 (0.25 + 1e-9 - 1e-9 is 0.25 in floating point): launched at
+    0.5, no further wait."""
+    reqs = [R(0, 0.0, 1, 3.0), R(9, 0.0, 1, 3.0), R(1, 0.25, 1, 3.0)]
+    out = serve(reqs, "fullbatch", PM, QUAL, max_batch=2, timeout=0.25 + 1e-9)
+    assert out[2].start == 0.5
+
+
 # ---------------------------------------------------------------- static batching: QoS
 
 
@@ -324,6 +333,31 @@ def test_qos_timeout_trigger_serves_the_oldest():
     assert (out[0].K, out[1].K, out[1].start, out[0].start) == (4, 1, 0.0, 0.6875)
     out = serve(reqs(), "qos", PM, QUAL, 1, 0.0)
     assert (out[0].K, out[1].K, out[0].start, out[1].start) == (4, 1, 0.0, 2.375)
+
+
+def test_qos_timeout_trigger_edge():
+    """Batch 3: r0, ra, rb (floor 3, 1 out) at 0 fill K1: prefill 3/16, step 1/4 + 3/16:
+    they end at 0.625.  r1 (floor 1) and r2 (floor 3) arrived at 0.375.  Timeout
+    0.25 + 1e-9: r1 has waited 0.25 = timeout - 1e-9 exactly: the timeout trigger, K4
+    [r1, r2].  Timeout 0.25 + 3e-9: no trigger, no full queue: the best utility, K1 [r2]
+    (1 / (1/16 + 5/16) = 2.67 against K4's 2 / (8/16 + 18/16) = 1.23)."""
+
+    def run(timeout):
+        reqs = [R(0, 0.0, 1, 3.0), R(7, 0.0, 1, 3.0), R(8, 0.0, 1, 3.0)]
+        reqs += [R(1, 0.375, 1, 1.0), R(2, 0.375, 1, 3.0)]
+        out = serve(reqs, "qos", PM, QUAL, 3, timeout)
+        assert [(r.start, r.K) for r in out[:3]] == [(0.0, 1)] * 3
+        return {r.rid: (r.start, r.K) for r in out[3:]}
+
+    assert run(0.25 + 1e-9) == {1: (0.625, 4), 2: (0.625, 4)}
+    assert run(0.25 + 3e-9)[2] == (0.625, 1)
+
+
+def test_fifo_does_not_split_by_utility():
+    """r0 (floor 3) and r1 (floor 2) at 0, batch 4: FIFO runs both at K 2 at once, where
+    QoS would run r0 alone at K 1 first (its best utility)."""
+    out = serve([R(0, 0.0, 2, 3.0), R(1, 0.0, 2, 2.0)], "fifo", PM, QUAL, 4, 10.0)
+    assert times(out) == [(0, 0.0, 0.875, 1.5, 2), (1, 0.0, 0.875, 1.5, 2)]
 
 
 def test_qos_timeout_trigger_with_batch_room():
