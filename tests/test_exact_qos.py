@@ -378,6 +378,16 @@ def test_qos_utility_ties_go_to_the_lower_k():
     assert (r.K, r.first, r.done) == (2, 0.75, 1.25)
 
 
+def test_qos_utility_can_prefer_a_higher_k():
+    """A model with free prefill and 1 s steps whatever K and B: utility = the queue's
+    tokens / its longest output.  r0, r1 (floor 1) and r2 (floor 3), 1 token each, at 0:
+    K1 [r2]: 1, K2 [r2]: 1, K4 [r0, r1, r2]: 3: K4 runs all three (done at 1)."""
+    flat = SimpleNamespace(prefill_s=lambda K, t: 0.0, step_s=lambda K, B: 1.0)
+    reqs = [R(0, 0.0, 1, 1.0), R(1, 0.0, 1, 1.0), R(2, 0.0, 1, 3.0)]
+    out = serve(reqs, "qos", flat, QUAL, 4, 10.0)
+    assert times(out) == [(i, 0.0, 1.0, 1.0, 4) for i in range(3)]
+
+
 def test_launched_requests_leave_every_queue():
     """Batch 1, timeout 10: r0, r1 (both floor 3, 1 out) at 0: K1 [r0] first (queues hold
     the oldest first), then r1 alone, once: each served exactly once, at K 1; the second
