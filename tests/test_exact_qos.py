@@ -527,6 +527,14 @@ def test_metrics_rounding():
     assert (m["throughput_req_s"], m["mean_K"]) == (0.667, 3.0)
 
 
+def test_metrics_of_one_request():
+    """One request done within the SLO: attainment 1 / 1; TPOT (3 - 1) / (2 - 1) = 2."""
+    r = Request(0, 0.0, 1, 2, 1.0, first=1.0, done=3.0, K=4)
+    m = metrics([r], 3.0, 100.0)
+    assert (m["requests"], m["slo_attainment"], m["goodput_tok_s"]) == (1, 1.0, 0.7)
+    assert m["tpot"]["mean"] == 2.0 and m["throughput_req_s"] == 0.333
+
+
 def test_metrics_of_nothing_done():
     """No request done: the duration is the end, rates 0, no means or percentiles."""
     m = metrics([Request(0, 0.0, 1, 1, 1.0)], 3.0, 10.0)
