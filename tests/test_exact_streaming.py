@@ -335,3 +335,87 @@ def test_a_final_computation_retires_a_micro_slice_of_its_job():
     assert compute.retired(arr, [(5, 0, True), (4, 1, False), (5, 2, True)]) == [0, 0, 2]
     assert arr.orphan is False
     assert compute.retired(arr, [(9, 0, True), None, None]) == [0, 0, 0] and arr.orphan
+
+
+def test_the_watchdog_state_of_an_array_by_hand():
+    """Chiplet 0 busy in slots 0, 2, 3, 5, 6, 7 and 8 (each with one flag: its word), slot 1
+    free, not computing; chiplet 1 computing e4#2 with 3 cycles left, no busy slot.  Two open
+    jobs of three entries, one open pre-load of two; the flags as counts (true when not 0)."""
+    from fsedp.sw.streaming.watchdog import array_state
+
+    def slot(busy=True, **flags):
+        base = dict(resv=False, wait=0, held=False, comp=False, computing=False, send=False)
+        base.update(tx=0, expert=9, index=1, traj=0b11, dest=1)
+        base.update(flags)
+        return SimpleNamespace(busy=busy, **base)
+
+    slots = [
+        slot(resv=True), slot(busy=False), slot(wait=2), slot(comp=True), slot(busy=False),
+        slot(computing=True), slot(send=True), slot(tx=1), slot(held=True, index=4),
+    ]  # fmt: skip
+    chips = [
+        SimpleNamespace(slots=slots, cexpert=0, cindex=0, cnt=0),
+        SimpleNamespace(slots=[slot(busy=False)], cexpert=4, cindex=2, cnt=3),
+    ]
+    job = dict(expert=9, traj=3, loaded=2, retired=1, count=4)
+    jobs = [
+        SimpleNamespace(valid=True, **job),
+        SimpleNamespace(valid=False, **job),
+        SimpleNamespace(valid=True, **dict(job, expert=5, loaded=4)),
+    ]
+    pre = [
+        SimpleNamespace(valid=False, expert=1, traj=1, chiplet=0, loaded=0, count=1),
+        SimpleNamespace(valid=True, expert=6, traj=2, chiplet=1, loaded=1, count=3),
+    ]
+    arr = SimpleNamespace(
+        chips=chips, jobs=jobs, pre=pre, fifos=[[1, 2], []], cycle=77, done_pending=0b100,
+        bad_dispatch=2, orphan=1,
+    )  # fmt: skip
+    words = [(0, "loading"), (2, "arriving"), (3, "compute"), (5, "computing"), (6, "send")]
+    words += [(7, "sending")]
+    assert array_state(arr) == {
+        "cycle": 77,
+        "chiplets": [
+            {
+                "computing": None,
+                "slots": [(i, 9, 1, 3, 1, w) for i, w in words] + [(8, 9, 4, 3, 1, "held")],
+            },
+            {"computing": (4, 2, 3), "slots": []},
+        ],
+        "jobs": [
+            {"entry": 0, "expert": 9, "traj": 3, "loaded": 2, "retired": 1, "count": 4},
+            {"entry": 2, "expert": 5, "traj": 3, "loaded": 4, "retired": 1, "count": 4},
+        ],
+        "preloads": [{"expert": 6, "traj": 2, "chiplet": 1, "loaded": 1, "count": 3}],
+        "ddr_queued": [2, 0],
+        "done_pending": 0b100,
+        "bad_dispatch": True,
+        "orphan": True,
+    }
+    sched = SimpleNamespace(plan=None, scheduled=[], running=[0, 0])
+    e = stalled("compiled", array_state(arr), sched)
+    assert e.engine == "compiled" and e.state["scheduler"] == {
+        "in_round": False, "running": {}, "undispatched": [],
+    }  # fmt: skip
+
+
+def test_the_stall_message_lists_every_job_pre_load_and_chiplet():
+    state = dict(
+        STATE,
+        jobs=STATE["jobs"] + [dict(STATE["jobs"][0], expert=7, entry=2)],
+        preloads=STATE["preloads"] + [dict(STATE["preloads"][0], expert=8)],
+        chiplets=[STATE["chiplets"][0], {"computing": None, "slots": [(1, 6, 0, 2, 1, "held")]}],
+        bad_dispatch=False,
+        orphan=False,
+        scheduler={},
+    )
+    assert str(SimulationStalled("python", state)) == (
+        "layer stalled at cycle 120 (python engine): nothing can happen any more; "
+        "jobs: e5@1 loaded 2/4 retired 1, e7@2 loaded 2/4 retired 1; "
+        "pre-loads: e6 1/3, e8 1/3; "
+        "slots c0: e5#1 held e5#2 send; c1: e6#0 held"
+    )
+    assert str(SimulationStalled("python", {"cycle": 3})) == (
+        "layer stalled at cycle 3 (python engine): nothing can happen any more; "
+        "jobs: none; slots all free"
+    )
