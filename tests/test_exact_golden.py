@@ -683,3 +683,52 @@ def test_sorter_details_at_their_edges():
     assert sort_keys([(1, 0), (2, 1)]) == [(2, 1), (1, 0)]
     with pytest.raises(ValueError, match="^sorter must be one of"):
         sort_keys([(1, 0), (2, 1)], "bogus")
+
+
+def test_a_fresh_timing_has_nothing_placed_and_a_round_without_records_waits():
+    """Before any round: no first beat, no WAIT or IDLE cycle.  A round begun with no plan
+    (no records) goes to WAIT at once: its PICK in first - 2 finds nothing, WAIT the cycle
+    after.  E = 9 experts on 4 EIT lanes: 3 bank words."""
+    s = sched()
+    t = SchedulerTiming(s)
+    assert (t.wait_at, t.idle_at, t.first_beat, t.plan) == (None, None, None, None)
+    t.begin(10)
+    assert (t.state, t.wait_at, t.first_beat, list(t.queue)) == ("BURST", 9, 10, [])
+    assert SchedulerTiming(sched(experts=9)).words == 3
+
+
+def test_the_rounds_beats_in_the_sorted_order():
+    """A2's sorted order has no PCHECK: e5 in 22, e2 in 25, WAIT from 27; the round's first
+    beat and plan kept."""
+    s = sched(order="sorted")
+    t = SchedulerTiming(s)
+    t.start_round(ROUND)
+    t.last_record(10)
+    assert [(c, b.kind, b.expert) for c, b in t.queue] == [(22, DISPATCH, 5), (25, DISPATCH, 2)]
+    assert t.wait_at == 27 and t.first_beat == 22 and t.plan is s.plan
+
+
+def test_beats_the_rtl_would_not_make_take_a_dispatchs_cycles():
+    """A scheduler that contradicts the golden one (the watchdog's tests): a dispatch of
+    expert 9 (not in the round) and a lone pre-load of e4 are presented like dispatches, 3
+    cycles apart; e3's dispatch then has its PCHECK (its partner e4 is neither dispatched nor
+    pre-loaded) and no pre-load follows: PICK in 0, beats in 2, 5, 8, WAIT from 0 + 9 + 1 +
+    1 = 11."""
+    from types import SimpleNamespace
+
+    from fsedp.sw.scheduler import PRELOAD, Dispatch
+
+    def beat(kind, e):
+        return Dispatch(kind, e, 1, 0b1, 0, (0, 0, 0, 0))
+
+    out = [beat(DISPATCH, 9), beat(PRELOAD, 4), beat(DISPATCH, 3)]
+    fake = SimpleNamespace(
+        p=sched().p, plan=SimpleNamespace(order=[3, 4], n=2), scheduled=[False, False],
+        preloaded=[False, False], order="paired", decide=lambda: out,
+    )  # fmt: skip
+    t = SchedulerTiming(fake)
+    t._pick(0)
+    assert [(c, b.kind, b.expert) for c, b in t.queue] == [
+        (2, DISPATCH, 9), (5, PRELOAD, 4), (8, DISPATCH, 3),
+    ]  # fmt: skip
+    assert t.wait_at == 11
