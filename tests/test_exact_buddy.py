@@ -14,7 +14,7 @@ and, unless a case says otherwise, experts 0 and 1 resident, 2 and 3 not.
 
 import re
 import warnings
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -401,6 +401,17 @@ def test_profile_binary_per_layer():
     assert prof.table[1].tolist() == [[1, -1, -1], [2, 0, -1], [1, -1, -1]]
     assert prof.list_sizes() == pytest.approx([4 / 3, 4 / 3])
     assert prof.tau == [0.3, 0.3]
+
+
+def test_profile_of_one_layer():
+    """Layers are the second axis of ids [N, L, k]: one layer of top-2 gives one table."""
+    prof = BuddyProfile(P_IDS[:, :1], P_W[:, :1], 3, BuddyConfig(tau=0.0))
+    assert prof.layers == 1 and len(prof.table) == len(prof.tau) == 1
+
+
+def test_config_is_frozen():
+    with pytest.raises(FrozenInstanceError):
+        BuddyConfig().alpha = 0.5
 
 
 def test_profile_weighted_and_warmup():
