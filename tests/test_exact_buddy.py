@@ -917,3 +917,48 @@ def test_algorithm1_compiled_refuses_a_2d_residency():
     with pytest.raises(ValueError) as e:
         f(S1, RES[None, :], B1, 3)
     assert str(e.value) == "shapes S (3, 2), M (1, 4), B (4, 3) do not fit"
+
+
+def test_the_random_control_ignores_every_score_factor():
+    """Expert 2 missing, 0 and 1 resident (equal q), z^ = [1.22, -1.22, 0]: the control
+    draws uniformly, so eta, kappa with hops and the diversity factor change no pick; seed
+    by seed, the picks with and without them are the same."""
+    from types import SimpleNamespace
+
+    from fsedp.sw.policies.buddy import BuddyConfig, substitute
+
+    q = np.full((3, 3), 0.5)
+    np.fill_diagonal(q, 0)
+    tab = np.array([[1, 2], [0, 2], [0, 1]])
+    res = np.array([True, True, False])
+    probs = np.exp(np.array([[0.0, -3.0, -1.5]]))
+
+    def pick(seed, **kw):
+        cfg = BuddyConfig(random_choice=True, seed=seed, **kw)
+        prof = SimpleNamespace(cfg=cfg, E=3, q=[q], table=[tab], tau=[-1.0])
+        hop = np.array([0.0, 3.0, 0.0])
+        return int(
+            substitute(prof, 0, np.array([[2]]), np.array([[1.0]]), probs, res, hop)[0][0, 0]
+        )
+
+    plain = [pick(s) for s in range(64)]
+    assert set(plain) == {0, 1}
+    assert [pick(s, eta=1.0, kappa=0.9, diversity=0.1, unique=False) for s in range(64)] == plain
+
+
+def test_a_cross_link_penalty_beyond_one_scores_zero_not_below():
+    """Buddies 0 (q .9) and 1 (q .1), both 2 hops away, kappa .9: 1 - 1.8 < 0 is clipped to
+    0, so neither outranks the other by distance and the first of the list (0, the better q)
+    is taken; unclipped, -.72 < -.08 would pick the worse buddy."""
+    from types import SimpleNamespace
+
+    from fsedp.sw.policies.buddy import BuddyConfig, substitute
+
+    q = np.array([[0, 0.5, 0.5], [0.5, 0, 0.5], [0.9, 0.1, 0]])
+    tab = np.array([[1, 2], [0, 2], [0, 1]])
+    prof = SimpleNamespace(cfg=BuddyConfig(kappa=0.9), E=3, q=[q], table=[tab], tau=[-1.0])
+    out, info = substitute(
+        prof, 0, np.array([[2]]), np.array([[1.0]]), None, np.array([True, True, False]),
+        hop=np.array([2.0, 2.0, 0.0]),
+    )  # fmt: skip
+    assert out.tolist() == [[0]] and info["substituted"] == 1

@@ -361,6 +361,16 @@ def cli(*args):
     )
 
 
+def test_the_cross_link_penalty_is_refused_not_ignored():
+    """The offload model has one device: no buddy is hops away, so --kappa would do nothing."""
+    r = cli("--trace", "model", "--kappa", "0.5")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (
+        "fsedp: <command line>: --kappa: 0.5 weighs a buddy's cross-link hops, and the offload "
+        "model has one device (no hop): leave it at 0 (substitute() takes hops from Python)"
+    )
+
+
 def test_routing_only_on_the_embedded_trace():
     import json
 

@@ -26,6 +26,14 @@ def _offload_config(args):
     from fsedp.experiments.offload import OffloadConfig
     from fsedp.sw.policies.buddy import BuddyConfig
 
+    if args.kappa:
+        # refused, not ignored: the offload model's experts are on one device or on the host
+        raise InputError(
+            COMMAND_LINE,
+            "--kappa",
+            f"{args.kappa} weighs a buddy's cross-link hops, and the offload model has one "
+            "device (no hop): leave it at 0 (substitute() takes hops from Python)",
+        )
     try:
         bc = BuddyConfig(
             alpha=args.alpha,
@@ -536,7 +544,8 @@ def add_parsers(sub):
         "--kappa",
         type=number("--kappa", 0.0, 1.0),
         default=0.0,
-        help="cross-link penalty",
+        help="cross-link penalty (the offload model has one device and no hop: only 0 is "
+        "taken; substitute() weighs hops from Python)",
     )
     b.add_argument(
         "--diversity",

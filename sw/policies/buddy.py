@@ -19,7 +19,8 @@ Online, per token and layer, in the paper's order (Section 3.1):
    ``budget_bytes`` per step and layer, no substitution when the step's misses fit it (the
    paper relates beta to such a budget without fixing the rule; ours fetches the originals
    whenever the budget allows and substitutes only beyond it);
-3. **buddy score** ``Psi(j | i, x) = q(j | i) (1 + eta z^_j(x)) (1 - kappa hop(j))``, times
+3. **buddy score** ``Psi(j | i, x) = q(j | i) (1 + eta z^_j(x)) (1 - kappa hop(j))``, each
+   factor clipped at 0 (a far or unlikely buddy scores 0, never below a near one), times
    ``diversity`` for every earlier use of ``j`` by the same token (``z^`` = the router
    logit of ``j`` standardised over the experts, here ``log p`` standardised).  Algorithm 1
    forbids an expert the token already uses (``unique``, the default), which makes the
@@ -286,12 +287,15 @@ def substitute(
         ok = valid & resident[c]
         if cfg.unique:
             ok &= ~used[rows[:, None], c]
-        score = rng.random(c.shape) if cfg.random_choice else q[e[:, None], c]
-        if z is not None:
-            score = score * (1 + cfg.eta * np.clip(z[rows[:, None], c], -1 / cfg.eta, None))
-        if hop is not None and cfg.kappa:
-            score = score * (1 - cfg.kappa * hop[c])
-        score = score * np.power(cfg.diversity, picks[rows[:, None], c])
+        if cfg.random_choice:  # the control: uniform over the candidates, no factor
+            score = rng.random(c.shape)
+        else:
+            score = q[e[:, None], c]
+            if z is not None:
+                score = score * (1 + cfg.eta * np.clip(z[rows[:, None], c], -1 / cfg.eta, None))
+            if hop is not None and cfg.kappa:
+                score = score * np.maximum(1 - cfg.kappa * hop[c], 0.0)
+            score = score * np.power(cfg.diversity, picks[rows[:, None], c])
         score = np.where(ok, score, -np.inf)
         best = score.argmax(1)
         found = want & np.isfinite(score[rows, best])
