@@ -3,15 +3,22 @@ by hand: token storage's share of each chiplet's buffer, the micro-slice slots a
 holds, the derived micro-slice count and count width, and the smallest buffer and count
 that meet deadlock freedom -- each at its threshold, one below and one above."""
 
+import copy
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from tiny import TINY
 
 from fsedp.config import (
+    CONFIG_DIR,
     MAX_TOKENS_PER_ITERATION,
+    HardwareConfig,
+    _relative,
     _smallest,
     buffer_slots,
+    config_path,
+    config_to_dict,
     derived_count_width,
     derived_microslices,
     mesh_slots,
@@ -22,6 +29,7 @@ from fsedp.config import (
     token_kib,
     weight_kib,
 )
+from fsedp.errors import InputError
 from fsedp.params import max_hops
 
 
@@ -152,3 +160,169 @@ def test_the_datapath_generics_of_the_tiny_run_by_hand():
     assert (dp.rows, dp.cols, dp.slots, dp.micro_slices) == (2, 2, 8, 8)
     assert (dp.link_cycles, dp.ddr_interval, dp.ddr_latency, dp.cycles_per_token) == (13, 24, 80, 2)
     assert cfg.datapath_params(slots=9).slots == 9
+
+
+# -- refusals, each with its exact file, field and reason ------------------------------------
+
+
+def run(**sections):
+    """The tiny run with some sections' fields replaced (a section given as a mapping is
+    merged into the tiny one's)."""
+    data = copy.deepcopy(TINY)
+    data["scheduler"] = {"requests": 8, "theta_min": 2, "n_threshold": 4, "qos_width": 4}
+    data["scheduler"]["t_qos_init"] = 0
+    for key, v in sections.items():
+        data[key] = {**data[key], **v} if isinstance(v, dict) else v
+    return data
+
+
+def refusal(data, *args):
+    with pytest.raises(InputError) as e:
+        run_from_dict(data, *args)
+    return e.value.file, e.value.field, e.value.reason
+
+
+def test_a_package_of_one_chiplet_is_refused_with_its_product():
+    data = run(hardware={"rows": 1, "cols": 1})
+    assert refusal(data, "r.yaml") == (
+        "r.yaml",
+        "hardware.rows",
+        "rows x cols = 1 x 1 = 1; a package has 2..64 chiplets",
+    )
+
+
+def test_top_k_may_equal_the_experts_but_not_exceed_them():
+    assert run_from_dict(run(model={"top_k": 16})).model.top_k == 16
+    assert refusal(run(model={"top_k": 17}), "r.yaml") == (
+        "r.yaml",
+        "model.top_k",
+        "top_k = 17 exceeds experts = 16",
+    )
+
+
+def test_the_qos_timer_starts_at_most_at_its_widths_maximum():
+    """qos_width 4: the timer holds 0..15."""
+    cfg = run_from_dict(run(scheduler={"qos_width": 4, "t_qos_init": 15}))
+    assert cfg.scheduler.t_qos_init == 15
+    assert refusal(run(scheduler={"qos_width": 4, "t_qos_init": 16}), "r.yaml") == (
+        "r.yaml",
+        "scheduler.t_qos_init",
+        "must be in 0..2**qos_width - 1 = 15, not 16",
+    )
+
+
+def test_ring_orders_and_ring_path_are_not_checked_as_scheduler_generics():
+    """SchedulerParams would want the mesh columns for ring_orders 4 and the cycle path; the
+    scheduler section leaves them to the link-aware strategies."""
+    cfg = run_from_dict(run(scheduler={"ring_orders": 4, "ring_path": "cycle"}))
+    assert (cfg.scheduler.ring_orders, cfg.scheduler.ring_path) == (4, "cycle")
+
+
+def test_a_joint_scheduler_range_names_the_run_configs_field():
+    """count_width 4 counts to 15: theta_min 16 is out of reach."""
+    data = run(scheduler={"count_width": 4, "theta_min": 16}, scenario={"tokens_per_iteration": 8})
+    assert refusal(data, "r.yaml") == (
+        "r.yaml",
+        "scheduler.theta_min",
+        "must be in 0..2**count_width - 1 = 15, not 16",
+    )
+
+
+def test_a_synthetic_scenario_without_skew_names_the_file():
+    data = run()
+    del data["scenario"]["skew"]
+    assert refusal(data, "r.yaml")[:2] == ("r.yaml", "scenario.skew")
+
+
+@pytest.mark.parametrize("n, shown", [(80, "t" * 80), (81, "t" * 77 + "...")])
+def test_a_trace_name_is_cut_after_80_characters(n, shown):
+    data = run(scenario={"trace": "t" * n})
+    assert refusal(data, "r.yaml") == (
+        "r.yaml",
+        "scenario.skew",
+        f"applies to synthetic scenarios only; this scenario replays trace: {shown}",
+    )
+
+
+def test_a_pseudo_source_is_not_a_folder():
+    """A source that starts with ``<`` is no file: a relative path stays relative to the
+    current directory, even where the pseudo name holds a slash."""
+    assert _relative("t.npz", "<some/pseudo>") == Path("t.npz")
+    assert _relative("t.npz", "d/r.yaml") == Path("d/t.npz")
+    assert _relative("/abs/t.npz", "d/r.yaml") == Path("/abs/t.npz")
+
+
+@pytest.mark.parametrize("name", ["no/such", "no\\such", "nosuch.yml", "nosuch.yaml"])
+def test_a_name_with_a_slash_or_a_yaml_suffix_is_a_path(name):
+    with pytest.raises(InputError) as e:
+        config_path("hardware", name)
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        "<memory>",
+        "hardware",
+        f"no config file {name}",
+    )
+
+
+def test_a_long_missing_path_is_cut_at_200_characters():
+    name = "d" * 100 + "/" + "e" * 150 + ".yaml"
+    with pytest.raises(InputError) as e:
+        config_path("hardware", name, "r.yaml", "hw")
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        "r.yaml",
+        "hw",
+        f"no config file {name[:200]}",
+    )
+
+
+@pytest.mark.parametrize("name", ["a\0b.yaml", "a" * 250 + "\0.yaml"])
+def test_a_nul_in_a_path_is_not_a_usable_path(name):
+    with pytest.raises(InputError) as e:
+        config_path("hardware", name, "r.yaml", "hw")
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        "r.yaml",
+        "hw",
+        f"cannot look at {name[:200]}: not a usable path",
+    )
+
+
+def test_a_long_folder_path_is_cut_at_200_characters(tmp_path):
+    d = tmp_path / ("f" * 100) / ("g" * 100 + ".yaml")
+    d.mkdir(parents=True)
+    with pytest.raises(InputError) as e:
+        config_path("hardware", str(d), "r.yaml", "hw")
+    assert len(str(d)) > 200
+    assert e.value.reason == f"{str(d)[:200]} is a folder, not a regular file"
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    with pytest.raises(InputError) as e:
+        config_path("hardware", "x" * 70, "r.yaml", "hw")
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        "r.yaml",
+        "hw",
+        f"unknown hw config {'x' * 60!r}; known: chip2x2, mesh3x3, mesh3x3-16mib, "
+        "mesh4x4, mesh4x4-16mib, mesh8x8 (or give a file path ending in .yaml)",
+    )
+    with pytest.raises(InputError) as e:
+        config_path("nokind", "x")
+    assert e.value.reason == (
+        f"unknown nokind config 'x'; known: none: {CONFIG_DIR / 'nokind'} is empty or absent "
+        "(or give a file path ending in .yaml)"
+    )
+
+
+def test_config_to_dict_refuses_a_class_and_skips_none_fields():
+    with pytest.raises(TypeError, match="^not a config dataclass: <class "):
+        config_to_dict(HardwareConfig)
+    with pytest.raises(TypeError, match="^not a config dataclass: 5$"):
+        config_to_dict(5)
+    data = run(scenario={"trace": "model"})
+    del data["scenario"]["skew"], data["scenario"]["prefill_fraction"]
+    out = config_to_dict(run_from_dict(data).scenario)
+    assert out == {
+        "tokens_per_iteration": 64,
+        "rounds": 2,
+        "seed": 5,
+        "trace": "model",
+        "sharding": "token",
+    }
