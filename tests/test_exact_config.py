@@ -4,6 +4,7 @@ holds, the derived micro-slice count and count width, and the smallest buffer an
 that meet deadlock freedom -- each at its threshold, one below and one above."""
 
 import copy
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -326,3 +327,202 @@ def test_config_to_dict_refuses_a_class_and_skips_none_fields():
         "trace": "model",
         "sharding": "token",
     }
+
+
+def test_a_name_too_long_for_the_system_says_why():
+    name = "a" * 300 + ".yaml"
+    with pytest.raises(InputError) as e:
+        config_path("hardware", name, "r.yaml", "hw")
+    assert e.value.reason == f"cannot look at {name[:200]}: File name too long"
+
+
+SECTIONS = "hardware, model, scheduler, scenario"
+
+
+@pytest.mark.parametrize(
+    "change, field, reason",
+    [
+        (lambda d: [1], "<top>", "the top level must be a mapping, not a list"),
+        (lambda d: {**d, "k" * 70: 1}, "k" * 60, "unknown key; allowed keys: " + SECTIONS),
+        (
+            lambda d: {k: v for k, v in d.items() if k != "model"},
+            "model",
+            f"missing key (required keys: {SECTIONS})",
+        ),
+        (
+            lambda d: {**d, "hardware": 5},
+            "hardware",
+            "must be a mapping of fields, the name of a config in configs/hardware/ or a file "
+            "path, not int 5",
+        ),
+        (lambda d: {**d, "scenario": "x"}, "scenario", "must be a mapping of fields, not str 'x'"),
+    ],
+)
+def test_the_top_level_refusals(change, field, reason):
+    data = change(copy.deepcopy(TINY))
+    with pytest.raises(InputError) as e:
+        run_from_dict(data)
+    assert (e.value.file, e.value.field, e.value.reason) == ("<memory>", field, reason)
+
+
+def test_the_scheduler_generics_come_from_the_scheduler_section():
+    sp = run_from_dict(
+        run(scheduler={"requests": 5, "theta_min": 3, "n_threshold": 6, "qos_width": 5})
+    ).scheduler_params()
+    assert (sp.requests, sp.theta_min, sp.n_threshold, sp.qos_width) == (5, 3, 6, 5)
+
+
+def test_the_scheduler_refusals_name_the_run_configs_field():
+    """1 x 2 is a package (2 chiplets) but not a scheduler's (4..64); 4 experts are a model
+    but not a scheduler's (8..256)."""
+    assert refusal(run(hardware={"rows": 1}), "r.yaml") == (
+        "r.yaml",
+        "hardware",
+        "rows x cols = 1 x 2 = 2, but the scheduler's chiplets must be in 4..64, not 2",
+    )
+    assert refusal(run(model={"experts": 4}), "r.yaml") == (
+        "r.yaml",
+        "model.experts",
+        "must be in 8..256, not 4",
+    )
+
+
+def test_a_derived_count_in_the_one_kib_tokens_leave():
+    """368 tokens on 4 chiplets: 92 each, 2 x 92 x 64 x 2 bytes = 23 KiB of the 24: 1 KiB for
+    7 micro-slices of a 24576-byte expert: 169 slices of 146 bytes (7 x 146 = 1022); 168
+    slices of 147 bytes fit 6.  The buffer check takes that one KiB."""
+    data = run(
+        hardware={"token_storage": True, "microslices_per_expert": None},
+        scenario={"tokens_per_iteration": 368},
+    )
+    del data["hardware"]["microslices_per_expert"]
+    cfg = run_from_dict(data)
+    assert (cfg.token_kib, cfg.weight_kib, cfg.hardware.microslices_per_expert) == (23, 1, 169)
+    assert buffer_slots(24576, 1, 169) == 7 and buffer_slots(24576, 1, 168) == 6
+
+
+def test_the_smallest_count_may_be_one_and_may_need_more_than_64_slots():
+    """A 1 KiB expert whole, 4 of them in 4 KiB: 2x2's 4 slots.  8x8 needs 70 slots (more
+    than 64): 7168 bytes hold 70 slices of 102 bytes, ceil(7000 / 69); 68 slices of 103
+    bytes fit 69."""
+    assert smallest_microslices(1024, 4, 2, 2) == 1
+    assert smallest_microslices(7000, 7, 8, 8) == 69
+
+
+NEEDS = "but a 2x2 mesh needs at least 4 per chiplet for deadlock-free streaming"
+
+
+@pytest.mark.parametrize(
+    "hardware, model, tokens, reason",
+    [
+        # 12 KiB less 1 KiB of 16 tokens (4 a chiplet x 2 x 64 x 2 bytes): 3 slices of 3 KiB;
+        # 4 need 12 KiB (+1 of tokens), or 9 slices of 2731 bytes fit 4 in 11 KiB
+        (
+            {"onchip_buffer_kib": 12},
+            {},
+            16,
+            f"11 KiB left by 1 KiB of tokens holds 3 micro-slices of 3 KiB "
+            f"(microslices_per_expert 8), {NEEDS}; hardware.onchip_buffer_kib >= 13 or "
+            "hardware.microslices_per_expert >= 9 would fit",
+        ),
+        # a 3 MiB expert (d 1024 x 1024), 4 tokens of 4 KiB: 256 slices of 12 KiB fit 4 in 48
+        # KiB, no count in 47; 8 slices of 384 KiB need 1536 KiB
+        (
+            {"onchip_buffer_kib": 51, "microslices_per_expert": 8},
+            {"d_model": 1024, "d_ffn": 1024},
+            4,
+            f"47 KiB left by 4 KiB of tokens holds 0 micro-slices of 384 KiB "
+            f"(microslices_per_expert 8), {NEEDS}; hardware.onchip_buffer_kib >= 1540 would fit "
+            "(no microslices_per_expert up to 256 does; >= 52 with microslices_per_expert left "
+            "out)",
+        ),
+        # the same with 256 slices: the derived count's buffer is no smaller
+        (
+            {"onchip_buffer_kib": 51, "microslices_per_expert": 256},
+            {"d_model": 1024, "d_ffn": 1024},
+            4,
+            f"47 KiB left by 4 KiB of tokens holds 3 micro-slices of 12 KiB "
+            f"(microslices_per_expert 256), {NEEDS}; hardware.onchip_buffer_kib >= 52 would fit "
+            "(no microslices_per_expert up to 256 does)",
+        ),
+        # a 384 MiB expert (8192 x 16384) whole: no buffer up to 1 GiB holds 4; 8 MiB holds 4
+        # slices of 2 MiB, 192 of them
+        (
+            {"onchip_buffer_kib": 8192, "microslices_per_expert": 1, "token_storage": False},
+            {"d_model": 8192, "d_ffn": 16384},
+            4,
+            f"8192 KiB holds 0 micro-slices of 393216 KiB (microslices_per_expert 1), {NEEDS}; "
+            "hardware.microslices_per_expert >= 192 would fit (no onchip_buffer_kib up to "
+            "1048576 does)",
+        ),
+        # 4096 KiB (+32 of 4 tokens of 8192 x 2 x 2 bytes): not even 256 slices of 1.5 MiB
+        # fit 4; 6144 KiB do
+        (
+            {"onchip_buffer_kib": 4128, "microslices_per_expert": 1},
+            {"d_model": 8192, "d_ffn": 16384},
+            4,
+            f"4096 KiB left by 32 KiB of tokens holds 0 micro-slices of 393216 KiB "
+            f"(microslices_per_expert 1), {NEEDS}; hardware.onchip_buffer_kib >= 6176 with "
+            "microslices_per_expert left out would fit (neither alone does)",
+        ),
+    ],
+)
+def test_the_buffer_refusals_hint(hardware, model, tokens, reason):
+    data = run(
+        hardware={"token_storage": True, **hardware},
+        model=model,
+        scenario={"tokens_per_iteration": tokens},
+    )
+    assert refusal(data) == ("<memory>", "hardware.onchip_buffer_kib", reason)
+
+
+def test_no_buffer_fits_a_huge_expert_on_8x8():
+    """70 slots of 256 slices of a 12 GiB expert (65536 x 65536) take 3.3 GiB: over 1 GiB."""
+    data = run(
+        hardware={"rows": 8, "cols": 8, "onchip_buffer_kib": 1024, "microslices_per_expert": 1},
+        model={"d_model": 65536, "d_ffn": 65536},
+    )
+    assert refusal(data)[2].endswith(
+        "no hardware.onchip_buffer_kib up to 1048576 fits this model on this mesh"
+    )
+
+
+def test_check_buffer_says_whether_the_count_was_derived():
+    cfg = run_from_dict(TINY)
+    small = dataclasses.replace(
+        cfg, hardware=dataclasses.replace(cfg.hardware, onchip_buffer_kib=11)
+    )
+    with pytest.raises(InputError) as e:
+        small.check_buffer()
+    assert e.value.reason.startswith("11 KiB holds 3 micro-slices of 3 KiB (microslices_per_ex")
+    with pytest.raises(InputError) as e:
+        small.check_buffer(True)
+    assert e.value.reason.startswith(
+        f"11 KiB holds 3 micro-slices of 3 KiB (derived microslices_per_expert 8), {NEEDS};"
+    )
+
+
+def test_datapath_cycles_round_up_at_a_hair_over():
+    """A 3072-byte slice over a link of 1.25 x 2457.6 / 10.000000005 bytes a cycle (800 MHz):
+    10.000000005 cycles, 11; 1.25000001 ns at 800 MHz: 1.000000008 cycles, 2; 100 ns at
+    800.01 MHz: 80.001 cycles, 81; 1024 MACs: 3 x 64 x 128 / 8 / 1024 = 3 cycles a token."""
+    cfg = run_from_dict(TINY, "tiny.yaml")
+    bw = 2457.6 / 10.000000005  # 3072 bytes over 1.25 bw bytes a cycle: 10.000000005
+
+    def dp(**hw):
+        return dataclasses.replace(
+            cfg, hardware=dataclasses.replace(cfg.hardware, **hw)
+        ).datapath_params()
+
+    assert dp(d2d_bandwidth_gbps=bw, d2d_latency_ns=0.0).link_cycles == 11
+    assert dp(d2d_latency_ns=1.25000001).link_cycles == 9 + 2
+    assert dp(ddr_channels=1, ddr_bandwidth_gbps_per_channel=bw).ddr_interval == 11
+    assert dp(clock_mhz=800.01).ddr_latency == 81
+    assert dp(macs_per_chiplet=1024).cycles_per_token == 3
+    with pytest.raises(InputError) as e:
+        cfg.datapath_params(slots=0)
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        "tiny.yaml",
+        "<datapath>.slots",
+        "must be in 2..256, not 0",
+    )
