@@ -1,7 +1,8 @@
 """Exact expectations of the config's derived sizes (``fsedp.config``) on numbers worked out
 by hand: token storage's share of each chiplet's buffer, the micro-slice slots a buffer
 holds, the derived micro-slice count and count width, and the smallest buffer and count
-that meet deadlock freedom -- each at its threshold, one below and one above."""
+that meet deadlock freedom -- each at its threshold, one below and one above; and the
+loader's refusals, each with its exact file, field and reason."""
 
 import copy
 import dataclasses
