@@ -397,3 +397,13 @@ def test_docs_table_is_the_declared_fields():
     docs = (Path(__file__).resolve().parents[1] / "docs" / "configs.md").read_text()
     shown = docs.split("<!-- fields: DeviceProfile ", 1)[1].split("\n", 1)[1]
     assert shown.split("<!-- end fields -->", 1)[0].strip() == table(DeviceProfile)
+
+
+def test_interpolate_on_a_table_of_three_entries():
+    """(1, 10 us), (4, 20 us), (8, 30 us): 6 tokens lie between the last two (25 us), 8 is
+    the last entry (30 us), 10 is 2 tokens beyond it at 1e6 FLOP a token and 1e12 FLOP/s:
+    30 us + 2 us = 32 us."""
+    table = ((1, 10e-6), (4, 20e-6), (8, 30e-6))
+    assert interpolate(table, 6, 1e12, 1e6) == pytest.approx(25e-6, rel=1e-12)
+    assert interpolate(table, 8, 1e12, 1e6) == pytest.approx(30e-6, rel=1e-12)
+    assert interpolate(table, 10, 1e12, 1e6) == pytest.approx(32e-6, rel=1e-12)
