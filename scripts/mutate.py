@@ -74,7 +74,7 @@ def M(name, path, old, new, what, *tests):
     return Mutant(name, path, old, new, what, tuple(t for group in tests for t in group))
 
 
-#: the plausible bugs: the ones of issue 16's campaign and our own
+#: the plausible bugs: the ones of an earlier outside campaign and our own
 MUTANTS = [
     # -- RTL ---------------------------------------------------------------------------------
     M(
@@ -355,7 +355,7 @@ MUTANTS = [
         "it were on it (computed where the expert has no tokens)",
         STREAM,
     ),
-    # -- forward-state admission [D16] and the column embeddings (issue 32) ----------------
+    # -- forward-state admission [D16] and the column embeddings ----------------
     M(
         "state-admission-no-self",
         "sw/streaming/ring_buffer.py",
@@ -413,7 +413,7 @@ MUTANTS = [
         "the column snake runs every column downwards (legs back to the top)",
         STREAM,
     ),
-    # -- derived values a rounding or an index could slip (issue 31's held-out check) --------
+    # -- derived values a rounding or an index could slip (a held-out check) ---------------------
     M(
         "ddr-bound-floor",
         "sim/baselines.py",

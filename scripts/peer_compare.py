@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Our simulator side by side with the peer FSE-DP simulator (issue 34, item 3).
+"""Our simulator side by side with the peer FSE-DP simulator.
 
 The peer is the public Python simulator Man0xbfc00380/MoeOpt (EP, Hydra, FSE-DP and FSE-DP
 with paired load; no RTL).  This script never copies its code: it runs the peer's own runner

@@ -1,4 +1,4 @@
-"""Token gathering into regions of the mesh (strategy ``A8``; issue 32, item 2).
+"""Token gathering into regions of the mesh (strategy ``A8``).
 
 On a large mesh an expert whose tokens sit on every chiplet streams over a ring through all
 of them: every micro-slice crosses ``|C| - 1`` links or more, and every chiplet of the mesh

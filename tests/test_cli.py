@@ -61,7 +61,7 @@ def test_bad_arguments_one_line_exit_2(args):
 def test_verilog_under_an_address_space_limit_is_one_line_exit_3(tmp_path):
     """Amaranth's built-in Yosys (WebAssembly on wasmtime) reserves 4 GiB of address space:
     under ``ulimit -v 4000000`` it cannot start.  That is the machine's failure: one line
-    saying what to do, exit 3, no output folder (issue 46)."""
+    saying what to do, exit 3, no output folder."""
     import os
 
     resource = pytest.importorskip("resource")

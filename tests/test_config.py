@@ -220,7 +220,7 @@ def test_tokens_beyond_the_widest_count_name_the_tokens(width):
 
 def test_a_config_path_that_is_not_a_regular_file_says_what_it_is(tmp_path, capsys):
     """A FIFO, a folder or a missing file given where a config file goes: each its own
-    reason, without opening the FIFO (it would block) (issue 46)."""
+    reason, without opening the FIFO (it would block)."""
     import os
 
     from fsedp.cli import main
@@ -382,13 +382,13 @@ def test_mixtral_is_accepted_by_the_scheduler():
 
 
 def test_trace_path(tmp_path):
-    # a trace scenario without the synthetic keys (refused with a trace since issue 30)
+    # a trace scenario without the synthetic keys (refused with a trace)
     sc = {"tokens_per_iteration": 64, "seed": 1, "trace": "traces/t.npz"}
     d = run_dict(scenario=sc)
     assert run_from_dict(d, str(tmp_path / "run.yaml")).trace_path() == tmp_path / "traces/t.npz"
 
 
-# -- scenario keys that apply only to a synthetic workload (issue 30) ----------------------
+# -- scenario keys that apply only to a synthetic workload ------------------------------
 
 #: the first config of a user with a real trace (the routing of the project's LM: 16 experts,
 #: top-2, 4 layers): no rounds, skew or prefill_fraction
@@ -626,7 +626,7 @@ def test_mixtral_on_the_4x4_mesh_names_the_buffer_that_fits():
 
 
 def test_a_count_set_by_hand_names_a_buffer_and_a_count():
-    hw = hardware_dict("mesh4x4", microslices_per_expert=48)  # mesh4x4's count before issue 30
+    hw = hardware_dict("mesh4x4", microslices_per_expert=48)  # the count mesh4x4 had set
     e = error_of(run_dict(hardware=hw, model="phi-3.5-moe"))
     assert e.reason.endswith(
         "hardware.onchip_buffer_kib >= 14400 or hardware.microslices_per_expert >= 169 would fit"

@@ -1,4 +1,4 @@
-"""Nothing in the sweep cache is trusted, and no Ray address hangs (issue 29): a poisoned cache
+"""Nothing in the sweep cache is trusted, and no Ray address hangs: a poisoned cache
 entry is recomputed, rewritten valid and reported once; an unreachable Ray cluster is refused
 on one line within the connection timeout."""
 

@@ -1,4 +1,4 @@
-"""Hostile input to the software papers' commands (issue 29): every refusal is one line
+"""Hostile input to the software papers' commands: every refusal is one line
 ``fsedp: FILE: FIELD: REASON`` and exit status 2 -- no traceback, no library warning, no
 result computed over nothing -- and a bad option is refused before any model data, trace or
 corpus is read."""

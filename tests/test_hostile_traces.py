@@ -1,4 +1,4 @@
-"""Every file we read is hostile; tiny files must not cost gigabytes (issue 29).
+"""Every file we read is hostile; tiny files must not cost gigabytes.
 
 Each case writes a small hostile file -- a 136-byte ``.npy`` whose expert id 32766 was once
 taken as the expert count (16.8 GB of dense tables), an ``.npz`` whose unused member

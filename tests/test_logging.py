@@ -1,4 +1,4 @@
-"""Progress and info lines (issue 30, item 7): info lines go through :mod:`logging` as
+"""Progress and info lines: info lines go through :mod:`logging` as
 ``fsedp: MESSAGE`` on stderr, progress bars show on a terminal only, ``--json`` prints nothing
 but its JSON, and a missing optional extra is refused on one line naming it."""
 

@@ -149,7 +149,7 @@ def test_work_folder_marks_what_it_wrote(tmp_path):
 
 
 def test_fsedp_run_keeps_a_users_files(tmp_path, monkeypatch, capsys):
-    """The reproductions of issue 29: ``--out .`` and ``--out d`` with a file of the user's."""
+    """The reproductions: ``--out .`` and ``--out d`` with a file of the user's."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("precious")
     (tmp_path / "d").mkdir()

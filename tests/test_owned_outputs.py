@@ -1,4 +1,4 @@
-"""Nothing a user owns is lost (issue 46): the write rule (only regular files are replaced;
+"""Nothing a user owns is lost: the write rule (only regular files are replaced;
 devices, FIFOs, sockets and links named as outputs are refused before any work) and markers
 that cannot be forged into a deletion, as a property: folders of user files, links and
 sub-folders, with random and forged markers, given to report-folder writers with and without
@@ -89,7 +89,7 @@ def test_a_special_file_made_while_the_output_was_written_is_kept(tmp_path):
 )
 @pytest.mark.parametrize("kind", ["fifo", "chardev"])
 def test_cli_refuses_a_special_file_on_one_line(tmp_path, monkeypatch, capsys, argv, kind):
-    """The reproductions of issue 46: ``--out null`` (a copy of /dev/null), a FIFO as
+    """The reproductions: ``--out null`` (a copy of /dev/null), a FIFO as
     ``--trace-events`` and as a results page: one line, exit 2, the file as it was, and no
     blocking."""
     monkeypatch.chdir(tmp_path)
@@ -104,7 +104,7 @@ def test_cli_refuses_a_special_file_on_one_line(tmp_path, monkeypatch, capsys, a
 
 
 def test_a_marker_entry_without_a_stamp_is_the_users(tmp_path, monkeypatch, capsys):
-    """Issue 46's reproduction: a marker listing ``precious.txt`` with no stamp.  Refused
+    """A reproduction: a marker listing ``precious.txt`` with no stamp.  Refused
     without ``--force``; kept with it."""
     monkeypatch.chdir(tmp_path)
     d = tmp_path / "d"

@@ -157,7 +157,7 @@ def test_profile_device_leaves_no_file_on_failure(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-# -- a fit that is not resolved is refused, never written (issue 46) -----------------------
+# -- a fit that is not resolved is refused, never written -----------------------
 def synthetic_prims(copy_us, ffn_us=None, dense_s=1e-4, issue_s=5e-6, device_s=8e-5):
     """Primitives as :func:`measure_primitives` returns them, from given timings (us): copies
     of 1/16, 1/4, 1 and 2 experts of ``SIZES`` in float32, FFNs at 1, 2, 4 tokens."""
@@ -194,7 +194,7 @@ def test_fit_profile_takes_a_resolved_line():
     [
         # identical copy times at every size: the link term is not there
         ([45.0, 41.0, 47.0, 43.0], None, {}, "link_gbs"),
-        # a slope under its own noise (the CPU runs of issue 46 fitted 0.5 GB/s to 1e5)
+        # a slope under its own noise (CPU runs fitted 0.5 GB/s to 1e5)
         ([51.6, 45.0, 39.9, 52.1], None, {}, "link_gbs"),
         # a latency far below zero (the copies grow faster than a line through 0 allows)
         ([0.1, 0.2, 300.0, 610.0], None, {}, "link_latency_us"),

@@ -198,7 +198,7 @@ def test_missing_tool_names_it_and_its_package(tmp_path, mini, capsys, monkeypat
 
 def test_a_killed_tool_is_one_line_and_exit_3(tmp_path, mini, capsys, monkeypatch):
     """A tool a signal stops (the out-of-memory killer, a limit) is the machine's failure:
-    one line naming it and its log, exit 3, no report folder (issue 46)."""
+    one line naming it and its log, exit 3, no report folder."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in synth.TOOLS:  # answers the version query, then is killed at work

@@ -163,7 +163,7 @@ def drain_window(result, dp) -> int:
 def preload_bound(
     run: dict, trace, tokens: int, rank, slices: dict | None = None, strategy: str = "A3"
 ) -> dict:
-    """**An upper bound** on predicted pre-loads across layers (issue 17, deliverable 3), from
+    """**An upper bound** on predicted pre-loads across layers, from
     a simulated run on ``trace``: the DDR channels idle in the drain of MoE layer ``l - 1``
     (the simulator's idle breakdown) and, while the attention block before MoE layer ``l``
     (``l >= 1``) computes, for ``Setup.attention_ddr_idle_cycles`` each; in those windows
@@ -254,7 +254,7 @@ def preload_run(
     strategy: str = "A3",
     room: int | None = None,
 ) -> dict:
-    """**Predicted pre-loads across layers, simulated** (issue 17, deliverable 3): the run's
+    """**Predicted pre-loads across layers, simulated**: the run's
     layers again, in order, each MoE layer ``l >= 1`` starting with the micro-slices the
     chip pre-loaded while layer ``l - 1`` drained and attention ran (:func:`ahead_plan`),
     held until their expert's first beat binds them to its trajectory
