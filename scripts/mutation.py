@@ -79,6 +79,7 @@ class Module:
     tests: list
     functions: list = field(default_factory=list)  # empty: all of the module's functions
     equivalents: list = field(default_factory=list)
+    deselect: list = field(default_factory=list)  # node-id prefixes left out of its tests
 
     def selects(self, mutant: str) -> bool:
         """Whether a mutant (mutmut's name) is of one of :attr:`functions`."""
@@ -99,6 +100,13 @@ def load_table(path: Path = TABLE) -> dict:
     """The modules of :file:`scripts/mutation.toml`, each with its tests and equivalents;
     a module, test file or equivalent's module that is not there is refused (exit 2)."""
     data = tomllib.loads(path.read_text())
+    deselect = data.get("deselect", {})
+    for f, prefixes in deselect.items():
+        bad = [p for p in prefixes if not p.startswith(f + "::")]
+        if not (ROOT / f).is_file() or bad:
+            raise SystemExit(
+                f"mutation.py: {path.name}: deselect of {f!r}: not a test file's nodes"
+            )
     modules = {}
     for name, entry in data.get("module", {}).items():
         if not (ROOT / name).is_file():
@@ -106,7 +114,13 @@ def load_table(path: Path = TABLE) -> dict:
         for t in entry["tests"]:
             if not (ROOT / t.split("::")[0]).is_file():
                 raise SystemExit(f"mutation.py: {path.name}: module {name!r}: no test file {t!r}")
-        modules[name] = Module(name, list(entry["tests"]), list(entry.get("functions", [])))
+        files = {t.split("::")[0] for t in entry["tests"]}
+        modules[name] = Module(
+            name,
+            list(entry["tests"]),
+            list(entry.get("functions", [])),
+            deselect=[d for f in sorted(files) for d in deselect.get(f, [])],
+        )
     for eq in data.get("equivalent", []):
         missing = {"module", "function", "line", "mutant", "why"} - set(eq)
         if missing:
@@ -170,7 +184,8 @@ def stage(module: Module, where: Path = STAGE, ref: str | None = None) -> Path:
         "source_paths": ["fsedp"],
         "only_mutate": [module.package_path],
         "also_copy": also,
-        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not slow and not cocotb_tier"],
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not slow and not cocotb_tier"]
+        + [arg for t in module.deselect for arg in ("--deselect", t)],
         "pytest_add_cli_args_test_selection": module.tests,
         "use_git_change_detection": False,
         # each mutant in a process forked from a server that has collected the tests but run

@@ -52,6 +52,10 @@ def test_every_module_and_test_file_of_the_table_is_there():
             'why = "c"\n',
             "equivalent of unknown 'sw/icv.py'",
         ),
+        (
+            '[deselect]\n"tests/test_golden.py" = ["tests/test_edges.py::test_x"]\n',
+            "deselect of 'tests/test_golden.py': not a test file's nodes",
+        ),
     ],
 )
 def test_a_bad_table_is_refused(tmp_path, text, message):
@@ -222,6 +226,38 @@ def test_a_modules_view_is_laid_out_as_the_package(tmp_path, ref):
     assert "_mutation_cold_caches" in (dest / "tests" / "conftest.py").read_text()
     # the working tree's own conftest is untouched
     assert "_mutation_cold_caches" not in (ROOT / "tests" / "conftest.py").read_text()
+
+
+def test_deselected_nodes_are_some_of_their_files_tests_and_reach_the_view(tmp_path):
+    """Each deselected prefix leaves out at least one collected test of its file, never all
+    of them, and a module that names the file runs with it left out."""
+    import subprocess
+    import sys
+    import tomllib
+
+    data = tomllib.loads(tool.TABLE.read_text())
+    assert data["deselect"], "the table deselects nothing"
+    for f, prefixes in data["deselect"].items():
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", f],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        nodes = [n for n in out if n.startswith(f + "::")]
+        for p in prefixes:
+            assert any(n.startswith(p) for n in nodes), p
+        assert any(not n.startswith(tuple(prefixes)) for n in nodes)
+    table = tool.load_table()
+    m = table["sw/streaming/ring_buffer.py"]
+    assert m.deselect == data["deselect"]["tests/test_streaming.py"]
+    assert table["sw/eit.py"].deselect == []
+    dest = tool.stage(m, tmp_path)
+    args = tomllib.loads((dest / "pyproject.toml").read_text())["tool"]["mutmut"]
+    args = args["pytest_add_cli_args"]
+    assert args[args.index("--deselect") + 1] == m.deselect[0]
+    assert args.count("--deselect") == len(m.deselect)
 
 
 def test_refresh_rewrites_the_block_without_a_run(tmp_path, capsys):
