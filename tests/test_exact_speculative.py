@@ -102,6 +102,16 @@ def test_confidence_seen_id_adds_a_millionth_of_popularity():
     assert c[0] == pytest.approx([(2 + 2e-6) / s, 1e-6 / s, 0.0], rel=1e-12, abs=1e-18)
 
 
+def test_confidence_of_two_ids_is_normalised_per_row():
+    """layer 0, ids 5 and 7: [2 + 2e-6, 1e-6, 0] / (2 + 3e-6) and [2e-6, 1 + 1e-6, 0] /
+    (1 + 3e-6): each row over its own sum, not over the batch's."""
+    t = TokenTable(IDS, EXPERTS, 3)
+    c = t.confidence(0, np.array([5, 7]))
+    s5, s7 = 2 + 3e-6, 1 + 3e-6
+    assert c[0] == pytest.approx([(2 + 2e-6) / s5, 1e-6 / s5, 0.0], rel=1e-12, abs=1e-18)
+    assert c[1] == pytest.approx([2e-6 / s7, (1 + 1e-6) / s7, 0.0], rel=1e-12, abs=1e-18)
+
+
 def test_confidence_unseen_id_is_the_layer_popularity():
     """No embeddings: an unseen id has no counts, so only 1e-6 * pop remains: layer 0
     pop [2, 1, 0] -> [2/3, 1/3, 0]; layer 1 pop [0, 1, 2] -> [0, 1/3, 2/3]."""
@@ -126,6 +136,16 @@ def test_predict_exact_tie_keeps_the_lower_expert():
     t = TokenTable(np.array([1, 2]), np.array([[[1]], [[0]]]), 2)
     assert t.confidence(0, np.array([3])).tolist() == [[0.5, 0.5]]
     assert t.predict(0, np.array([3]), 2).tolist() == [[0, 1]]
+
+
+def test_predict_ties_among_many_experts_keep_the_lower_expert():
+    """20 experts; ids 1..10 each route once to expert 0, 2, ..., 18: popularity [1, 0]
+    x 10.  The unseen id 99 gets it as its confidence (0.1 on every even expert): top-5 in
+    expert order [0, 2, 4, 6, 8] (a tie among more than 16 entries is where an unstable
+    sort reorders)."""
+    ids = np.arange(1, 11)
+    t = TokenTable(ids, (2 * np.arange(10)).reshape(10, 1, 1), 20)
+    assert t.predict(0, np.array([99]), 5).tolist() == [[0, 2, 4, 6, 8]]
 
 
 def _embedded_table():
@@ -263,6 +283,25 @@ def test_place_tokens_score_tie_takes_the_lower_device():
     assert place_tokens(np.array([[1.0, 0, 1, 0]]), EDEV, 2, 0.1).tolist() == [0]
 
 
+def test_place_tokens_load_ties_go_in_row_order():
+    """20 rows on expert 0 (device 0): even rows load 2, odd rows load 1; total 30, cap
+    15 (slack 0).  Heaviest first, ties in row order: rows 0, 2, ..., 12 fill device 0 to
+    14; rows 14, 16, 18 do not fit and go to device 1 (the least used); then row 1 fills
+    device 0 to 15 and rows 3, ..., 19 go to device 1."""
+    aff = np.zeros((20, 4))
+    aff[:, 0] = [2.0, 1.0] * 10
+    dev = place_tokens(aff, EDEV, 2, 0.0)
+    assert np.nonzero(dev == 0)[0].tolist() == [0, 1, 2, 4, 6, 8, 10, 12]
+
+
+def test_place_tokens_score_ties_go_in_device_order():
+    """20 devices, expert e on device e; 4 rows each with one activation on every even
+    expert (load 10, score [1, 0] x 10); total 40, slack 4: cap 5 x 40 / 20 = 10, one row
+    per device.  Each row takes the lowest even device with room: 0, 2, 4, 6."""
+    aff = np.tile(np.array([1.0, 0.0] * 10), (4, 1))
+    assert place_tokens(aff, np.arange(20), 20, 4.0).tolist() == [0, 2, 4, 6]
+
+
 # ---------------------------------------------------------------- balanced expert placement
 
 
@@ -277,6 +316,12 @@ def test_balanced_highest_score_first():
     """E 2, D 2 (cap 1): the largest score 5 (expert 1, device 0) is placed first, so
     expert 0 (preferring device 0 at 4) gets device 1."""
     assert _balanced(np.array([[4.0, 0], [5, 1]]), 2).tolist() == [1, 0]
+
+
+def test_balanced_score_ties_go_to_the_lower_expert():
+    """10 experts, each scoring [1, 0]; cap 5: the tie among 20 entries goes in flat
+    order, so experts 0-4 take device 0 and 5-9 device 1."""
+    assert _balanced(np.tile([1.0, 0.0], (10, 1)), 2).tolist() == [0] * 5 + [1] * 5
 
 
 def test_objective_by_hand():
@@ -401,6 +446,68 @@ def test_metis_finds_the_perfect_blocks():
     assert sorted(np.bincount(dev, minlength=2).tolist()) == [2, 2]
     assert dev[0] == dev[1] != dev[2] == dev[3]
     assert tok.tolist() == [dev[0], dev[2]]
+
+
+class _Metis:
+    """``pymetis.part_graph`` replaced: records what it is given, returns ``parts``."""
+
+    def __init__(self, parts):
+        self.parts, self.calls = parts, []
+
+    def __call__(self, nparts, adjacency, **kw):
+        self.calls.append((nparts, adjacency, kw))
+        return 0, list(self.parts)
+
+
+def test_metis_graph_and_weights_by_hand(monkeypatch):
+    """Rows [1, 0, 1, 0], [0, 3, 0, 1], [0, 0, 0, 1] (7 activations, 4 experts): vertices
+    0-2 the rows, 3-6 the experts.  Edges in row order: 0-3 (1), 0-5 (1), 1-4 (3), 1-6 (1),
+    2-6 (1); each vertex lists its neighbours in that order.  Weights: a row its load at
+    least 1 ([2, 4, 1]), an expert the mean load int(max(1, 7 / 4)) = 1.  METIS's parts
+    (tokens [0, 1, 1], experts [1, 0, 0, 1]) score 1 on their device, plus 1e-3 x the
+    activations from the device's tokens / 7: e0 [1/7e3, 1], e1 [1, 3/7e3], e2 [1 +
+    1/7e3, 0], e3 [0, 1 + 2/7e3]: e3 -> 1, e2 -> 0, then the ties at 1 in flat order:
+    e0 -> 1, e1 -> 0."""
+    import pymetis
+
+    aff = np.array([[1.0, 0, 1, 0], [0, 3, 0, 1], [0, 0, 0, 1]])
+    fake = _Metis([0, 1, 1, 1, 0, 0, 1])
+    monkeypatch.setattr(pymetis, "part_graph", fake)
+    dev, tok, val = metis_placement(aff, 2)
+    (nparts, graph, kw), = fake.calls
+    assert nparts == 2
+    assert list(graph.adj_starts) == [0, 2, 4, 5, 6, 7, 8, 10]
+    assert list(graph.adjacent) == [3, 5, 4, 6, 6, 0, 1, 0, 1, 2]
+    assert kw["eweights"].tolist() == [1, 1, 3, 1, 1, 1, 3, 1, 1, 1]
+    assert kw["vweights"] == [2, 4, 1, 1, 1, 1, 1]
+    assert dev.tolist() == [1, 0, 0, 1]
+    # tokens by best response: loads 2, 4, 1, cap 1.1 x 7 / 2 = 3.85; row 1 (score
+    # [3, 1]) -> 0 over the cap as the least used; row 0 ([1, 1]): 6 > 3.85 on 0, 2 on 1;
+    # row 2 ([0, 1]) -> 1: local 1 (row 0's e0) + 3 + 1 = 5 of 7
+    assert tok.tolist() == [1, 0, 1]
+    assert val == pytest.approx(5 / 7, abs=1e-15)
+
+
+def test_metis_expert_parts_are_rebalanced_by_the_tokens_on_each_device(monkeypatch):
+    """METIS puts all 4 experts on device 0 (cap 2), tokens [0, 1]; rows [0, 0, 3, 1] and
+    [2, 1, 0, 0] (7 activations).  Device 0's token uses e2 (3) and e3 (1): e2 [1 + 3/7e3,
+    0], e3 [1 + 1/7e3, 0] keep device 0; e0 [1, 2/7e3] and e1 [1, 1/7e3] move to device 1."""
+    import pymetis
+
+    aff = np.array([[0.0, 0, 3, 1], [2, 1, 0, 0]])
+    monkeypatch.setattr(pymetis, "part_graph", _Metis([0, 1, 0, 0, 0, 0]))
+    assert metis_placement(aff, 2)[0].tolist() == [1, 1, 0, 0]
+
+
+def test_metis_part_outweighs_any_token_affinity(monkeypatch):
+    """One row of 1000 activations on e1, on device 1; METIS puts e1 on device 0, e0 on 1
+    (cap 1).  e1's pull to device 1 is 1e-3 x 1000 / 1000 = 0.001 < 1: METIS's parts stay,
+    the tie e0/d1 = e1/d0 = 1 going in flat order."""
+    import pymetis
+
+    aff = np.array([[0.0, 1000]])
+    monkeypatch.setattr(pymetis, "part_graph", _Metis([1, 1, 0]))
+    assert metis_placement(aff, 2)[0].tolist() == [1, 0]
 
 
 def test_kmeans_finds_the_perfect_blocks():

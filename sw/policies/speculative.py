@@ -217,14 +217,9 @@ def metis_placement(aff: np.ndarray, D: int, slack: float = 0.1):
         [np.maximum(1, aff.sum(1)).astype(int), np.full(E, int(max(1, aff.sum() / E)))]
     )
     adjncy = np.concatenate([a for a in adj if a] or [[]]).astype(int)
-    graph = pymetis.CSRAdjacency(xadj, adjncy) if hasattr(pymetis, "CSRAdjacency") else None
-    kw = dict(
-        eweights=np.concatenate([w for w in wts if w] or [[]]).astype(int), vweights=vw.tolist()
-    )
-    _, parts = (
-        pymetis.part_graph(D, graph, **kw)
-        if graph is not None
-        else pymetis.part_graph(D, xadj=xadj, adjncy=adjncy, **kw)
+    eweights = np.concatenate([w for w in wts if w] or [[]]).astype(int)
+    _, parts = pymetis.part_graph(
+        D, pymetis.CSRAdjacency(xadj, adjncy), eweights=eweights, vweights=vw.tolist()
     )
     parts = np.asarray(parts)
     scores = np.zeros((E, D))
