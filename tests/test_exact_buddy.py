@@ -669,6 +669,25 @@ def test_substitute_local_compatibility_eta():
     assert sub([[2, 3]], [[0.6, 0.4]], probs=PROBS_Z, eta=0.0)[0].tolist() == [[0, 1]]
 
 
+def test_substitute_eta_normalises_each_token_by_its_own_log_probabilities():
+    """Two tokens {2, 3}, weights [.4, .6] (2 first), eta .27.  Token A log probs [0, -2,
+    0, -2] (mean -1, std 1), token B [0, -4, 0, -4] (mean -2, std 2): both z^ = [1, -1, 1,
+    -1].  2's buddies 1 (q .5 x (1 - .27) = .365) and 0 (q .3 x 1.27 = .381): 0; then 3:
+    0 used, 2 off chip, 1: [0, 1] for both.  Normalised over both tokens (mean -1.5, std
+    1.66), A would pick 1 for 2."""
+    probs = np.exp(np.array([[0.0, -2.0, 0.0, -2.0], [0.0, -4.0, 0.0, -4.0]]))
+    out, info = sub([[2, 3], [2, 3]], [[0.4, 0.6]] * 2, probs=probs, eta=0.27)
+    assert out.tolist() == [[0, 1], [0, 1]] and counts(info) == (0, 0, 0, 4, 0)
+
+
+def test_substitute_eta_divides_by_the_spread():
+    """Token B alone (log probs [0, -4, 0, -4], z^ = [1, -1, 1, -1]), eta .2: 2's buddies
+    1 (.5 x .8 = .4) and 0 (.3 x 1.2 = .36): 1; then 3: 0 (.1 x 1.2): [1, 0].  z^ scaled
+    by the spread instead (x 4) would give 0 for 2."""
+    probs = np.exp(np.array([[0.0, -4.0, 0.0, -4.0]]))
+    assert sub([[2, 3]], [[0.4, 0.6]], probs=probs, eta=0.2)[0].tolist() == [[1, 0]]
+
+
 def test_substitute_eta_factor_clipped_at_zero():
     """z^ = [-1, -1, 1, 1] (log probs [-2, -2, 0, 0]), eta 2: 1 + 2 z^ would be -1 for
     both 1 and 0, clipped to 0: a tie (0 and 0), the first in 3's list (1) wins; without
@@ -819,6 +838,29 @@ def test_random_substitute_budget_and_slot_order():
     assert out.tolist() == [[0, 1]] and n == 0
 
 
+def test_random_substitute_never_picks_an_expert_the_token_uses():
+    """Token {0, 2}, only 0 resident: 2's one candidate is 0, which the token already
+    uses, so nothing is replaced; an int64 input is not modified either."""
+    ids = np.array([[0, 2]], dtype=np.int64)
+    out, n = random_substitute(ids, np.array([True, False, False]), rng())
+    assert out.tolist() == [[0, 2]] and n == 0
+    out[0, 1] = 1
+    assert ids.tolist() == [[0, 2]]
+
+
+def test_random_substitute_goes_past_a_slot_with_nothing_missing():
+    """Token {0, 2}, 0 and 1 resident: slot 0 has nothing to do, slot 1 takes 1."""
+    out, n = random_substitute(np.array([[0, 2]]), np.array([True, True, False]), rng())
+    assert out.tolist() == [[0, 1]] and n == 1
+
+
+def test_random_substitute_draws_each_token_anew():
+    """200 tokens each missing expert 0, experts 1-4 resident: every token draws its own
+    scores, so all four residents are picked (one shared draw would pick 1 each time)."""
+    out, n = random_substitute(np.zeros((200, 1), dtype=np.int64), np.arange(5) > 0, rng())
+    assert n == 200 and set(out[:, 0].tolist()) == {1, 2, 3, 4}
+
+
 def test_random_substitute_draws():
     """0, 1, 2 resident, token {3}: rng(0).random((1, 4)) = r; the pick is the best of
     r[:3] (3 is off chip)."""
@@ -856,6 +898,23 @@ def test_algorithm1_by_hand():
         assert loop.tolist() == out and vec.tolist() == out, H
         assert vec.dtype == np.int64
     assert S1.tolist() == [[2, 3], [0, 2], [3, 1]]
+
+
+def test_algorithm1_of_int32_inputs_is_int64():
+    """The ids of S, B and M in narrower types (int32, 0/1 residency for the compiled
+    form): the same replacements as the hand case, returned as int64."""
+    S, B = S1.astype(np.int32), B1.astype(np.int32)
+    vec = algorithm1_vectorized(S, RES, B, 3)
+    assert vec.tolist() == [[1, 0], [0, 1], [0, 1]] and vec.dtype == np.int64
+    got = compiled()(S, RES.astype(np.int32), B, 3)
+    assert got.tolist() == [[1, 0], [0, 1], [0, 1]] and got.dtype == np.int64
+
+
+def test_algorithm1_vectorized_one_expert_without_buddies():
+    """One expert, not resident, its list all padding: nothing to substitute, the padding
+    never read as an expert (there is no expert 1)."""
+    out = algorithm1_vectorized(np.array([[0]]), np.array([False]), np.array([[-1, -1]]), 2)
+    assert out.tolist() == [[0]]
 
 
 def test_algorithm1_first_resident_buddy_not_the_best():
@@ -903,6 +962,8 @@ def test_algorithm1_compiled_by_hand():
         ([0, 2], B1, "shapes S (2,), M (4,), B (4, 3) do not fit"),
         ([[0, 2]], B1[:3], "shapes S (1, 2), M (4,), B (3, 3) do not fit"),
         ([[0, 2]], B1[0], "shapes S (1, 2), M (4,), B (3,) do not fit"),
+        # a one-dimensional B as long as M is refused too
+        ([[0, 2]], [1, 0, 1, 0], "shapes S (1, 2), M (4,), B (4,) do not fit"),
     ],
 )
 def test_algorithm1_compiled_refusals(S, B, msg):
