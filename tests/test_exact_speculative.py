@@ -9,6 +9,7 @@ from fsedp.sw.policies.speculative import (
     TokenTable,
     _affinity,
     _balanced,
+    _cem_step,
     _objective,
     cem_placement,
     comm_volume,
@@ -431,13 +432,43 @@ def test_cem_finds_the_perfect_blocks():
     assert len(hist) == 30 and hist[-1] == 1.0
 
 
+#: 12 vocabulary rows over 16 experts, 0-2 activations each: large enough (4 devices) that
+#: the sampling does not find its best placement at once, so its settings show in the history
+AFF16 = np.random.default_rng(3).integers(0, 3, (12, 16)).astype(float)
+
+
 def test_cem_defaults_are_the_documented_values():
-    """iters 30, samples 64, elite 0.1, smoothing 0.7, slack 0.1, seed 0."""
-    aff = np.array([[3.0, 1, 0, 2], [0, 2, 3, 1], [1, 1, 1, 0]])
-    a = cem_placement(aff, 2)
-    b = cem_placement(aff, 2, iters=30, samples=64, elite=0.1, smoothing=0.7, slack=0.1, seed=0)
+    """iters 30, samples 64, elite 0.1, smoothing 0.7, slack 0.1, seed 0; on AFF16 one
+    sample more already gives another history, so the comparison sees the default."""
+    a = cem_placement(AFF16, 4)
+    b = cem_placement(AFF16, 4, iters=30, samples=64, elite=0.1, smoothing=0.7, slack=0.1, seed=0)
     assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
     assert a[2:] == b[2:]
+    assert cem_placement(AFF16, 4, iters=4)[3] != cem_placement(AFF16, 4, iters=4, samples=65)[3]
+
+
+def test_cem_elite_count_rounds_and_is_at_least_one():
+    """10 samples: elite 0.1 and 0.14 both keep round(1.0) = round(1.4) = 1 sample, elite
+    0.2 keeps 2, elite 0.01 keeps max(1, round(0.1)) = 1."""
+
+    def hist(elite):
+        return cem_placement(AFF16, 4, iters=4, samples=10, elite=elite)[3]
+
+    one = hist(0.1)
+    assert hist(0.14) == one and hist(0.01) == one
+    assert hist(0.2) != one
+
+
+def test_cem_step_by_hand():
+    """P uniform over 2 devices; elite placements [0, 1] and [0, 0]: expert 0 is on device
+    0 in both (frequency 1), expert 1 once on each (1/2).  Smoothing 0.7: e0 0.7 x [1, 0] +
+    0.3 x [.5, .5] = [.85, .15]; e1 0.7 x [.5, .5] + 0.3 x [.5, .5] = [.5, .5]."""
+    P = np.full((2, 2), 0.5)
+    got = _cem_step(P, [np.array([0, 1]), np.array([0, 0])], 0.7)
+    assert got == pytest.approx(np.array([[0.85, 0.15], [0.5, 0.5]]), abs=1e-15)
+    assert P.tolist() == [[0.5, 0.5]] * 2  # not changed in place
+    # one elite, smoothing 1: P becomes its placement
+    assert _cem_step(P, [np.array([1, 0])], 1.0).tolist() == [[0.0, 1.0], [1.0, 0.0]]
 
 
 def test_metis_finds_the_perfect_blocks():
@@ -474,7 +505,7 @@ def test_metis_graph_and_weights_by_hand(monkeypatch):
     fake = _Metis([0, 1, 1, 1, 0, 0, 1])
     monkeypatch.setattr(pymetis, "part_graph", fake)
     dev, tok, val = metis_placement(aff, 2)
-    (nparts, graph, kw), = fake.calls
+    ((nparts, graph, kw),) = fake.calls
     assert nparts == 2
     assert list(graph.adj_starts) == [0, 2, 4, 5, 6, 7, 8, 10]
     assert list(graph.adjacent) == [3, 5, 4, 6, 6, 0, 1, 0, 1, 2]
@@ -606,3 +637,51 @@ def test_comm_volume_home_is_index_mod_devices():
     assert v["ep"] == pytest.approx(32 / 3) and v["ep_dedup"] == pytest.approx(32 / 3)
     assert v["shuffle"] == pytest.approx(16 / 3)
     assert v["smoe"] == pytest.approx(16 / 3) and v["smoe_dedup"] == pytest.approx(16 / 3)
+
+
+def test_kmeans_moves_its_centres_until_the_placement_holds():
+    """Rows [3, 2, 2, 0, 2, 0], [0, 1, 0, 2, 3, 3]; expert profiles e0 [1, 0], e1 [2, 1]/
+    sqrt 5, e2 [1, 0], e3 [0, 1], e4 [2, 3]/sqrt 13, e5 [0, 1]; cap 3.  seed 0 picks
+    experts 4, 3 as the centres.  Step 1, similarities e0 [.555, 0], e1 [.868, .447], e2
+    [.555, 0], e3 [.832, 1], e4 [1, .832], e5 [.832, 1]: e3 -> 1, e4 -> 0, e5 -> 1 (the
+    ones), e1 -> 0, e0 -> 0 (ties in flat order), e2 -> 1: [0, 0, 1, 1, 0, 1].  Step 2,
+    centres mean(e0, e1, e4) = [.816, .426] and mean(e2, e3, e5) = [.333, .667]: e1 [.921,
+    .596], e0 = e2 [.816, .333], e4 [.808, .740], e3 = e5 [.426, .667]: e1, e0, e2 fill
+    device 0, e4, e3, e5 take device 1: [0, 0, 0, 1, 1, 1].  Step 3 places alike: stop.
+    Tokens (loads 9, 9, cap 9.9): row 0 (score [7, 2]) -> 0, row 1 ([1, 8]) -> 1: LAR
+    15/18.  One step only stops at [0, 0, 1, 1, 0, 1]."""
+    aff = np.array([[3.0, 2, 2, 0, 2, 0], [0, 1, 0, 2, 3, 3]])
+    assert np.random.default_rng(0).choice(6, 2, replace=False).tolist() == [4, 3]
+    dev, tok, val = kmeans_placement(aff, 2)
+    assert dev.tolist() == [0, 0, 0, 1, 1, 1] and tok.tolist() == [0, 1]
+    assert val == pytest.approx(15 / 18, abs=1e-15)
+    assert kmeans_placement(aff, 2, iters=1)[0].tolist() == [0, 0, 1, 1, 0, 1]
+
+
+def test_kmeans_an_empty_device_keeps_its_centre():
+    """Rows [2, 2, 0, 2], [0, 1, 2, 0]; profiles e0 [1, 0], e1 [2, 1]/sqrt 5, e2 [0, 1], e3
+    [1, 0]; 3 devices, cap 2.  seed 1 picks experts 1, 0, 3: centres e1, e0, e3 (the last
+    two equal).  Step 1, similarities e0 [.894, 1, 1], e1 [1, .894, .894], e2 [.447, 0, 0],
+    e3 [.894, 1, 1]: e0 -> 1, e1 -> 0, e3 -> 1, e2 -> 0; device 2 is empty and keeps its
+    centre [1, 0].  Step 2, centres mean(e1, e2) = [.447, .724], [1, 0], [1, 0]: e0, e3 ->
+    1, e1 (.894 on 1, full) -> 2, e2 -> 0: [1, 2, 0, 1], which step 3 keeps.  Tokens
+    (cap 1.1 x 9 / 3 = 3.3): row 0 (load 6, scores [0, 4, 2]) fits nowhere and goes to the
+    least used, device 0; row 1 (scores [2, 0, 1]) -> 0 is full and not the least used,
+    2 has room: [0, 2], LAR 1/9."""
+    aff = np.array([[2.0, 2, 0, 2], [0, 1, 2, 0]])
+    assert np.random.default_rng(1).choice(4, 3, replace=False).tolist() == [1, 0, 3]
+    dev, tok, val = kmeans_placement(aff, 3, seed=1)
+    assert dev.tolist() == [1, 2, 0, 1] and tok.tolist() == [0, 2]
+    assert val == pytest.approx(1 / 9, abs=1e-15)
+
+
+def test_kmeans_normalises_each_profile_by_its_own_norm():
+    """Rows [1, 2, 3, 0], [0, 0, 0, 1]: e0, e1, e2 all point along [1, 0] (norms 1, 2, 3),
+    e3 along [0, 1]; cap 2.  seed 0: centres e2 = [1, 0], e3 = [0, 1].  Normalised, e0, e1
+    and e2 tie at 1 on device 0: the lower experts e0, e1 take it, e2 goes to 1: [0, 0, 1,
+    1], which step 2 keeps (centres [1, 0] and [.5, .5]).  Tokens (cap 3.85): row 0 (load
+    6, scores [3, 3]) -> 0 as the least used, row 1 -> 1: LAR 4/7."""
+    aff = np.array([[1.0, 2, 3, 0], [0, 0, 0, 1]])
+    dev, tok, val = kmeans_placement(aff, 2)
+    assert dev.tolist() == [0, 0, 1, 1] and tok.tolist() == [0, 1]
+    assert val == pytest.approx(4 / 7, abs=1e-15)

@@ -165,6 +165,15 @@ def _objective(aff, expert_dev, D, slack):
     return float((aff * (expert_dev[None, :] == tok[:, None])).sum() / max(aff.sum(), 1)), tok
 
 
+def _cem_step(P: np.ndarray, elite: list, smoothing: float) -> np.ndarray:
+    """The cross-entropy update: each expert's device distribution ``P [E, D]`` moved
+    ``smoothing`` of the way to the devices the ``elite`` placements give it."""
+    freq = np.zeros_like(P)
+    for dev in elite:
+        freq[np.arange(len(P)), dev] += 1
+    return smoothing * freq / len(elite) + (1 - smoothing) * P
+
+
 def cem_placement(
     aff: np.ndarray,
     D: int,
@@ -192,10 +201,7 @@ def cem_placement(
         cand.sort(key=lambda c: -c[0])
         if cand[0][0] > best[0]:
             best = cand[0]
-        freq = np.zeros((E, D))
-        for _, dev, _ in cand[:n_elite]:
-            freq[np.arange(E), dev] += 1
-        P = smoothing * freq / n_elite + (1 - smoothing) * P
+        P = _cem_step(P, [dev for _, dev, _ in cand[:n_elite]], smoothing)
         hist.append(round(cand[0][0], 4))
     return best[1], best[2], best[0], hist
 
