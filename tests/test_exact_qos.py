@@ -195,6 +195,27 @@ def test_continuous_refuses_fullbatch():
 
 
 @pytest.mark.parametrize("run", [serve, serve_continuous])
+@pytest.mark.parametrize("max_batch", [0, -1])
+def test_an_empty_batch_is_refused(run, max_batch):
+    """A batch of no request would never drain the queue: refused before the loop (1
+    is accepted, see the FIFO cases)."""
+    with pytest.raises(ValueError) as e:
+        run([], "qos", PM, QUAL, max_batch=max_batch)
+    assert str(e.value) == f"max_batch must be at least 1, not {max_batch}"
+    assert run([], "qos", PM, QUAL, max_batch=1) == []
+
+
+@pytest.mark.parametrize("run", [serve, serve_continuous])
+@pytest.mark.parametrize("k", [0, -2, 1.5, "4"])
+def test_an_operating_point_of_no_whole_sub_expert_is_refused(run, k):
+    with pytest.raises(ValueError) as e:
+        run([], "qos", PM, {**QUAL, k: 1.0})
+    assert str(e.value) == (
+        f"every K of quality must be a whole number of sub-experts >= 1, not {k!r}"
+    )
+
+
+@pytest.mark.parametrize("run", [serve, serve_continuous])
 def test_a_floor_no_point_meets_is_refused(run):
     """Floor 0.5 is below every perplexity (the best is 1)."""
     with pytest.raises(ValueError) as e:

@@ -179,8 +179,7 @@ def serve(
 ) -> list[Request]:
     """Run ``requests`` through one instance under ``policy``; ``quality`` maps every
     available ``K`` to its perplexity.  Returns the requests with their times filled in."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+    _check(policy, POLICIES, quality, max_batch)
     ks = sorted(quality)
     reqs = sorted(requests, key=lambda r: r.arrival)
     _min_ks(reqs, ks, quality)
@@ -215,8 +214,7 @@ def serve_continuous(
     """Run ``requests`` through one instance with continuous batching under ``policy``
     (``"qos"`` or ``"fifo"``, see the module docstring); ``quality`` maps every available
     ``K`` to its perplexity.  Returns the requests with their times filled in."""
-    if policy not in CONTINUOUS_POLICIES:
-        raise ValueError(f"policy must be one of {CONTINUOUS_POLICIES}, not {policy!r}")
+    _check(policy, CONTINUOUS_POLICIES, quality, max_batch)
     ks = sorted(quality)
     reqs = sorted(requests, key=lambda r: r.arrival)
     need = _min_ks(reqs, ks, quality)
@@ -258,6 +256,19 @@ def serve_continuous(
     return reqs
 
 
+def _check(policy: str, policies: tuple, quality: dict, max_batch: int) -> None:
+    """The arguments of a serving run, refused with the bad value named."""
+    if policy not in policies:
+        raise ValueError(f"policy must be one of {policies}, not {policy!r}")
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be at least 1, not {max_batch}")
+    bad = [k for k in quality if not (isinstance(k, (int, np.integer)) and k >= 1)]
+    if bad:
+        raise ValueError(
+            f"every K of quality must be a whole number of sub-experts >= 1, not {bad[0]!r}"
+        )
+
+
 def _min_ks(reqs, ks, quality) -> dict:
     """Per request id, the smallest ``K`` whose perplexity meets its floor (an error when
     none does)."""
@@ -285,10 +296,8 @@ def _choose(policy, pending, now, ks, quality, pm, max_batch, timeout):
         return max(_min_k(ks, quality, r.floor) for r in batch), batch
     queues = {k: [r for r in pending if quality[k] <= r.floor][:max_batch] for k in ks}
 
-    def utility(k):
+    def utility(k):  # of a candidate, whose queue holds a request (the oldest at least)
         b = queues[k]
-        if not b:
-            return -1.0
         prefill, step = _batch_time(pm, k, b)
         return sum(r.output for r in b) / (prefill + max(r.output for r in b) * step)
 
