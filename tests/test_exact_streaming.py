@@ -136,6 +136,26 @@ def test_what_a_stored_micro_slice_does_next():
     assert arrive(p, 1, h, order=1)["dest"] == 0
 
 
+def test_a_stored_micro_slice_claims_its_hops_or_the_held_claim():
+    """store() writes arrive()'s fields into the slot: at station 1 of the ring 0, 1, 2 with
+    r = 2 hops left, a slot that is not held claims r (2); a held one claims the
+    parameters' held claim whatever its r."""
+    from fsedp.sw.streaming.ring_buffer import store
+
+    p = DatapathParams(rows=2, cols=2)
+    h = Header(expert=3, index=0, traj=0b0111, dest=1, legs=1, r=2)
+    arr = SimpleNamespace(p=p, chips=[chip([Slot(), Slot()])] * 4, ring_order=[0] * 4)
+    store(arr, 1, 0, h, wait=2, ddr=False, held=False)
+    s0 = arr.chips[1].slots[0]
+    assert (s0.busy, s0.wait, s0.held, s0.claim, s0.r, s0.dest, s0.legs) == (
+        True, 2, False, 2, 2, 2, 0,
+    )  # fmt: skip
+    assert p.held_claim != 2
+    store(arr, 1, 1, h, wait=0, ddr=True, held=True)
+    s1 = arr.chips[1].slots[1]
+    assert (s1.held, s1.ddr, s1.claim) == (True, True, p.held_claim)
+
+
 def test_slot_states_and_the_tick():
     s = Slot(busy=True)
     assert s.present and s.releasable
@@ -326,6 +346,31 @@ def test_compute_takes_a_received_micro_slice_before_a_loaded_one():
     assert compute.decide(arr) == ([(7, 3, True)], [(0, 12)])
     ch.cnt = 2
     assert compute.decide(arr) == ([None], [None])  # busy, no preemption
+
+
+def test_compute_commit_by_hand():
+    """Chiplet 0 ends its computation (1 cycle left) and starts nothing: its slot stops
+    computing, the counter goes to 0.  Chiplet 1 is preempted with 2 cycles left by slot 1
+    (3 cycles, a remainder of 5 from an earlier preemption): slot 0 resumes later with 1
+    cycle (rem 1, pending again); slot 1 starts afresh (rem 0) for 3 cycles.  Chiplet 2
+    counts down (4 -> 3)."""
+    a0 = Slot(busy=True, computing=True, expert=1)
+    a1 = Slot(busy=True, computing=True, expert=2, index=3)
+    b1 = Slot(busy=True, comp=True, expert=6, index=2, final=True, rem=5)
+    c2 = Slot(busy=True, computing=True, expert=3)
+    chips = [
+        chip([a0], cnt=1, cslot=0, cexpert=1, cindex=0, cfinal=False),
+        chip([a1, b1], cnt=2, cslot=0, cexpert=2, cindex=3, cfinal=False),
+        chip([c2], cnt=4, cslot=0, cexpert=3, cindex=0, cfinal=False),
+    ]
+    arr = SimpleNamespace(p=SimpleNamespace(chiplets=3), chips=chips)
+    compute.commit(arr, [None, (1, 3), None])
+    assert a0.computing is False and chips[0].cnt == 0
+    assert (a1.computing, a1.comp, a1.rem) == (False, True, 1) and a1.computing is False
+    assert (b1.computing, b1.comp) == (True, False) and b1.rem == 0
+    ch = chips[1]
+    assert (ch.cnt, ch.cslot, ch.cexpert, ch.cindex, ch.cfinal) == (3, 1, 6, 2, True)
+    assert c2.computing is True and chips[2].cnt == 3
 
 
 def test_a_final_computation_retires_a_micro_slice_of_its_job():
