@@ -191,10 +191,47 @@ def test_a_merge_refused_by_a_users_namesake_moves_nothing(tmp_path):
     tree(staged, {"a.md": "new", "b.md": "new", "t.md": "new"})
     with pytest.raises(InputError) as e:
         _merge(staged, path)
-    assert e.value.file == str(path / "a.md")  # the first namesake in the listing
-    assert "is the user's and in the way" in e.value.reason
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        str(path / "a.md"),  # the first namesake in the listing
+        "<file>",
+        "is the user's and in the way of the report's own entry of that name "
+        "(--force writes beside a user's files, never over them)",
+    )
     assert listing(path) == ["a.md", "t.md"] and (path / "a.md").read_text() == "user"
     assert listing(staged) == ["a.md", "b.md", "t.md"]
+
+
+def test_a_merge_goes_into_a_users_folder_of_the_reports_folder_name(tmp_path):
+    """The user's own folder plots/ (with p0.png) where the report has a folder plots/: the
+    report's entries go into it, the user's stay; no namesake refuses it."""
+    path = tmp_path / "r"
+    tree(path, {"plots": {"p0.png": "user"}})
+    staged = tmp_path / "staged"
+    tree(staged, {"plots": {"p1.png": "new"}})
+    _merge(staged, path)
+    assert listing(path) == [OUTPUT_MARKER, "plots", "plots/p0.png", "plots/p1.png"]
+    assert marker(path)["files"] == [OUTPUT_MARKER, "plots/p1.png"]
+
+
+def test_a_merge_refused_by_a_users_folder_or_link_where_the_report_has_another(tmp_path):
+    """The report's file a.md where the user has a folder a.md/, and the report's folder
+    plots/ where the user has a link plots -> a folder: each refused, nothing moved."""
+    path = tmp_path / "r"
+    tree(path, {"a.md": {"k": "user"}})
+    staged = tmp_path / "staged"
+    tree(staged, {"a.md": "new"})
+    with pytest.raises(InputError) as e:
+        _merge(staged, path)
+    assert e.value.file == str(path / "a.md") and listing(path) == ["a.md", "a.md/k"]
+    path2 = tmp_path / "r2"
+    tree(path2, {"elsewhere": {}})
+    os.symlink(path2 / "elsewhere", path2 / "plots")
+    staged2 = tmp_path / "staged2"
+    tree(staged2, {"plots": {"p.png": "new"}})
+    with pytest.raises(InputError) as e:
+        _merge(staged2, path2)
+    assert e.value.file == str(path2 / "plots")
+    assert os.listdir(path2 / "elsewhere") == []
 
 
 # ----------------------------------------------------------------------------- the read rule
@@ -251,6 +288,116 @@ def test_what_the_read_rule_refuses(tmp_path):
     assert refusal(read_bytes, "/dev/null", "page")[2] == (
         "is a character device, not a regular file"
     )
+
+
+def test_the_read_rules_refusals_name_file_and_field_exactly(tmp_path):
+    """Each refusal of open_input and of the readers built on it: the file, the field (its
+    default "<file>" or the one given) and the reason, as a user reads them."""
+    import socket
+
+    none = tmp_path / "none"
+    for fn, args in [
+        (open_input, ("page",)),
+        (check_input_file, ("page",)),
+        (read_bytes, ("page",)),
+        (read_text, ()),
+        (read_yaml, ()),
+    ]:
+        assert refusal(fn, none, *args) == (str(none), "<file>", "no such file"), fn
+    assert refusal(check_input_file, none, "page", "--x") == (str(none), "--x", "no such file")
+    assert refusal(read_text, none, field="--doc") == (str(none), "--doc", "no such file")
+    assert refusal(read_yaml, none, "--config") == (str(none), "--config", "no such file")
+    # a socket cannot be opened (ENXIO): named by its kind
+    sock = tmp_path / "s"
+    with socket.socket(socket.AF_UNIX) as so:
+        so.bind(str(sock))
+        assert refusal(open_input, sock, "page", "--s") == (
+            str(sock), "--s", "is a socket, not a regular file",
+        )  # fmt: skip
+    # a loop of links cannot be opened nor looked at: the system's reason
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    assert refusal(open_input, tmp_path / "a", "page", "--l") == (
+        str(tmp_path / "a"), "--l", "cannot read: Too many levels of symbolic links",
+    )  # fmt: skip
+
+
+def test_text_is_opened_as_utf8_whatever_the_locale(tmp_path):
+    f = tmp_path / "p.md"
+    f.write_text("x")
+    with open_input(f, "page", text=True) as h:
+        assert h.encoding == "utf-8"
+
+
+class _Endless:
+    """A file that grows as it is read: every read of ``n`` bytes returns ``n``."""
+
+    def __init__(self, fail=None):
+        self.asked, self.fail = [], fail
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def read(self, n=-1):
+        if self.fail:
+            raise self.fail
+        self.asked.append(n)
+        return b"a" * n
+
+
+def test_a_file_that_grows_while_read_is_read_to_one_byte_over_its_limit(tmp_path, monkeypatch):
+    import fsedp.files as files
+
+    grow = _Endless()
+    monkeypatch.setitem(LIMITS, "yaml", 10)
+    monkeypatch.setattr(files, "open_input", lambda *a: grow)
+    assert refusal(read_bytes, tmp_path / "g.yaml", "yaml", "cfg") == (
+        str(tmp_path / "g.yaml"), "cfg", "larger than the 10 bytes a yaml file may hold here",
+    )  # fmt: skip
+    assert grow.asked == [11]
+
+
+@pytest.mark.parametrize(
+    "err, reason",
+    [
+        (OSError(errno.EIO, "Input/output error"), "cannot read: Input/output error"),
+        (OSError("odd"), "cannot read: odd"),
+    ],
+)
+def test_a_read_that_fails_names_the_systems_reason(tmp_path, monkeypatch, err, reason):
+    import fsedp.files as files
+
+    monkeypatch.setattr(files, "open_input", lambda *a: _Endless(fail=err))
+    assert refusal(read_bytes, tmp_path / "g", "page", "--doc") == (
+        str(tmp_path / "g"), "--doc", reason,
+    )  # fmt: skip
+
+
+def test_a_yaml_error_names_the_yaml_file(tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("a: [1\n")
+    assert refusal(read_yaml, y)[:2] == (str(y), "<yaml>")
+
+
+def test_a_write_or_a_folder_the_system_refuses_is_named(tmp_path, monkeypatch):
+    import pathlib
+
+    def refuse(*a, **kw):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    with monkeypatch.context() as m:
+        m.setattr(pathlib.Path, "write_text", refuse)
+        assert refusal(write_text, tmp_path / "o.md", "x") == (
+            str(tmp_path / "o.md"), "<file>", "cannot write: Read-only file system",
+        )  # fmt: skip
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(pathlib.Path, "mkdir", refuse)
+    assert refusal(output_folder, tmp_path / "w") == (
+        str(tmp_path / "w"), "<file>", "cannot make the folder: Read-only file system",
+    )  # fmt: skip
 
 
 def test_text_under_the_read_rule(tmp_path):
@@ -360,7 +507,11 @@ def test_yaml_nesting_at_its_limit():
 
     assert parse_yaml(nested(MAX_YAML_DEPTH), "c.yaml")["a"] is not None
     field, reason = yaml_refusal(nested(MAX_YAML_DEPTH + 1))
-    assert field == "<yaml>" and reason.endswith(f"nested deeper than {MAX_YAML_DEPTH} levels")
+    # the key "a" inside the last "{" (level 32) is level 33: at index 3 + 4 x 30 + 1
+    col = 3 + 4 * (MAX_YAML_DEPTH - 2) + 2
+    assert (field, reason) == (
+        "<yaml>", f"YAML error at line 1, column {col}: nested deeper than {MAX_YAML_DEPTH} levels",
+    )  # fmt: skip
 
 
 def test_yaml_size_limit_at_its_value(monkeypatch):
@@ -378,3 +529,18 @@ def test_yaml_size_limit_at_its_value(monkeypatch):
 def test_yaml_value_errors_are_one_line():
     field, reason = yaml_refusal("a: 2001-13-45\n")
     assert field == "<yaml>" and reason.startswith("YAML error: ValueError: ")
+
+
+def test_yaml_a_control_character_is_refused_on_one_line():
+    """The reader's own error (it has no marks): no position, the reader's problem."""
+    field, reason = yaml_refusal("a: \x07\n")
+    assert field == "<yaml>" and reason.startswith("YAML error: unacceptable character #x0007")
+
+
+def test_yaml_a_duplicate_key_is_named_to_60_characters():
+    key = "k" * 70
+    field, reason = yaml_refusal(f"{key}: 1\n{key}: 2\n")
+    assert (field, reason) == (
+        "<yaml>",
+        f"YAML error at line 2, column 1: duplicate key '{'k' * 60}'",
+    )
