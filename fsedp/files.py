@@ -820,7 +820,9 @@ def parse_yaml(text: str, file: str) -> dict:
     try:
         data = yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        # every error of PyYAML's safe loader marks its problem; the reader's (a character
+        # YAML does not allow) has no mark and no problem, only its message
+        mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise InputError(file, "<yaml>", f"YAML error{where}: {problem}") from None

@@ -16,6 +16,7 @@ from fsedp.files import (
     MAX_YAML_DEPTH,
     OUTPUT_MARKER,
     _entries,
+    _foreign,
     _merge,
     _put_back,
     _remove_empty,
@@ -128,6 +129,72 @@ def test_putting_back_everything_removes_the_old_folder(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="fsedp.files"):
         _put_back(old, new)
     assert not old.exists() and listing(new) == ["e", "x"] and caplog.records == []
+
+
+def test_putting_back_goes_on_past_an_entry_that_cannot_move(tmp_path, caplog, monkeypatch):
+    """a.md (whose name the new report took) comes first; b, after it, still moves.  Then
+    c, whose rename the system refuses, stays without stopping the rest; the kept old
+    folder is named by the fsedp.files logger."""
+    old, new = tmp_path / "old", tmp_path / "r"
+    tree(old, {"a.md": "user's", "b": "user", "c": "user", "d": "user"})
+    tree(new, {"a.md": "report"})
+    rename = os.rename
+
+    def refuse_c(src, dst):
+        if Path(src).name == "c":
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", refuse_c)
+    with caplog.at_level(logging.WARNING, logger="fsedp.files"):
+        _put_back(old, new)
+    assert listing(new) == ["a.md", "b", "d"] and listing(old) == ["a.md", "c"]
+    assert [r.name for r in caplog.records] == ["fsedp.files"]
+
+
+def test_removing_empty_folders_goes_on_past_one_that_is_not(tmp_path):
+    """x/ holds a file, y/ is empty: x cannot be removed, y still is; the folder stays."""
+    f = tmp_path / "f"
+    tree(f, {"x": {"k": "1"}, "y": {}})
+    _remove_empty(f)
+    assert listing(f) == ["x", "x/k"]
+
+
+def test_removing_ours_from_a_folder_that_cannot_be_walked(tmp_path, monkeypatch):
+    """When the folder cannot be listed, nothing in it is ours to remove: no error, and the
+    folder, not empty, stays."""
+    import fsedp.files as files
+
+    f = tmp_path / "f"
+    tree(f, {"a": "x"})
+
+    def unreadable(folder):
+        raise OSError(errno.EACCES, "Permission denied", str(folder))
+
+    monkeypatch.setattr(files, "_entries", unreadable)
+    _remove_ours(f, {"a"})
+    assert (f / "a").read_text() == "x"
+
+
+def test_what_is_not_ours_in_a_folder_by_hand(tmp_path, monkeypatch):
+    """A marker fsedp did not write, one of an earlier format, and our own marker with more
+    entries than are looked at (limited to 3 here: the fourth is not looked at)."""
+    import fsedp.files as files
+
+    f = tmp_path / "f"
+    tree(f, {OUTPUT_MARKER: "not json", "u.txt": "user"})
+    assert _foreign(f) == [f"{OUTPUT_MARKER} (not a marker fsedp wrote)", "u.txt"]
+    old = {"tool": "fsedp", "version": 1, "files": ["u.txt"], "stamps": {}}
+    (f / OUTPUT_MARKER).write_text(json.dumps(old))
+    assert _foreign(f) == [f"{OUTPUT_MARKER} (an earlier fsedp's, without content stamps)", "u.txt"]
+    g = tmp_path / "g"
+    with output_dir(g) as d:
+        tree(d, {"a": "1", "b": "2"})
+    assert _foreign(g) == []  # the marker, a and b: 3 entries, all ours
+    monkeypatch.setattr(files, "_MAX_ENTRIES", 3)
+    assert _foreign(g) == []
+    monkeypatch.setattr(files, "_MAX_ENTRIES", 2)
+    assert _foreign(g) == ["more than 2 entries"]
 
 
 def marker(folder) -> dict:
