@@ -611,3 +611,206 @@ def test_yaml_a_duplicate_key_is_named_to_60_characters():
         "<yaml>",
         f"YAML error at line 2, column 1: duplicate key '{'k' * 60}'",
     )
+
+
+# ------------------------------------------------------------------ the write rule's refusals
+
+
+def test_the_write_rules_refusals_name_the_path_exactly(tmp_path, monkeypatch):
+    """Every refusal of an output path, as (file, field, reason)."""
+    import tempfile
+
+    from fsedp.files import check_output_folder
+
+    os.mkfifo(tmp_path / "fifo")
+    assert refusal(check_output_file, tmp_path / "fifo") == (
+        str(tmp_path / "fifo"), "<file>",
+        "is a FIFO (named pipe); fsedp writes its outputs only as regular files and replaces "
+        "nothing else: name a new or regular file",
+    )  # fmt: skip
+    target = "t" * 150
+    os.symlink(target, tmp_path / "ln")
+    assert refusal(check_output_folder, tmp_path / "ln") == (
+        str(tmp_path / "ln"), "<file>",
+        f"is a symbolic link (to {'t' * 120}); fsedp writes its outputs as new files and "
+        "neither replaces a link nor writes through one: name the target itself",
+    )  # fmt: skip
+    for bad in [" ", "a\0b"]:  # ("" is Path(".") here, the current folder)
+        assert refusal(check_output_file, bad) == (repr(bad), "<file>", "not a usable path")
+    (tmp_path / "f").write_text("x")
+    assert refusal(output_folder, tmp_path / "f" / "o") == (
+        str(tmp_path / "f" / "o"), "<file>", f"{tmp_path / 'f'} is a file, not a folder",
+    )  # fmt: skip
+    assert refusal(check_output_folder, tmp_path / "f") == (
+        str(tmp_path / "f"), "<file>", "is a file; expected a folder for the outputs",
+    )  # fmt: skip
+    # a loop of links above it: it cannot be looked at
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    assert refusal(output_folder, tmp_path / "a" / "x") == (
+        str(tmp_path / "a" / "x"), "<file>",
+        "cannot look at it: Too many levels of symbolic links",
+    )  # fmt: skip
+    # a folder the system does not let a file be made in
+    real = tempfile.TemporaryFile
+
+    def no_room(*a, dir=None, **kw):
+        if dir == tmp_path:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*a, dir=dir, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "TemporaryFile", no_room)
+        assert refusal(check_output_file, tmp_path / "new.md") == (
+            str(tmp_path / "new.md"), "<file>",
+            f"cannot write into {tmp_path}: Read-only file system",
+        )  # fmt: skip
+
+
+def test_the_places_a_report_may_never_replace(tmp_path, monkeypatch):
+    """The root, the current folder, the home folder and a folder above either, each named;
+    a current folder that cannot be found leaves the home folder still checked."""
+    from pathlib import Path
+
+    from fsedp.files import check_output_folder
+
+    home, work = tmp_path / "home", tmp_path / "home" / "w"
+    work.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+
+    def why(p):
+        return refusal(check_output_folder, p)
+
+    tail = "; a report needs a folder of its own, e.g. "
+    assert why(Path("/")) == ("/", "<file>", "is the file-system root" + tail + "/report")
+    assert why(work) == (str(work), "<file>", "is the current folder" + tail + f"{work}/report")
+    assert why(home) == (str(home), "<file>", "is your home folder" + tail + f"{home}/report")
+    assert why(tmp_path)[2] == "is a folder above the current folder" + tail + f"{tmp_path}/report"
+
+    def gone():
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    monkeypatch.setattr(Path, "cwd", staticmethod(gone))
+    assert why(home)[2].startswith("is your home folder;")
+
+
+def test_forcing_into_a_folder_whose_marker_fsedp_cannot_have_written(tmp_path):
+    from fsedp.files import check_output_folder
+
+    f = tmp_path / "r"
+    tree(f, {OUTPUT_MARKER: "not json", "u.txt": "user"})
+    assert refusal(check_output_folder, f, force=True) == (
+        str(f / OUTPUT_MARKER), "<file>",
+        "is not a marker fsedp wrote and would be replaced by the report's: move it away or "
+        "choose another folder",
+    )  # fmt: skip
+    assert refusal(check_output_folder, f) == (
+        str(f), "<file>",
+        f"holds {OUTPUT_MARKER} (not a marker fsedp wrote), u.txt, which fsedp did not write; "
+        "a report replaces only a folder of its own, as fsedp left it: choose a new folder, "
+        "empty this one, or pass --force to write the report beside what it holds",
+    )  # fmt: skip
+
+
+def test_stamps_by_hand(tmp_path):
+    """A file: its size, time and the sha256 of its first MiB only; a folder: its time; a
+    link: its target and time; a FIFO: none."""
+    import hashlib
+
+    from fsedp.files import _stamp
+
+    big = tmp_path / "big"
+    data = b"a" * (1 << 20) + b"tail"
+    big.write_bytes(data)
+    st = os.lstat(big)
+    first_mib = hashlib.sha256(data[: 1 << 20]).hexdigest()
+    assert _stamp(big) == ["file", len(data), st.st_mtime_ns, first_mib]
+    assert _stamp(tmp_path) == ["dir", os.lstat(tmp_path).st_mtime_ns]
+    os.symlink("big", tmp_path / "ln")
+    assert _stamp(tmp_path / "ln") == ["link", "big", os.lstat(tmp_path / "ln").st_mtime_ns]
+    os.mkfifo(tmp_path / "fifo")
+    assert _stamp(tmp_path / "fifo") is None and _stamp(tmp_path / "none") is None
+
+
+def test_a_stamp_never_reads_through_a_link_swapped_in(tmp_path, monkeypatch):
+    """An entry looked at as a regular file that is a link by the time it is opened (a
+    race): the open does not follow it, so there is no stamp."""
+    from fsedp.files import _stamp
+
+    (tmp_path / "t").write_text("x")
+    os.symlink("t", tmp_path / "ln")
+    regular = os.stat(tmp_path / "t")
+    real = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda p: regular if Path(p).name == "ln" else real(p))
+    assert _stamp(tmp_path / "ln") is None
+
+
+def test_the_marker_is_one_entry_per_line(tmp_path):
+    with output_dir(tmp_path / "r") as d:
+        (d / "a").write_text("1")
+    lines = (tmp_path / "r" / OUTPUT_MARKER).read_text().splitlines()
+    assert lines[:2] == ["{", '"tool": "fsedp",']
+
+
+def test_markers_at_their_edges(tmp_path, monkeypatch):
+    """Which markers are fsedp's: a folder, a JSON list, another tool's, one that cannot be
+    looked at, and the size limit at its value (a marker of exactly the limit is read, one
+    byte more is not)."""
+    import fsedp.files as files
+
+    f = tmp_path / "f"
+    (f / OUTPUT_MARKER).mkdir(parents=True)
+    assert _foreign(f)[0] == f"{OUTPUT_MARKER} (not a marker fsedp wrote)"
+    g = tmp_path / "g"
+    for doc in [[1], {"tool": "other", "version": 2, "files": [], "stamps": {}}]:
+        tree(g, {OUTPUT_MARKER: json.dumps(doc)})
+        assert _foreign(g) == [f"{OUTPUT_MARKER} (not a marker fsedp wrote)"], doc
+    ok = {"tool": "fsedp", "version": 2, "files": [OUTPUT_MARKER], "stamps": {}}
+    text = json.dumps(ok)
+    monkeypatch.setattr(files, "_MAX_MARKER_BYTES", len(text) + 5)
+    (g / OUTPUT_MARKER).write_text(text + " " * 5)
+    assert _foreign(g) == []
+    (g / OUTPUT_MARKER).write_text(text + " " * 6)
+    assert _foreign(g) == [f"{OUTPUT_MARKER} (not a marker fsedp wrote)"]
+    real = os.lstat
+
+    def unseen(p, *a, **kw):
+        if Path(p).name == OUTPUT_MARKER:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(p, *a, **kw)
+
+    (g / OUTPUT_MARKER).write_text(text)
+    monkeypatch.setattr(os, "lstat", unseen)
+    assert files._Marker(g).state == "foreign"
+
+
+def test_what_is_not_ours_in_a_folder_with_our_marker(tmp_path, monkeypatch):
+    """Our marker lists a (stamp matching), b (changed since), c (listed without a stamp);
+    the user added u/ with two files: u is named once, not what it holds; and the list
+    stops at three.  A folder that cannot be walked is named."""
+    import fsedp.files as files
+
+    f = tmp_path / "f"
+    with output_dir(f) as d:
+        tree(d, {"a": "1", "b": "2"})
+    doc = marker(f)
+    doc["files"].append("c")
+    doc["stamps"]["c"] = None
+    (f / OUTPUT_MARKER).write_text(json.dumps(doc))
+    tree(f, {"c": "3", "u": {"x": "u", "y": "u"}})
+    (f / "b").write_text("changed")
+    assert _foreign(f) == [
+        "u",
+        "b (changed since fsedp wrote it)",
+        "c (listed in the marker without a stamp)",
+    ]  # fmt: skip (folders are walked first)
+    tree(f, {"v": "user", "w": "user"})
+    assert len(_foreign(f)) == 3
+
+    def unreadable(folder):
+        raise OSError(errno.EACCES, "Permission denied", str(folder / "u"))
+        yield
+
+    monkeypatch.setattr(files, "_entries", unreadable)
+    assert _foreign(f) == [f"{f / 'u'} (cannot be read)"]
