@@ -814,3 +814,33 @@ def test_what_is_not_ours_in_a_folder_with_our_marker(tmp_path, monkeypatch):
 
     monkeypatch.setattr(files, "_entries", unreadable)
     assert _foreign(f) == [f"{f / 'u'} (cannot be read)"]
+
+
+@pytest.mark.parametrize("over", [-1, 0, 1])
+def test_an_output_name_at_the_file_systems_name_limit(tmp_path, over):
+    """The temporary name beside an output is ".NAME." + 8 characters + the suffix: with
+    NAME_MAX 255 and the suffix ".md", a name of 255 - 12 - 3 bytes fits exactly; one byte
+    more is refused, naming the path to 200 characters."""
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    name = "x" * (limit - 12 - 3 - 3 + over) + ".md"
+    path = tmp_path / name
+    if over <= 0:
+        assert check_output_file(path) == path
+    else:
+        assert refusal(check_output_file, path) == (
+            str(path)[:200], "<file>", f"the name is too long for {tmp_path}'s file system",
+        )  # fmt: skip
+
+
+def test_a_folder_that_cannot_be_listed_is_never_taken_as_empty(tmp_path, monkeypatch):
+    tree(tmp_path / "f", {"d": {"x": "1"}})
+    real = os.scandir
+
+    def refuse_d(p="."):
+        if Path(p).name == "d":
+            raise PermissionError(errno.EACCES, "Permission denied", str(p))
+        return real(p)
+
+    monkeypatch.setattr(os, "scandir", refuse_d)
+    with pytest.raises(PermissionError):
+        list(_entries(tmp_path / "f"))
