@@ -108,3 +108,41 @@ def test_a_trace_with_no_token_left_to_measure_is_refused(monkeypatch, n, fit, o
         "the tokens (at least one) and measured on the rest, so a trace needs at least 2 "
         "tokens",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kw, field, reason",
+    [
+        (dict(policy="lru"), "--policy",
+         "must be one of demand, drop, random, buddy, prism, not 'lru'"),
+        (dict(prefetch="x"), "--prefetch",
+         "must be one of none, transition, frequency, oracle, not 'x'"),
+        (dict(cache_rate=-0.01), "--cache-rate", "must be in [0, 1], not -0.01"),
+        (dict(cache_rate=1.01), "--cache-rate", "must be in [0, 1], not 1.01"),
+        (dict(link="usb"), "--link", "must be one of pcie4, ddr-chip, not 'usb'"),
+        (dict(batch=0), "--batch", "must be >= 1, not 0"),
+        (dict(sub_experts=0, active=0), "--active", "must be in 1..sub_experts = 0, not 0"),
+        (dict(active=0), "--active", "must be in 1..sub_experts = 4, not 0"),
+        (dict(active=5), "--active", "must be in 1..sub_experts = 4, not 5"),
+        (dict(bandwidth_gbs=0.0), "--bandwidth-gbs", "must be > 0, not 0.0"),
+        (dict(latency_us=0.0), "--latency-us", "must be > 0, not 0.0"),
+        (dict(flops=-1.0), "--flops", "must be > 0, not -1.0"),
+        (dict(overhead_us=-0.5), "--overhead-us", "must be >= 0, not -0.5"),
+    ],
+)  # fmt: skip
+def test_offload_options_refused_by_hand(kw, field, reason):
+    with pytest.raises(InputError) as e:
+        OffloadConfig(**kw)
+    assert (e.value.file, e.value.field, e.value.reason) == ("<command line>", field, reason)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(cache_rate=0.0), dict(cache_rate=1.0), dict(batch=1), dict(active=1),
+        dict(active=4), dict(sub_experts=1, active=1), dict(bandwidth_gbs=1e-9),
+        dict(latency_us=1e-9), dict(flops=1e-9), dict(overhead_us=0.0), dict(link="pcie4"),
+    ],
+)  # fmt: skip
+def test_offload_options_at_the_ends_of_their_ranges(kw):
+    assert OffloadConfig(**kw)
