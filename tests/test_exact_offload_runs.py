@@ -146,3 +146,32 @@ def test_offload_options_refused_by_hand(kw, field, reason):
 )  # fmt: skip
 def test_offload_options_at_the_ends_of_their_ranges(kw):
     assert OffloadConfig(**kw)
+
+
+def test_deployment_cost_by_hand():
+    """d_model 8, d_ffn 16: an expert is 3 matrices of 8 x 16 weights, 2 bytes each (768
+    bytes) and 2 x 3 x 8 x 16 = 768 FLOPs per token; dense 2 x 4 x 8 x 8 = 512 FLOPs.
+    In 4 units (sub-experts): a quarter each.  4-byte weights: twice the bytes."""
+    cfg = OffloadConfig()
+    c = offload.deployment_cost(cfg, sizes=(8, 16))
+    assert (c.unit_bytes, c.unit_flops, c.dense_flops) == (768, 768, 512)
+    dev = offload.device_of(cfg)
+    assert c.flops == dev.expert_tflops * 1e12 and c.table == dev.table()
+    q = offload.deployment_cost(cfg, units_per_expert=4, sizes=(8, 16), weight_bytes=4)
+    assert (q.unit_bytes, q.unit_flops, q.dense_flops) == (384, 192, 512)
+    # the default scale: deepseek-v2-lite's sizes
+    d, f = offload.expert_sizes("deepseek-v2-lite")
+    assert offload.deployment_cost(cfg).unit_bytes == 3 * d * f * 2
+
+
+def test_an_unknown_scale_is_named_as_the_option():
+    with pytest.raises(InputError) as e:
+        offload.expert_sizes("no-such-model")
+    assert (e.value.file, e.value.field) == ("<command line>", "--scale-to")
+
+
+def test_trace_runtime_steps_one_batch_at_a_time(monkeypatch):
+    """batch 1 over 6 tokens (fit 0.5: 3 fitted): three steps of one token."""
+    monkeypatch.setattr(offload, "OffloadRuntime", _Runtime)
+    rt = trace_runtime(trace(SIX), OffloadConfig(batch=1), fit=0.5)
+    assert [s[0] for s in rt.steps] == [0, 0, 1, 1, 2, 2]
