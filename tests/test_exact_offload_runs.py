@@ -175,3 +175,108 @@ def test_trace_runtime_steps_one_batch_at_a_time(monkeypatch):
     monkeypatch.setattr(offload, "OffloadRuntime", _Runtime)
     rt = trace_runtime(trace(SIX), OffloadConfig(batch=1), fit=0.5)
     assert [s[0] for s in rt.steps] == [0, 0, 1, 1, 2, 2]
+
+
+# ----------------------------------------------------------------------- the forward-pass hook
+
+
+def hook(policy="demand", res=(True, False, True), units=3, batch=2, prof=None, **kw):
+    """An OffloadHook on a runtime that records what it is fed (no model needed)."""
+    steps = []
+    rt = SimpleNamespace(
+        resident=lambda layer: np.array(res),
+        stats=SimpleNamespace(dropped=0, substituted=0),
+        cost=SimpleNamespace(unit_bytes=1.0),
+        units=units,
+        layer_step=lambda s, l, u, c, n: steps.append((s, l, u.tolist(), c.tolist(), n)),
+    )
+    cfg = OffloadConfig(policy=policy, batch=batch, **kw)
+    return offload.OffloadHook(None, cfg, rt, prof), rt, steps
+
+
+def test_hook_steps_are_batches_of_the_tokens():
+    h, _, _ = hook(batch=2)
+    assert h.steps(5) == [(0, slice(0, 2)), (1, slice(2, 4)), (2, slice(4, 5))]
+    assert h.steps(4) == [(0, slice(0, 2)), (1, slice(2, 4))]
+    assert h.sub == 1 and hook("prism")[0].sub == 4
+
+
+IDS3 = np.array([[0, 1], [1, 2], [2, 0]])
+W3 = np.full((3, 2), 0.5)
+
+
+def test_hook_drop_zeroes_the_weights_of_missing_experts():
+    """Expert 1 is not resident: tokens 0 and 1 lose its weight (2 dropped); the ids and
+    the caller's arrays stay."""
+    h, rt, _ = hook("drop")
+    ids, w = h.route(0, None, IDS3, W3, None)
+    assert ids.tolist() == IDS3.tolist() and ids is not IDS3
+    assert w.tolist() == [[0.5, 0.0], [0.0, 0.5], [0.5, 0.5]] and W3.min() == 0.5
+    assert rt.stats.dropped == 2
+
+
+@pytest.mark.parametrize("policy", ["demand", "prism"])
+def test_hook_demand_and_prism_route_as_the_model_does(policy):
+    h, rt, _ = hook(policy)
+    ids, w = h.route(0, None, IDS3, W3, None)
+    assert ids.tolist() == IDS3.tolist() and w.tolist() == W3.tolist()
+    assert (rt.stats.dropped, rt.stats.substituted) == (0, 0)
+
+
+def test_hook_random_substitutes_a_resident_expert_per_step():
+    """Only expert 0 resident (of 3): token {1, 2} -> 1 becomes 0, 2 finds no other
+    resident; token {2, 1} likewise, in its own step (batch 1)."""
+    h, rt, _ = hook("random", res=(True, False, False), batch=1)
+    ids, _ = h.route(0, None, np.array([[1, 2], [2, 1]]), np.full((2, 2), 0.5), None)
+    assert ids.tolist() == [[0, 2], [0, 1]] and rt.stats.substituted == 2
+
+
+def test_hook_buddy_substitutes_and_counts_its_gates():
+    """The hand profile of the BuddyMoE tests (experts 0, 1 resident): token {2, 3},
+    weights [.6, .4]: 3 -> 1, then 2 -> 0; both substitutions and both misses counted."""
+    from fsedp.sw.policies.buddy import BuddyConfig
+
+    q = np.array(
+        [[0.0, 0.5, 0.3, 0.2], [0.5, 0.0, 0.3, 0.2], [0.3, 0.5, 0.0, 0.2], [0.1, 0.6, 0.3, 0.0]]
+    )
+    table = np.array([[1, 2, 3], [0, 2, 3], [1, 0, 3], [1, 2, 0]])
+    prof = SimpleNamespace(cfg=BuddyConfig(), E=4, q=[q], table=[table], tau=[0.0])
+    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, prof=prof)
+    ids, _ = h.route(0, np.ones((1, 4)), np.array([[2, 3]]), np.array([[0.6, 0.4]]), None)
+    assert ids.tolist() == [[0, 1]] and rt.stats.substituted == 2
+    assert h.gates == {
+        "tae_blocked": 0, "margin_blocked": 0, "residency_bypass": 0, "substituted": 2,
+        "no_buddy": 0, "missing": 2,
+    }  # fmt: skip
+
+
+def test_hook_feeds_the_runtime_step_by_step_across_passes():
+    """Pass 1 (5 tokens, batch 2: steps 0-2): layer 0 uses experts by token; after the layer
+    each step's units and token counts go to the runtime.  Pass 2 continues at step 3."""
+    h, _, steps = hook(batch=2)
+    ids = np.array([[0, 1], [1, 2], [2, 0], [0, 1], [2, 1]])
+    h.route(0, None, ids, np.ones((5, 2)), None)
+    for e in range(3):
+        rows = np.nonzero((ids == e).any(1))[0]
+        assert h.neurons(0, e, rows, None) is None
+    h.after_layer(0)
+    assert steps == [(0, 0, [0, 1, 2], [1, 2, 1], 2), (1, 0, [0, 1, 2], [2, 1, 1], 2),
+                     (2, 0, [1, 2], [1, 1], 1)]  # fmt: skip
+    steps.clear()
+    h.route(0, None, ids[:1], np.ones((1, 2)), None)
+    h.neurons(0, 0, np.array([0]), None)
+    h.after_layer(0)
+    assert steps == [(3, 0, [0], [1], 1)]
+
+
+def test_hook_prism_keeps_the_active_sub_experts_of_largest_activation():
+    """4 sub-experts of 2 neurons each (8 neurons), 2 active: row 0's |act| per group
+    [3, 1, 5, 0] keeps groups 2 and 0; row 1's [2, 2, 2, 2] keeps 0 and 1 (ties to the
+    lower).  The mask covers the kept groups' neurons; the runtime sees units 4 + kept."""
+    h, _, steps = hook("prism", units=8, active=2)
+    h.route(0, None, np.array([[1], [1]]), np.ones((2, 1)), None)
+    act = np.array([[1.0, 2, 0, -1, 5, 0, 0, 0], [1, 1, 1, 1, -1, 1, 1, 1]])
+    mask = h.neurons(0, 1, np.array([0, 1]), act)
+    assert mask.astype(int).tolist() == [[1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]]
+    h.after_layer(0)
+    assert steps == [(0, 0, [4, 5, 6], [2, 1, 1], 2)]
