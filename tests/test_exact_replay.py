@@ -91,3 +91,59 @@ def test_every_refusal_of_a_fit_by_hand():
     ]
     # all at once, in that order
     assert len(problems(slope=0.0, icpt=-1.0, raw={"link_gbs": 0.0}, table={"1": -1.0})) == 8
+
+
+def prims(ffn_us=None):
+    """Copies of 1, 2 and 4 kB taking 10 us + 1 ns per byte (1 GB/s, 10 us latency);
+    FFNs of 80, 84, 92 us at 1, 2, 4 tokens (4 us a token over 76 us); the loop's run at 1
+    token 90 us (10 us more than the FFN alone); a dense matmul of 4 tokens in 100 us."""
+    ffn_us = ffn_us or {1: 80.0, 2: 84.0, 4: 92.0}
+    return {
+        "copy_s": {b: 10e-6 + b * 1e-9 for b in (1000, 2000, 4000)},
+        "ffn_s": {k: us * 1e-6 for k, us in ffn_us.items()},
+        "dense_s": 1e-4,
+        "batch": 4,
+        "issue_s": 5e-6,
+        "device_s": 8e-5,
+        "in_loop": {"tokens": 1, "s": 90e-6},
+    }
+
+
+def fitted(p):
+    from types import SimpleNamespace
+
+    from fsedp.sw.policies.device import load_device
+
+    base = load_device()
+    return replay.fit_profile(p, (1000, 4000), SimpleNamespace(type="cpu"), "t", base), base
+
+
+def test_fit_profile_by_hand():
+    """Link 1 GB/s and 10 us; launch 76 us (the FFN line's intercept); issue 5 us, device
+    80 us; dense 4 x 2 x 4 x 1000^2 FLOPs in 100 us = 0.32 TFLOP/s; the table the FFN
+    times plus the loop's 10 us: 90, 94, 102 us.  The serving fields are the base's."""
+    prof, base = fitted(prims())
+    assert (prof.name, prof.pinned, prof.issue) == ("t", False, "sync")
+    assert prof.link_gbs == 1.0 and prof.link_latency_us == 10.0
+    assert prof.expert_launch_us == 76.0 and prof.link_issue_us == 5.0
+    assert prof.expert_device_us == 80.0 and prof.expert_tflops == 0.32
+    assert prof.expert_table_us == {1: 90.0, 2: 94.0, 4: 102.0}
+    assert (prof.tflops, prof.memory_gbs, prof.step_launch_us) == (
+        base.tflops, base.memory_gbs, base.step_launch_us,
+    )  # fmt: skip
+    assert "on CPU (d 1000, f 4000, " in prof.source
+    assert "per-expert slope 4 us/token" in prof.source
+    assert "(1: 80, 2: 84, 4: 92 us) plus 10 us per run" in prof.source
+
+
+def test_fit_profile_of_two_and_of_one_ffn_point():
+    """Two FFN points (1: 80, 3: 88 us) are a line: launch 76 us; one point (2: 84 us) is
+    its own launch, slope 0; the table keeps three decimals of a microsecond."""
+    prof, _ = fitted(prims({1: 80.0, 3: 88.0}))
+    assert prof.expert_launch_us == 76.0
+    prof, _ = fitted(prims({2: 84.0}))
+    assert prof.expert_launch_us == 84.0 and "per-expert slope 0 us/token" in prof.source
+    prof, _ = fitted(prims({1: 80.0001234, 2: 84.0}))
+    assert prof.expert_table_us[1] == 90.0 and prof.expert_table_us[2] == 94.0
+    prof, _ = fitted({**prims({1: 80.0, 2: 84.0}), "in_loop": {"tokens": 1, "s": 90.0012e-6}})
+    assert prof.expert_table_us == {1: 90.001, 2: 94.001}
