@@ -147,3 +147,33 @@ def test_fit_profile_of_two_and_of_one_ffn_point():
     assert prof.expert_table_us[1] == 90.0 and prof.expert_table_us[2] == 94.0
     prof, _ = fitted({**prims({1: 80.0, 2: 84.0}), "in_loop": {"tokens": 1, "s": 90.0012e-6}})
     assert prof.expert_table_us == {1: 90.001, 2: 94.001}
+
+
+def test_cold_items_fill_the_cold_bytes_within_their_bounds():
+    """ceil(COLD_BYTES / item) items, at least lo (1) and at most hi (256)."""
+    n = replay.COLD_BYTES
+    assert replay._cold(n) == 1 and replay._cold(n - 1) == 2
+    assert replay._cold(n // 256) == 256 and replay._cold(n // 300) == 256
+    assert replay._cold(n // 128) == 128 and replay._cold(n // 128 - 1) == 129
+    assert replay._cold(0) == min(256, n) and replay._cold(2 * n) == 1
+    assert replay._cold(1, lo=1, hi=257) == 257 and replay._cold(2 * n, lo=2) == 2
+
+
+def test_scratch_buffers_live_from_a_fetch_to_its_layers_run():
+    """Fetches into slot -1 (a buffer of its own) live until the run of their step and
+    layer; a fetch into a cache slot (0 or more) takes none.  Step 0 layer 0 fetches units
+    1, 2 (2 live), layer 1 fetches 3 (3 live); the run of (0, 0) frees 1 and 2, then (0, 1)
+    fetches 4 (2 live) and runs: most 3."""
+
+    def fetch(step, layer, unit, slot=-1):
+        return {"op": "fetch", "step": step, "layer": layer, "unit": unit, "slot": slot}
+
+    def run(step, layer):
+        return {"op": "run", "step": step, "layer": layer}
+
+    evs = [fetch(0, 0, 1), fetch(0, 0, 2), fetch(0, 0, 5, slot=0), fetch(0, 1, 3)]
+    evs += [run(0, 0), fetch(0, 1, 4), run(0, 1)]
+    assert replay._scratch_needed(evs) == 3
+    assert replay._scratch_needed(evs[:2] + [run(0, 0)] + evs[:2]) == 2
+    assert replay._scratch_needed([fetch(0, 0, 1, slot=0)]) == 0
+    assert replay._scratch_needed([]) == 0
