@@ -464,3 +464,83 @@ def test_the_stall_message_lists_every_job_pre_load_and_chiplet():
         "layer stalled at cycle 3 (python engine): nothing can happen any more; "
         "jobs: none; slots all free"
     )
+
+
+# ---------------------------------------------------------------------- the DDR controller
+
+
+def test_retiring_micro_slices_ends_a_job_at_its_count():
+    """Job 0 (count 4, 2 retired) retires 2 more: done exactly at its count, its entry's
+    bit set and the job closed; job 1 (count 2) retires 1 and stays; job 2 retires none."""
+    from fsedp.sw.streaming.ddr import Job, retire_jobs
+
+    jobs = [Job(True, count=4, retired=2), Job(True, count=2), Job(True, count=3)]
+    arr = SimpleNamespace(p=SimpleNamespace(chiplets=3), jobs=jobs)
+    assert retire_jobs(arr, [2, 1, 0]) == 0b001
+    assert (jobs[0].valid, jobs[0].retired) == (False, 4)
+    assert (jobs[1].valid, jobs[1].retired) == (True, 1) and jobs[2].retired == 0
+    assert retire_jobs(arr, [0, 1, 3]) == 0b110
+
+
+def window_arr(hot=2, tokens=(2, 0, 9)):
+    """3 chiplets; expert 0's tokens per chiplet ``tokens``; 3 cycles a token, a DDR load
+    every 6 cycles: a micro-slice is compute-heavy when max(1, tokens) x 3 > 6."""
+    p = SimpleNamespace(chiplets=3, hot_window=hot, cycles_per_token=3, ddr_interval=6)
+    return SimpleNamespace(p=p, tokens=[[t] for t in tokens])
+
+
+def test_the_hot_window_of_a_compute_heavy_expert():
+    """[D12] On chiplets 0, 1 (traj 0b011): at most 2 tokens, 2 x 3 = 6 <= 6, light:
+    always within.  On 0, 2 (chiplet 2 has 9 tokens): heavy, within while fewer than 2
+    micro-slices are loaded and not retired (loaded + extra - retired < 2)."""
+    from fsedp.sw.streaming.ddr import Job, window_quota, within_window
+
+    arr = window_arr()
+    light = Job(True, 0, 0b011, loaded=5, retired=0, count=8)
+    assert within_window(arr, light, 0) and window_quota(arr, light) == 3
+    heavy = Job(True, 0, 0b101, loaded=3, retired=2, count=8)
+    assert within_window(arr, heavy, 0) and not within_window(arr, heavy, 1)
+    assert window_quota(arr, heavy) == 1  # 2 - (3 - 2)
+    heavy.retired = 1
+    assert not within_window(arr, heavy, 0) and window_quota(arr, heavy) == 0
+    heavy.retired, heavy.loaded = 6, 7
+    assert window_quota(arr, heavy) == 1  # its last micro-slice: min(8 - 7, 2 - (7 - 6))
+    # no window: always within, the quota is what is left
+    arr0 = window_arr(hot=0)
+    assert within_window(arr0, heavy, 100) and window_quota(arr0, heavy) == 1
+    # no tokens anywhere counts as one: 3 <= 6, light
+    assert within_window(window_arr(tokens=(0, 0, 0)), Job(True, 0, 0b101, 9, 0, 0, 12), 0)
+    # exactly at the DDR interval is light, one token more is heavy
+    assert within_window(window_arr(tokens=(0, 0, 2)), heavy, 5)
+    assert not within_window(window_arr(tokens=(0, 0, 3)), heavy, 5)
+
+
+def test_a_loads_needed_room_is_its_path_under_forward_admission():
+    from fsedp.sw.streaming.ddr import need
+
+    # the ring over 0, 1, 2 entered at 0: 2 hops on to its end ascending, 3 the other way
+    p = DatapathParams(rows=2, cols=2, ring_orders=2)
+    arr = SimpleNamespace(p=p, ring_order=[0, 1], admission=True)
+    assert (need(arr, 0b0111, 0, 0), need(arr, 0b0111, 0, 1)) == (2, 3)
+    arr.admission = False
+    assert need(arr, 0b0111, 0, 1) == 0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("traj", 0), ("traj", 0b10001), ("entry", 4), ("entry", -1), ("entry", 3),
+     ("expert", 8), ("expert", -1), ("order", 1)],
+)  # fmt: skip
+def test_a_malformed_beat_is_flagged_and_opens_nothing(field, value):
+    """A 2 x 2 array of 8 experts, one ring embedding: no trajectory, one beyond the
+    chiplets, an entry outside them or off the trajectory (3 is not on 0b0111), an expert
+    or embedding beyond the table's."""
+    from fsedp.sw.scheduler import DISPATCH, Dispatch
+    from fsedp.sw.streaming.ddr import Job, take_dispatch
+
+    p = SimpleNamespace(chiplets=4, experts=8, ring_orders=1)
+    arr = SimpleNamespace(p=p, bad_dispatch=False, jobs=[Job() for _ in range(4)])
+    beat = dict(kind=DISPATCH, expert=2, count=3, traj=0b0111, entry=0, order=0)
+    beat[field] = value
+    take_dispatch(arr, Dispatch(next_hop=(), **beat))
+    assert arr.bad_dispatch is True and not any(j.valid for j in arr.jobs)
