@@ -544,3 +544,74 @@ def test_a_malformed_beat_is_flagged_and_opens_nothing(field, value):
     beat[field] = value
     take_dispatch(arr, Dispatch(next_hop=(), **beat))
     assert arr.bad_dispatch is True and not any(j.valid for j in arr.jobs)
+
+
+def test_ddr_deliveries_after_the_latency_across_the_age_wrap():
+    """Latency 3, ages mod 16: a load issued at 15 is delivered at 2 ((2 - 15) mod 16 =
+    3), one issued at 0 is not yet (2); a stalled DDR delivers nothing.  A held pre-load
+    is released when its expert runs (a valid job) or is being dispatched, not when a
+    pre-load beat names it."""
+    from collections import deque
+
+    from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch
+    from fsedp.sw.streaming.ddr import Job, deliveries
+
+    h5, h6 = Header(5, 0, 0b11, 0, 1, 1), Header(6, 0, 0b11, 0, 1, 1)
+    arr = SimpleNamespace(
+        p=SimpleNamespace(ddr_latency=3), now=2, age_bits=4, jobs=[Job(), Job()],
+        fifos=[deque([(0, 1, h5, True, 15)]), deque([(1, 2, h6, False, 0)])],
+    )  # fmt: skip
+    inp = SimpleNamespace(dispatch=None, ddr_stall=False)
+    assert deliveries(arr, inp) == [(0, (0, 1, h5, True))]
+    assert deliveries(arr, SimpleNamespace(dispatch=None, ddr_stall=True)) == []
+    arr.now = 3
+    assert deliveries(arr, inp) == [(0, (0, 1, h5, True)), (1, (1, 2, h6, False))]
+    arr.jobs[1] = Job(True, expert=5)
+    assert deliveries(arr, inp)[0] == (0, (0, 1, h5, False))
+    arr.jobs[1] = Job(False, expert=5)
+
+    def beat(kind, e):
+        return SimpleNamespace(dispatch=Dispatch(kind, e, 1, 0b11, 0, ()), ddr_stall=False)
+
+    assert deliveries(arr, beat(DISPATCH, 5))[0] == (0, (0, 1, h5, False))
+    assert deliveries(arr, beat(PRELOAD, 5))[0] == (0, (0, 1, h5, True))
+    assert deliveries(arr, beat(DISPATCH, 6))[0] == (0, (0, 1, h5, True))
+
+
+def test_ddr_commit_stores_reserves_and_counts_the_gaps():
+    """A delivery leaves its FIFO and is stored; an issue reserves its slot (claiming its
+    hops, or H + 1 when held), enters its channel's FIFO stamped now, and moves the job on
+    (the next load's chiplet along its ring, the round-robin past it); a channel that
+    issued waits ddr_interval - 1 cycles, one that did not counts its gap down."""
+    from collections import deque
+
+    from fsedp.sw.streaming.ddr import Job, Preload, commit
+
+    p = DatapathParams(rows=2, cols=2, ddr_interval=4)
+    chips = [chip([Slot(), Slot()]) for _ in range(4)]
+    arr = SimpleNamespace(
+        p=p, chips=chips, channels=1, now=9, fifos=[deque([(0, 0, None, False, 1)])],
+        jobs=[Job(), Job(True, 3, 0b0111, 1, 0, 1, 4), Job(), Job()],
+        pre=[Preload(True, 2, 0b0011, 0, 0, 2)], ring_order=[0] * 16, gaps=[2], ddr_rr=0,
+    )  # fmt: skip
+    h = Header(3, 1, 0b0111, 1, 2, 3)
+    hp = Header(2, 0, 0b0011, 0, 1, 1)
+    stored = []
+    import fsedp.sw.streaming.ddr as ddr
+
+    real = ddr.store
+    ddr.store = lambda arr, c, slot, h, **kw: stored.append((c, slot, h, kw))
+    try:
+        commit(arr, [(0, (2, 1, h, False))], [("job", 1, 1), ("pre", 0, 0)],
+               [(1, 1, h, False), (0, 0, hp, True)], [True])  # fmt: skip
+    finally:
+        ddr.store = real
+    assert stored == [(2, 1, h, dict(wait=0, ddr=True, held=False))]
+    assert list(arr.fifos[0]) == [(1, 1, h, False, 9), (0, 0, hp, True, 9)]
+    s = chips[1].slots[1]
+    assert (s.busy, s.resv, s.claim) == (True, True, 3)
+    assert chips[0].slots[0].claim == p.held_claim
+    assert (arr.jobs[1].loaded, arr.jobs[1].target, arr.ddr_rr) == (2, 2, 2)
+    assert arr.pre[0].loaded == 1 and arr.gaps == [3]
+    commit(arr, [], [], [], [False])
+    assert arr.gaps == [2]
