@@ -615,3 +615,73 @@ def test_ddr_commit_stores_reserves_and_counts_the_gaps():
     assert arr.pre[0].loaded == 1 and arr.gaps == [3]
     commit(arr, [], [], [], [False])
     assert arr.gaps == [2]
+
+
+def ddr_array(**kw):
+    """A 2 x 2 array (two ring embeddings) of 3 slots per chiplet, for the beats' tests."""
+    from fsedp.sw.streaming.ddr import Job, Preload
+
+    p = DatapathParams(rows=2, cols=2, ring_orders=2, **kw)
+    return SimpleNamespace(
+        p=p, chips=[chip([Slot(), Slot(), Slot()]) for _ in range(4)], ring_order=[0] * 16,
+        jobs=[Job() for _ in range(4)], pre=[Preload(True, 9), Preload()],
+        slices=[5] * 16, bad_dispatch=False,
+    )  # fmt: skip
+
+
+def test_a_preload_beat_opens_a_preload_entry_and_a_dispatch_takes_it_over():
+    """Pre-load of expert 3 on chiplets 0, 1 (entry 1, embedding 1): the free entry 1 opens
+    with 5 micro-slices and none loaded.  After 2 are loaded (held in slots), its dispatch
+    at entry 0 opens job 0 with the pre-load's loaded and count, closes the entry, and
+    releases the held micro-slices of expert 3 (claiming their hops), not another's."""
+    from fsedp.sw.scheduler import DISPATCH, PRELOAD, Dispatch
+    from fsedp.sw.streaming.ddr import Job, Preload, take_dispatch
+
+    arr = ddr_array()
+    take_dispatch(arr, Dispatch(PRELOAD, 3, 5, 0b0011, 1, (), order=1))
+    assert arr.pre[1] == Preload(True, 3, 0b0011, 1, 0, 5) and arr.ring_order[3] == 1
+    arr.pre[1].loaded = 2
+    mine = Slot(busy=True, held=True, expert=3, r=1, claim=9)
+    other = Slot(busy=True, held=True, expert=4, r=1, claim=9)
+    arr.chips[1].slots[:2] = [mine, other]
+    take_dispatch(arr, Dispatch(DISPATCH, 3, 5, 0b0011, 0, (), order=1))
+    assert arr.jobs[0] == Job(True, 3, 0b0011, 2, 0, 0, 5) and not arr.pre[1].valid
+    assert (mine.held, mine.claim) == (False, 1) and (other.held, other.claim) == (True, 9)
+    assert not arr.bad_dispatch
+    # a second dispatch into the running entry 0 is malformed; a pre-load with no free
+    # entry opens nothing
+    take_dispatch(arr, Dispatch(DISPATCH, 4, 5, 0b0011, 0, ()))
+    assert arr.bad_dispatch and arr.jobs[0].expert == 3
+    arr = ddr_array()
+    arr.pre[1] = Preload(True, 8)
+    take_dispatch(arr, Dispatch(PRELOAD, 3, 5, 0b0011, 1, ()))
+    assert [q.expert for q in arr.pre] == [9, 8] and not arr.bad_dispatch
+    # a dispatch without a pre-load: the slice table's count, nothing loaded
+    take_dispatch(arr, Dispatch(DISPATCH, 3, 5, 0b0011, 1, ()))
+    assert arr.jobs[1] == Job(True, 3, 0b0011, 0, 0, 1, 5)
+
+
+def test_micro_slices_loaded_ahead_take_the_first_beats_trajectory():
+    """Expert 2's micro-slices 0 (chiplet 1) and 1 (chiplet 3) were loaded ahead, held and
+    without a trajectory.  Its dispatch on 0, 1 (ring 0 -> 1): the one on chiplet 1 starts
+    its ring there (1 hop to go, legs 1), the one on 3 travels to the trajectory's nearest
+    chiplet as a remote load does; both released (not held), the job starts with 2."""
+    from fsedp.sw.scheduler import DISPATCH, Dispatch
+    from fsedp.sw.streaming.ddr import AHEAD, load_ahead, take_dispatch
+
+    arr = ddr_array()
+    load_ahead(arr, [(1, 2, 0), (3, 2, 1)])
+    s = arr.chips[1].slots[0]
+    assert (s.busy, s.held, s.ddr, s.expert, s.index, s.traj, s.dest) == (
+        True, AHEAD, True, 2, 0, 0, 1,
+    )  # fmt: skip
+    assert s.claim == arr.p.held_claim
+    take_dispatch(arr, Dispatch(DISPATCH, 2, 5, 0b0011, 0, ()))
+    a, b = arr.chips[1].slots[0], arr.chips[3].slots[0]
+    assert (a.held, a.traj, a.legs, a.r) == (False, 0b0011, 0, 1)
+    dest, r = arr.p.remote_entry(0b0011, 3, 0)
+    assert (b.held, b.traj, b.r) == (False, 0b0011, r) and arr.jobs[0].loaded == 2
+    arr.chips[0].slots[:] = [Slot(busy=True)] * 3
+    with pytest.raises(ValueError) as e:
+        load_ahead(arr, [(0, 5, 0)])
+    assert str(e.value) == "no free slot on chiplet 0 for a carried micro-slice"
