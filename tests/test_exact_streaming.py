@@ -685,3 +685,56 @@ def test_micro_slices_loaded_ahead_take_the_first_beats_trajectory():
     with pytest.raises(ValueError) as e:
         load_ahead(arr, [(0, 5, 0)])
     assert str(e.value) == "no free slot on chiplet 0 for a carried micro-slice"
+
+
+class LoadLedger:
+    """Admits a load into chiplet c needing r free slots when r < limit[c]."""
+
+    def __init__(self, limit):
+        self.limit, self.taken, self.free = limit, [], [3 - x for x in limit]
+
+    def admits_load(self, c, r):
+        return r < self.limit[c]
+
+    def take(self, c, r):
+        self.taken.append((c, r))
+
+
+def test_one_channel_issues_the_next_running_experts_load_else_a_preload():
+    """One channel, round robin from job 1: job 1 (expert 3 on 0, 1, next load to chiplet
+    1) issues into chiplet 1's highest free slot, its header the ring's remaining hops;
+    job 2 has loaded all.  The channel is then used: no pre-load.  Without a loadable job
+    the pre-load of expert 9 goes to its chiplet 2 (claiming H + 1).  A stalled DDR, a gap
+    still counting or a full FIFO issue nothing."""
+    from collections import deque
+
+    from fsedp.sw.streaming.ddr import Job, Preload, issue
+
+    p = DatapathParams(rows=2, cols=2, ring_orders=2)
+    arr = SimpleNamespace(
+        p=p, chips=[chip([Slot(), Slot(), Slot(busy=True)]) for _ in range(4)], channels=1,
+        jobs=[Job(), Job(True, 3, 0b0011, 0, 0, 1, 2), Job(True, 4, 0b0110, 2, 0, 1, 2), Job()],
+        pre=[Preload(True, 9, 0b0110, 2, 0, 3)], ring_order=[0] * 16, ddr_rr=1, gaps=[0],
+        fifos=[deque()], fifo_depth=2, admission=True,
+    )  # fmt: skip
+    inp = SimpleNamespace(ddr_stall=False)
+    room = LoadLedger([9, 9, 9, 9])
+    issues, used, out = issue(arr, inp, room)
+    need = p.path_hops(0b0011, 1, 0)
+    assert issues == [("job", 1, 1, 3, 0b0011, 0, 1)] and used == [True]
+    assert out == [(1, 1, Header(3, 0, 0b0011, 1, 1, need), False)]
+    assert room.taken == [(1, need)]
+    arr.jobs[1].loaded = 2
+    room = LoadLedger([9, 9, 9, 9])
+    issues, used, out = issue(arr, inp, room)
+    assert issues == [("pre", 0, 2, 9, 0b0110, 0, 2)] and room.taken == [(2, p.held_claim)]
+    assert out[0][3] is True
+    # the pre-load's chiplet refuses a held micro-slice: nothing
+    assert issue(arr, inp, LoadLedger([9, 9, p.held_claim, 9]))[0] == []
+    for blocked in (dict(stall=True), dict(gap=1), dict(full=True)):
+        arr.gaps = [blocked.get("gap", 0)]
+        arr.fifos = [deque([None, None])] if blocked.get("full") else [deque()]
+        got = issue(
+            arr, SimpleNamespace(ddr_stall=blocked.get("stall", False)), LoadLedger([9] * 4)
+        )
+        assert got[0] == [] and got[1] == [False], blocked
