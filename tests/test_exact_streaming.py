@@ -738,3 +738,61 @@ def test_one_channel_issues_the_next_running_experts_load_else_a_preload():
             arr, SimpleNamespace(ddr_stall=blocked.get("stall", False)), LoadLedger([9] * 4)
         )
         assert got[0] == [] and got[1] == [False], blocked
+
+
+def chiplet_channels(jobs, pre, admission=True):
+    from collections import deque
+
+    p = DatapathParams(rows=2, cols=2, ddr_channels=4)
+    return SimpleNamespace(
+        p=p, chips=[chip([Slot(), Slot(), Slot()]) for _ in range(4)], channels=4, jobs=jobs,
+        pre=pre, ring_order=[0] * 16, ddr_rr=0, gaps=[0] * 4,
+        fifos=[deque() for _ in range(4)], fifo_depth=2, admission=admission,
+    )  # fmt: skip
+
+
+def test_a_channel_per_chiplet_picks_local_then_preload_then_remote():
+    """[D18] Expert 3 runs on 0, 1 (3 to load), expert 4 on 1, 2 (1 to load), expert 9 is
+    pre-loaded for 3.  Chiplet 0 and 1 load expert 3 (round robin from job 0), 2 loads 4,
+    3 (covered by no running expert) pre-loads 9: local loads first, in chiplet order,
+    then the pre-load."""
+    from fsedp.sw.streaming.ddr import Job, Preload, issue
+
+    jobs = [Job(True, 3, 0b0011, 0, 0, 0, 3), Job(True, 4, 0b0110, 0, 0, 1, 1), Job(), Job()]
+    arr = chiplet_channels(jobs, [Preload(True, 9, 0b1000, 3, 0, 2)])
+    room = LoadLedger([9] * 4)
+    issues, used, _ = issue(arr, SimpleNamespace(ddr_stall=False), room)
+    assert issues == [
+        ("job", 0, 0, 3, 0b0011, 0, 0), ("job", 0, 1, 3, 0b0011, 1, 1),
+        ("job", 1, 2, 4, 0b0110, 0, 2), ("pre", 0, 3, 9, 0b1000, 0, 3),
+    ]  # fmt: skip
+    assert used == [True] * 4
+    p = arr.p
+    assert room.taken == [(0, p.path_hops(0b0011, 0, 0)), (1, p.path_hops(0b0011, 1, 0)),
+                          (2, p.path_hops(0b0110, 2, 0)), (3, p.held_claim)]  # fmt: skip
+
+
+def test_a_chiplet_whose_pick_is_not_granted_idles():
+    """Expert 3 (on 0, 1) has one micro-slice left to load: chiplets 0 and 1 both pick it,
+    0's pick is granted, 1 idles.  Chiplet 3 (off every trajectory, no pre-load) picks a
+    remote load of expert 3 under forward admission, which its quota no longer grants; 2
+    loads expert 4.  Without forward admission there are no remote picks."""
+    from fsedp.sw.streaming.ddr import Job, issue
+
+    def run(admission):
+        jobs = [Job(True, 3, 0b0011, 2, 0, 0, 3), Job(True, 4, 0b0110, 0, 0, 1, 4), Job(), Job()]
+        arr = chiplet_channels(jobs, [], admission)
+        return issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))
+
+    issues, used, _ = run(True)
+    assert issues == [("job", 0, 0, 3, 0b0011, 2, 0), ("job", 1, 2, 4, 0b0110, 0, 2)]
+    assert used == [True, False, True, False]
+    # once expert 3 has nothing left, chiplets 0 and 3 load expert 4 remotely, after the
+    # local loads
+    jobs = [Job(True, 3, 0b0011, 3, 0, 0, 3), Job(True, 4, 0b0110, 0, 0, 1, 4), Job(), Job()]
+    arr = chiplet_channels(jobs, [])
+    issues, used, _ = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))
+    d0, d3 = arr.p.remote_entry(0b0110, 0, 0)[0], arr.p.remote_entry(0b0110, 3, 0)[0]
+    assert issues == [("job", 1, 1, 4, 0b0110, 0, 1), ("job", 1, 2, 4, 0b0110, 1, 2),
+                      ("job", 1, 0, 4, 0b0110, 2, d0), ("job", 1, 3, 4, 0b0110, 3, d3)]  # fmt: skip
+    assert [i[2] for i in run(False)[0]] == [0, 2]
