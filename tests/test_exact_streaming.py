@@ -796,3 +796,23 @@ def test_a_chiplet_whose_pick_is_not_granted_idles():
     assert issues == [("job", 1, 1, 4, 0b0110, 0, 1), ("job", 1, 2, 4, 0b0110, 1, 2),
                       ("job", 1, 0, 4, 0b0110, 2, d0), ("job", 1, 3, 4, 0b0110, 3, d3)]  # fmt: skip
     assert [i[2] for i in run(False)[0]] == [0, 2]
+
+
+def test_rule5_loads_into_the_emptiest_admitting_chiplet_of_the_trajectory():
+    """Trajectory 0, 1, 2 with 2, 5, 5 free slots (3, off it, has 9): chiplet 1 (the first
+    of the emptiest); with 1's channel busy, 2; none admitting: none.  Without Rule 5 the
+    job's striped target, if its channel and room allow."""
+    from fsedp.sw.streaming.ddr import Job, ddr_target
+
+    p = SimpleNamespace(rule5=True, chiplets=4)
+    arr = SimpleNamespace(p=p, admission=False)
+    job = Job(True, 0, 0b0111, target=2)
+    room = LoadLedger([9] * 4)
+    room.free = [2, 5, 5, 9]
+    assert ddr_target(arr, 0, job, room, lambda c: True) == 1
+    assert ddr_target(arr, 0, job, room, lambda c: c != 1) == 2
+    assert ddr_target(arr, 0, job, LoadLedger([0] * 4), lambda c: True) is None
+    p.rule5 = False
+    assert ddr_target(arr, 0, job, room, lambda c: True) == 2
+    assert ddr_target(arr, 0, job, room, lambda c: c != 2) is None
+    assert ddr_target(arr, 0, job, LoadLedger([9, 9, 0, 9]), lambda c: True) is None
