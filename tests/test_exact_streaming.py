@@ -816,3 +816,85 @@ def test_rule5_loads_into_the_emptiest_admitting_chiplet_of_the_trajectory():
     assert ddr_target(arr, 0, job, room, lambda c: True) == 2
     assert ddr_target(arr, 0, job, room, lambda c: c != 2) is None
     assert ddr_target(arr, 0, job, LoadLedger([9, 9, 0, 9]), lambda c: True) is None
+
+
+# ---------------------------------------------------------------------- the idle probes
+
+
+def probe_arr(channels=1, jobs=(), pre=(), gaps=None, fifos=None, hot=0):
+    from collections import deque
+
+    p = SimpleNamespace(chiplets=2, hot_window=hot, cycles_per_token=9, ddr_interval=1)
+    return SimpleNamespace(
+        p=p, jobs=list(jobs), pre=list(pre), channels=channels, gaps=gaps or [0] * channels,
+        fifos=fifos or [deque() for _ in range(channels)], fifo_depth=1,
+        tokens=[[1] * 4, [1] * 4],
+    )  # fmt: skip
+
+
+def test_why_a_ddr_channel_idles_by_hand():
+    """One channel: issuing or in its gap -> None; stalled or its queue full -> stall; a
+    running expert with slices left whose target has no free slot -> full, with free slots
+    -> admission; only a pre-load -> preload; only a compute-heavy expert at its window ->
+    window; nothing left -> none.  A load issued this cycle counts as loaded."""
+    from collections import deque
+
+    from fsedp.sw.streaming.ddr import Job, Preload
+    from fsedp.sw.streaming.probe import ddr_idle
+
+    go = SimpleNamespace(ddr_stall=False)
+    job = Job(True, 1, 0b11, loaded=1, target=1, count=2)
+    assert ddr_idle(probe_arr(jobs=[job]), go, [True], [], [0, 0]) == [None]
+    assert ddr_idle(probe_arr(jobs=[job], gaps=[1]), go, [False], [], [0, 0]) == [None]
+    stall = SimpleNamespace(ddr_stall=True)
+    assert ddr_idle(probe_arr(jobs=[job]), stall, [False], [], [0, 0]) == ["stall"]
+    full_q = probe_arr(jobs=[job], fifos=[deque([0])])
+    assert ddr_idle(full_q, go, [False], [], [0, 0]) == ["stall"]
+    assert ddr_idle(probe_arr(jobs=[job]), go, [False], [], [5, 0]) == ["full"]
+    assert ddr_idle(probe_arr(jobs=[job]), go, [False], [], [0, 1]) == ["admission"]
+    # its last micro-slice issued this cycle: nothing left
+    assert ddr_idle(probe_arr(jobs=[job]), go, [False], [("job", 0)], [0, 1]) == ["none"]
+    pre = Preload(True, 2, 0b11, chiplet=0, loaded=0, count=1)
+    assert ddr_idle(probe_arr(pre=[pre]), go, [False], [], [1, 0]) == ["preload"]
+    assert ddr_idle(probe_arr(pre=[pre]), go, [False], [], [0, 1]) == ["full"]
+    assert ddr_idle(probe_arr(pre=[pre]), go, [False], [("pre", 0)], [1, 1]) == ["none"]
+    heavy = Job(True, 1, 0b11, loaded=1, retired=0, target=1, count=3)
+    assert ddr_idle(probe_arr(jobs=[heavy], hot=1), go, [False], [], [1, 1]) == ["window"]
+    assert ddr_idle(probe_arr(), go, [False], [], [1, 1]) == ["none"]
+    # a channel per chiplet loads into its own chiplet
+    two = probe_arr(channels=2, jobs=[job])
+    assert ddr_idle(two, go, [False, True], [], [0, 3]) == ["full", None]
+    assert ddr_idle(two, go, [False, False], [], [1, 0]) == ["admission", "full"]
+    two = probe_arr(channels=2, pre=[pre])
+    assert ddr_idle(two, go, [False, False], [], [1, 1]) == ["preload", "preload"]
+
+
+def test_why_a_compute_unit_idles_by_hand():
+    """Computing -> None; starting a micro-slice loaded from DDR -> ddr, received -> link;
+    a DDR load under way -> ddr, a transfer arriving -> link; a held pre-load -> held; a
+    neighbour's slot offering this chiplet a micro-slice -> link; nothing -> none."""
+    from fsedp.sw.streaming.probe import pe_idle
+
+    def arr(slots0, slots1=(), cnt=0):
+        chips = [
+            SimpleNamespace(cnt=cnt, slots=list(slots0)),
+            SimpleNamespace(cnt=0, slots=list(slots1)),
+        ]
+        return SimpleNamespace(chips=chips, nb=[[None, 1, None, None], [None, None, None, 0]])
+
+    assert pe_idle(arr([], cnt=2), [None, None])[0] is None
+    assert pe_idle(arr([Slot(busy=True, ddr=True)]), [(0, 3), None])[0] == "ddr"
+    assert pe_idle(arr([Slot(busy=True)]), [(0, 3), None])[0] == "link"
+    assert pe_idle(arr([Slot(busy=True, resv=True)]), [None, None])[0] == "ddr"
+    assert pe_idle(arr([Slot(busy=True, wait=2, ddr=True)]), [None, None])[0] == "ddr"
+    assert pe_idle(arr([Slot(busy=True, wait=2)]), [None, None])[0] == "link"
+    assert pe_idle(arr([Slot(busy=True, held=True)]), [None, None])[0] == "held"
+    # a held slot before a load under way: the load is what it waits for
+    both = [Slot(busy=True, held=True), Slot(busy=True, resv=True)]
+    assert pe_idle(arr(both), [None, None])[0] == "ddr"
+    # chiplet 1 offers chiplet 0 a micro-slice (its west output leads to 0)
+    offer = Slot(busy=True, send=True, tx=0, dir=3)
+    assert pe_idle(arr([], [offer]), [None, None]) == ["link", "none"]
+    assert pe_idle(arr([], [Slot(busy=True, send=True, tx=1, dir=3)]), [None, None])[0] == "none"
+    assert pe_idle(arr([], [Slot(busy=True, send=True, tx=0, dir=1)]), [None, None])[0] == "none"
+    assert pe_idle(arr([Slot()]), [None, None]) == ["none", "none"]
