@@ -898,3 +898,65 @@ def test_why_a_compute_unit_idles_by_hand():
     assert pe_idle(arr([], [Slot(busy=True, send=True, tx=1, dir=3)]), [None, None])[0] == "none"
     assert pe_idle(arr([], [Slot(busy=True, send=True, tx=0, dir=1)]), [None, None])[0] == "none"
     assert pe_idle(arr([Slot()]), [None, None]) == ["none", "none"]
+
+
+# ---------------------------------------------------------------------- the array's tables
+
+
+def test_the_token_and_slice_tables_take_only_writes_in_range():
+    """Token counts are masked to count_width bits (6: 70 -> 6); a chiplet or expert out of
+    range is ignored.  The slice table takes 1 .. micro_slices (4) per expert, ignores 0,
+    5 and experts out of range, and nothing at all without slice_table; a reset restores
+    micro_slices but keeps the token table (a memory)."""
+    from fsedp.sw.streaming.array import StepIn, StreamingArray
+
+    arr = StreamingArray(DatapathParams(rows=2, cols=2, slice_table=True))
+    for w in [(1, 3, 70), (4, 0, 9), (-1, 0, 9), (0, 16, 9), (0, -1, 9), (3, 15, 63)]:
+        arr.step(StepIn(tokens=w))
+    assert arr.tokens[1][3] == 6 and arr.tokens[3][15] == 63
+    assert sum(map(sum, arr.tokens)) == 69
+    for w in [(2, 1), (3, 4), (5, 0), (6, 5), (16, 2), (-1, 2)]:
+        arr.step(StepIn(slices=w))
+    assert arr.slices[2:7] == [1, 4, 4, 4, 4] and arr.slices[15] == 4
+    arr.reset()
+    assert arr.slices == [4] * 16 and arr.tokens[1][3] == 6
+    off = StreamingArray(DatapathParams(rows=2, cols=2))
+    off.step(StepIn(slices=(2, 1)))
+    assert off.slices[2] == 4
+
+
+def test_the_done_stream_holds_until_taken_and_gathers_new_ones():
+    """A done mask stays on the stream while the scheduler is not ready and is cleared
+    once taken; one finishing meanwhile is ORed in.  The age counter wraps at age_bits."""
+    from fsedp.sw.streaming.array import StepIn, StreamingArray
+
+    arr = StreamingArray(DatapathParams(rows=2, cols=2))
+    arr.done_pending = 0b0010
+    assert arr.step(StepIn(done_ready=False)).done == 0b0010 and arr.done_pending == 0b0010
+    assert arr.step(StepIn(done_ready=True)).done == 0b0010 and arr.done_pending == 0
+    arr.now = (1 << arr.age_bits) - 1
+    arr.step(StepIn())
+    assert arr.now == 0 and arr.cycle == 3
+
+
+def test_the_counters_horizon_is_the_nearest_counter_to_matter():
+    """A transfer with 5 cycles left, a link busy 4, a computation with 3 cycles left (it
+    decides at 1: 2 to go), a DDR gap of 6 and a load 3 cycles from its latency of 4
+    (issued 1 ago): the nearest is 2.  Nothing counting: 0."""
+    from collections import deque
+
+    from fsedp.sw.streaming.array import StreamingArray
+
+    arr = StreamingArray(DatapathParams(rows=2, cols=2, ddr_latency=4))
+    assert arr._counters_horizon() == 0
+    arr.chips[0].slots[0].tx = 5
+    arr.chips[1].link_busy = [0, 4, 0, 0]
+    assert arr._counters_horizon() == 4
+    arr.gaps = [6]
+    arr.now = 5
+    arr.fifos = [deque([(0, 0, None, False, 4)])]
+    assert arr._counters_horizon() == 3
+    arr.chips[2].cnt = 3
+    assert arr._counters_horizon() == 2
+    arr.chips[3].slots[1].wait = 1
+    assert arr._counters_horizon() == 1
