@@ -960,3 +960,30 @@ def test_the_counters_horizon_is_the_nearest_counter_to_matter():
     assert arr._counters_horizon() == 2
     arr.chips[3].slots[1].wait = 1
     assert arr._counters_horizon() == 1
+
+
+def test_a_router_commit_by_hand():
+    """Chiplet 1 accepted, on its west input (3), slot 0 of chiplet 0 into its slot 1: the
+    source stops offering it, its transfer and the east link (the opposite side) count
+    link_cycles - 1 = 2; chiplet 1's round robin resumes after west (at 0); the micro-slice
+    is stored arriving in 2 cycles, not from DDR, not held."""
+    from fsedp.sw.streaming.router import commit
+
+    p = DatapathParams(rows=2, cols=2, link_cycles=3)
+    chips = [chip([Slot(busy=True, send=True, dir=1)]), chip([Slot(busy=True), Slot()], rr=2)]
+    chips += [chip([Slot()]), chip([Slot()])]
+    arr = SimpleNamespace(p=p, chips=chips)
+    h = Header(4, 1, 0b0011, 1, 0, 0)
+    stored = []
+    import fsedp.sw.streaming.router as router
+
+    real = router.store
+    router.store = lambda arr, c, slot, h, **kw: stored.append((c, slot, h, kw))
+    try:
+        commit(arr, [None, (3, 0, 0, h, 1), None, None])
+    finally:
+        router.store = real
+    s = chips[0].slots[0]
+    assert (s.send, s.tx) == (False, 2) and chips[0].link_busy == [0, 2, 0, 0]
+    assert chips[1].rr == 0
+    assert stored == [(1, 1, h, dict(wait=2, ddr=False, held=False))]
