@@ -47,8 +47,9 @@ BLOCK = "mutation-score"
 #: the share of non-equivalent mutants a module's tests must kill
 TARGET = 0.95
 #: mutmut's exit codes of a mutant's test run, by what they mean here: a timeout or a crash
-#: is a detected mutant (the tests did not pass), "no tests" is a survivor (nothing reached it)
-KILLED = {1, 3, -11, -9, 36, 37, 24, -24, 152, 255}
+#: (killed by a signal: abort, bus error, arithmetic, segfault, kill) is a detected mutant
+#: (the tests did not pass), "no tests" is a survivor (nothing reached it)
+KILLED = {1, 3, -6, -7, -8, -11, -9, 36, 37, 24, -24, 152, 255}
 #: not run to the end (an interrupted run): neither killed nor survived, and the module's
 #: run is incomplete
 UNCHECKED = {None, 2}
