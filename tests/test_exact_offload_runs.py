@@ -280,3 +280,17 @@ def test_hook_prism_keeps_the_active_sub_experts_of_largest_activation():
     assert mask.astype(int).tolist() == [[1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]]
     h.after_layer(0)
     assert steps == [(0, 0, [4, 5, 6], [2, 1, 1], 2)]
+
+
+def test_the_link_of_a_config_by_hand():
+    """The device's link, or a named one, with the bandwidth and latency overrides."""
+    base = offload.links()["pcie4"]
+    got = offload.link_of(OffloadConfig(link="pcie4"))
+    assert (got.name, got.bandwidth_gbs, got.latency_us) == (
+        base.name, base.bandwidth_gbs, base.latency_us,
+    )  # fmt: skip
+    got = offload.link_of(OffloadConfig(link="pcie4", bandwidth_gbs=3.0, latency_us=7.0))
+    assert (got.name, got.bandwidth_gbs, got.latency_us) == (base.name, 3.0, 7.0)
+    dev = offload.device_of(OffloadConfig()).link()
+    got = offload.link_of(OffloadConfig(latency_us=2.5))
+    assert (got.name, got.bandwidth_gbs, got.latency_us) == (dev.name, dev.bandwidth_gbs, 2.5)
