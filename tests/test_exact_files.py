@@ -588,14 +588,22 @@ def test_yaml_size_limit_at_its_value(monkeypatch):
     assert parse_yaml("a: 12345", "c.yaml") == {"a": 12345}  # 8 characters
     with pytest.raises(InputError) as e:
         parse_yaml("a: 123456", "c.yaml")
-    assert (e.value.field, e.value.reason) == (
-        "<file>", "9 characters; a YAML file here holds at most 8",
+    assert (e.value.file, e.value.field, e.value.reason) == (
+        "c.yaml", "<file>", "9 characters; a YAML file here holds at most 8",
     )  # fmt: skip
 
 
-def test_yaml_value_errors_are_one_line():
+def test_yaml_value_errors_are_one_line(monkeypatch):
     field, reason = yaml_refusal("a: 2001-13-45\n")
     assert field == "<yaml>" and reason.startswith("YAML error: ValueError: ")
+    import yaml
+
+    def long(*a, **kw):
+        raise ValueError("x" * 300)
+
+    monkeypatch.setattr(yaml, "load", long)
+    field, reason = yaml_refusal("a: 1\n")
+    assert reason == ("YAML error: ValueError: " + "x" * 300)[:200]
 
 
 def test_yaml_a_control_character_is_refused_on_one_line():
@@ -807,6 +815,12 @@ def test_what_is_not_ours_in_a_folder_with_our_marker(tmp_path, monkeypatch):
     ]  # fmt: skip (folders are walked first)
     tree(f, {"v": "user", "w": "user"})
     assert len(_foreign(f)) == 3
+    # a user's folder is named once, what it holds not again
+    g = tmp_path / "g"
+    with output_dir(g) as d:
+        tree(d, {"a": "1"})
+    tree(g, {"u": {"x": "u", "y": "u"}})
+    assert _foreign(g) == ["u"]
 
     def unreadable(folder):
         raise OSError(errno.EACCES, "Permission denied", str(folder / "u"))
