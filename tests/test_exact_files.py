@@ -777,9 +777,9 @@ def test_markers_at_their_edges(tmp_path, monkeypatch):
     ok = {"tool": "fsedp", "version": 2, "files": [OUTPUT_MARKER], "stamps": {}}
     text = json.dumps(ok)
     monkeypatch.setattr(files, "_MAX_MARKER_BYTES", len(text) + 5)
-    (g / OUTPUT_MARKER).write_text(text + " " * 5)
+    (g / OUTPUT_MARKER).write_text(" " * 5 + text)  # read to its last byte
     assert _foreign(g) == []
-    (g / OUTPUT_MARKER).write_text(text + " " * 6)
+    (g / OUTPUT_MARKER).write_text(" " * 6 + text)
     assert _foreign(g) == [f"{OUTPUT_MARKER} (not a marker fsedp wrote)"]
     real = os.lstat
 
