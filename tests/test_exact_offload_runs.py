@@ -197,6 +197,7 @@ def hook(policy="demand", res=(True, False, True), units=3, batch=2, prof=None, 
 def test_hook_steps_are_batches_of_the_tokens():
     h, _, _ = hook(batch=2)
     assert h.steps(5) == [(0, slice(0, 2)), (1, slice(2, 4)), (2, slice(4, 5))]
+    assert all(type(s) is int for s, _ in h.steps(5))
     assert h.steps(4) == [(0, slice(0, 2)), (1, slice(2, 4))]
     assert h.sub == 1 and hook("prism")[0].sub == 4
 
@@ -262,11 +263,18 @@ def test_hook_feeds_the_runtime_step_by_step_across_passes():
     h.after_layer(0)
     assert steps == [(0, 0, [0, 1, 2], [1, 2, 1], 2), (1, 0, [0, 1, 2], [2, 1, 1], 2),
                      (2, 0, [1, 2], [1, 1], 1)]  # fmt: skip
+    assert all(type(x) is int for st in steps for x in st[2] + st[3])
     steps.clear()
     h.route(0, None, ids[:1], np.ones((1, 2)), None)
     h.neurons(0, 0, np.array([0]), None)
     h.after_layer(0)
     assert steps == [(3, 0, [0], [1], 1)]
+    # pass 3 starts after pass 2's one step
+    steps.clear()
+    h.route(0, None, ids[:1], np.ones((1, 2)), None)
+    h.neurons(0, 0, np.array([0]), None)
+    h.after_layer(0)
+    assert steps == [(4, 0, [0], [1], 1)]
 
 
 def test_hook_prism_keeps_the_active_sub_experts_of_largest_activation():
@@ -277,6 +285,7 @@ def test_hook_prism_keeps_the_active_sub_experts_of_largest_activation():
     h.route(0, None, np.array([[1], [1]]), np.ones((2, 1)), None)
     act = np.array([[1.0, 2, 0, -1, 5, 0, 0, 0], [1, 1, 1, 1, -1, 1, 1, 1]])
     mask = h.neurons(0, 1, np.array([0, 1]), act)
+    assert mask.dtype == bool
     assert mask.astype(int).tolist() == [[1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]]
     h.after_layer(0)
     assert steps == [(0, 0, [4, 5, 6], [2, 1, 1], 2)]
@@ -294,3 +303,84 @@ def test_the_link_of_a_config_by_hand():
     dev = offload.device_of(OffloadConfig()).link()
     got = offload.link_of(OffloadConfig(latency_us=2.5))
     assert (got.name, got.bandwidth_gbs, got.latency_us) == (dev.name, dev.bandwidth_gbs, 2.5)
+
+
+def test_hook_prism_ties_among_many_sub_experts_keep_the_lower():
+    """20 sub-experts of one neuron each, |act| 1 on every other: the 3 active are the
+    lowest of the tied ones, 0, 2, 4 (ties among more than 16 are where an unstable sort
+    reorders)."""
+    h, _, steps = hook("prism", units=20, sub_experts=20, active=3)
+    h.route(0, None, np.array([[0]]), np.ones((1, 1)), None)
+    mask = h.neurons(0, 0, np.array([0]), np.array([[1.0, 0.0] * 10]))
+    assert np.nonzero(mask[0])[0].tolist() == [0, 2, 4]
+
+
+def test_hook_random_uses_the_configs_seed_and_budget():
+    """The random policy draws from default_rng(seed); with rho 1 a token loses at most one
+    expert."""
+    from fsedp.sw.policies.buddy import BuddyConfig, random_substitute
+
+    ids = np.tile(np.array([[1, 2]]), (40, 1))
+    res = (True, False, False, True, True, True)
+    h, rt, _ = hook("random", res=res, units=6, batch=40, seed=3)
+    got, _ = h.route(0, None, ids, np.ones((40, 2)), None)
+    want, n = random_substitute(ids, np.array(res), np.random.default_rng(3), None)
+    assert got.tolist() == want.tolist() and rt.stats.substituted == n == 80
+    h, rt, _ = hook("random", res=res, units=6, batch=40, buddy=BuddyConfig(rho=1))
+    got, _ = h.route(0, None, ids, np.ones((40, 2)), None)
+    assert rt.stats.substituted == 40 and (got[:, 1] == 2).all()
+
+
+def test_hook_reads_the_residency_of_the_layer_it_routes():
+    """Layer 1 has expert 1 resident, layer 0 not: drop keeps its weight only at layer 1."""
+    h, rt, _ = hook("drop")
+    rt.resident = lambda layer: np.array([True, layer == 1, True])
+    _, w = h.route(1, None, IDS3, W3, None)
+    assert w.tolist() == W3.tolist() and rt.stats.dropped == 0
+
+
+def test_hook_buddy_gates_and_counts_add_up_over_steps_with_probabilities():
+    """Two tokens {2, 3} in steps of one: each substitutes both (as above), so the counts
+    add up to 4; with eta 1 and log probabilities [0, -2, 0, -2] the BuddyMoE test's
+    [1, 0] comes out (the probabilities reach the policy)."""
+    from fsedp.sw.policies.buddy import BuddyConfig
+
+    q = np.array(
+        [[0.0, 0.5, 0.3, 0.2], [0.5, 0.0, 0.3, 0.2], [0.3, 0.5, 0.0, 0.2], [0.1, 0.6, 0.3, 0.0]]
+    )
+    table = np.array([[1, 2, 3], [0, 2, 3], [1, 0, 3], [1, 2, 0]])
+
+    def prof(**kw):
+        return SimpleNamespace(cfg=BuddyConfig(**kw), E=4, q=[q], table=[table], tau=[0.0])
+
+    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, batch=1, prof=prof())
+    ids = np.array([[2, 3], [2, 3]])
+    out, _ = h.route(0, np.ones((2, 4)), ids, np.array([[0.6, 0.4]] * 2), None)
+    assert out.tolist() == [[0, 1], [0, 1]] and rt.stats.substituted == 4
+    assert h.gates["substituted"] == 4 and h.gates["missing"] == 4
+    probs = np.exp(np.array([[0.0, -2.0, 0.0, -2.0]]))
+    h, _, _ = hook("buddy", res=(True, True, False, False), units=4, prof=prof(eta=1.0))
+    out, _ = h.route(0, probs, ids[:1], np.array([[0.6, 0.4]]), None)
+    assert out.tolist() == [[1, 0]]
+    # a transfer budget of 2 units' bytes (the runtime's unit: 1 byte here): the step's two
+    # misses fit it, so the originals are fetched, nothing substituted
+    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, prof=prof(budget_bytes=2))
+    out, _ = h.route(0, np.ones((1, 4)), ids[:1], np.array([[0.6, 0.4]]), None)
+    assert out.tolist() == [[2, 3]] and h.gates["residency_bypass"] == 1
+
+
+def test_deployment_cost_overrides_replace_the_devices_rate_or_launch_and_its_table():
+    """A device with a table of an expert's time by its tokens (h100-pcie5): either
+    override drops the table, which holds both."""
+
+    def cost(**kw):
+        return offload.deployment_cost(OffloadConfig(device="h100-pcie5", **kw), sizes=(8, 16))
+
+    dev = cost()
+    assert dev.table is not None
+    c = cost(flops=2e12)
+    assert (c.flops, c.overhead_s, c.table) == (2e12, dev.overhead_s, None)
+    c = cost(overhead_us=3.0)
+    assert (c.flops, c.overhead_s, c.table) == (dev.flops, 3e-6, None)
+    c = cost(flops=1e12, overhead_us=0.0)
+    assert (c.flops, c.overhead_s, c.table) == (1e12, 0.0, None)
