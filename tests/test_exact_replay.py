@@ -157,6 +157,7 @@ def test_cold_items_fill_the_cold_bytes_within_their_bounds():
     assert replay._cold(n // 128) == 128 and replay._cold(n // 128 - 1) == 129
     assert replay._cold(0) == min(256, n) and replay._cold(2 * n) == 1
     assert replay._cold(1, lo=1, hi=257) == 257 and replay._cold(2 * n, lo=2) == 2
+    assert replay._cold(1, hi=2 * n) == n  # one byte an item: COLD_BYTES items
 
 
 def test_scratch_buffers_live_from_a_fetch_to_its_layers_run():
@@ -177,3 +178,61 @@ def test_scratch_buffers_live_from_a_fetch_to_its_layers_run():
     assert replay._scratch_needed(evs[:2] + [run(0, 0)] + evs[:2]) == 2
     assert replay._scratch_needed([fetch(0, 0, 1, slot=0)]) == 0
     assert replay._scratch_needed([]) == 0
+    # a later layer's fetches after a run: only the run's own buffers are freed
+    evs = [fetch(0, 0, 1), fetch(0, 0, 2), fetch(0, 1, 3), run(0, 0), fetch(0, 1, 4)]
+    assert replay._scratch_needed(evs + [fetch(0, 1, 5)]) == 3
+
+
+def test_fit_profile_rounds_each_figure_as_written():
+    """Unround figures in the thousands of microseconds, where one part per million shows:
+    latency 1234.5678 us -> 1234.568; the FFN line 1998.1234, 2002.1234, 2010.1234 us at 1,
+    2, 4 tokens -> launch 1994.1234 -> 1994.123; issue 2000.1234 -> 2000.123; device
+    3000.5678 -> 3000.568; the table the FFN plus the loop's 10.0004 us, to 3 decimals; a
+    link of 1.23456789 GB/s -> 1.2346; CPU runs in float32."""
+    p = {
+        "copy_s": {b: 1.2345678e-3 + b / 1.23456789e9 for b in (1000, 2000, 4000)},
+        "ffn_s": {1: 1.9981234e-3, 2: 2.0021234e-3, 4: 2.0101234e-3},
+        "dense_s": 1e-4,
+        "batch": 4,
+        "issue_s": 2.0001234e-3,
+        "device_s": 3.0005678e-3,
+        "in_loop": {"tokens": 1, "s": 1.9981234e-3 + 10.0004e-6},
+    }
+    prof, _ = fitted(p)
+    assert prof.link_latency_us == 1234.568 and prof.link_gbs == 1.2346
+    assert prof.expert_launch_us == 1994.123
+    assert (prof.link_issue_us, prof.expert_device_us) == (2000.123, 3000.568)
+    assert prof.expert_table_us == {1: 2008.124, 2: 2012.124, 4: 2020.124}
+    assert "(d 1000, f 4000, float32)" in prof.source
+
+
+def test_fit_profile_on_cuda_pins_issues_asynchronously_and_names_the_device(monkeypatch):
+    """On a CUDA device (its name from torch.cuda): pinned host memory, asynchronous
+    issue, bf16, and the device named in the source."""
+    from types import SimpleNamespace
+
+    import torch
+
+    fake = SimpleNamespace(
+        cuda=SimpleNamespace(get_device_name=lambda dev: f"GPU {dev.index}"),
+        bfloat16=torch.bfloat16, float32=torch.float32,
+    )  # fmt: skip
+    monkeypatch.setattr(replay, "_torch", lambda: fake)
+    from fsedp.sw.policies.device import load_device
+
+    dev = SimpleNamespace(type="cuda", index=3)
+    prof = replay.fit_profile(prims(), (1000, 4000), dev, "g", load_device())
+    assert (prof.pinned, prof.issue) == (True, "async")
+    assert "on GPU 3 (d 1000, f 4000, bfloat16)" in prof.source
+
+
+def test_check_fit_joins_its_problems_and_spans_every_copy():
+    """Three copies (1, 2, 4 kB over 1..4 us): the span names the first and the last; two
+    problems are joined by a comma; a table entry one microsecond over 1e8 is refused."""
+    three = (np.array([1000.0, 2000.0, 4000.0]), np.array([1e-6, 2e-6, 4e-6]))
+    with pytest.raises(EnvironmentFailure) as e:
+        replay._check_fit((three, (0.0, 0.0, 0.0, 0.0)), (0.0, 0.0), {}, {"2": 1e8 + 1}, "x")
+    assert e.value.reason == (
+        "link_gbs not resolved: copies of 1000..4000 B took 1..4 us, not growing with the "
+        "bytes, expert_table_us.2 came out 1e+08 us, outside 0..1e+08 us"
+    )
