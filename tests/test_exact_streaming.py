@@ -987,3 +987,47 @@ def test_a_router_commit_by_hand():
     assert (s.send, s.tx) == (False, 2) and chips[0].link_busy == [0, 2, 0, 0]
     assert chips[1].rr == 0
     assert stored == [(1, 1, h, dict(wait=2, ddr=False, held=False))]
+
+
+def test_per_chiplet_picks_round_robin_from_the_pointer_and_past_a_busy_channel():
+    """Experts 3 (entry 0) and 5 (entry 3) both cover chiplet 0: with the round robin at
+    2 (order 2, 3, 0, 1) chiplet 0 loads expert 5.  Chiplet 0's channel busy (a gap): the
+    others still pick (1 loads expert 3)."""
+    from fsedp.sw.streaming.ddr import Job, issue
+
+    def run(gaps):
+        jobs = [Job(True, 3, 0b0011, 0, 0, 0, 4), Job(), Job(), Job(True, 5, 0b1001, 0, 0, 3, 4)]
+        arr = chiplet_channels(jobs, [])
+        arr.ddr_rr, arr.gaps = 2, gaps
+        return issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+
+    got = run([0, 0, 0, 0])
+    assert got[0] == ("job", 3, 0, 5, 0b1001, 0, 0) and got[1] == ("job", 0, 1, 3, 0b0011, 0, 1)
+    got = run([1, 0, 0, 0])
+    assert [i[2] for i in got][:2] == [1, 3] and all(i[2] != 0 for i in got)
+
+
+def test_per_chiplet_without_forward_admission_goes_on_to_the_next_chiplet():
+    """Without forward admission chiplet 0 (on no trajectory) has no remote pick, and
+    chiplet 1 still loads its local expert."""
+    from fsedp.sw.streaming.ddr import Job, issue
+
+    jobs = [Job(), Job(True, 3, 0b0010, 0, 0, 1, 4), Job(), Job()]
+    arr = chiplet_channels(jobs, [], admission=False)
+    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    assert got == [("job", 1, 1, 3, 0b0010, 0, 1)]
+
+
+def test_a_remote_load_enters_by_the_experts_ring_embedding():
+    """Expert 3 on 0, 1, 2 in embedding 1 (backwards): chiplet 3's remote load enters where
+    that embedding's whole path from 3 is shortest."""
+    from fsedp.sw.streaming.ddr import Job, issue
+
+    jobs = [Job(True, 3, 0b0111, 3, 0, 0, 8), Job(), Job(), Job()]
+    arr = chiplet_channels(jobs, [])
+    arr.p = DatapathParams(rows=2, cols=2, ddr_channels=4, ring_orders=2)
+    arr.ring_order[3] = 1
+    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    remote = [i for i in got if i[2] == 3]
+    assert remote == [("job", 0, 3, 3, 0b0111, 6, arr.p.remote_entry(0b0111, 3, 1)[0])]
+    assert arr.p.remote_entry(0b0111, 3, 1) != arr.p.remote_entry(0b0111, 3, 0)
