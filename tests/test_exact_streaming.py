@@ -1031,3 +1031,27 @@ def test_a_remote_load_enters_by_the_experts_ring_embedding():
     remote = [i for i in got if i[2] == 3]
     assert remote == [("job", 0, 3, 3, 0b0111, 6, arr.p.remote_entry(0b0111, 3, 1)[0])]
     assert arr.p.remote_entry(0b0111, 3, 1) != arr.p.remote_entry(0b0111, 3, 0)
+
+
+def test_per_chiplet_preloads_are_granted_up_to_what_is_left():
+    """Pre-load 0 (expert 8 on 0, 1) has one micro-slice left: chiplets 0 and 1 both pick
+    it, 0's is granted, 1 idles; chiplet 3 still gets pre-load 1 (expert 9).  Chiplet 2
+    (on neither) loads pre-load 0 remotely by its embedding, which is spent."""
+    from fsedp.sw.streaming.ddr import Job, Preload, issue
+
+    pre = [Preload(True, 8, 0b0011, 0, 3, 4), Preload(True, 9, 0b1000, 3, 0, 2)]
+    arr = chiplet_channels([Job() for _ in range(4)], pre)
+    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    assert got == [("pre", 0, 0, 8, 0b0011, 3, 0), ("pre", 1, 3, 9, 0b1000, 0, 3)]
+
+
+def test_a_remote_preload_enters_by_the_experts_ring_embedding():
+    """Pre-load of expert 8 on 0, 1, 2 in embedding 1; chiplet 3 (off it) pre-loads it
+    remotely, entering where embedding 1's whole path from 3 is shortest."""
+    from fsedp.sw.streaming.ddr import Job, Preload, issue
+
+    arr = chiplet_channels([Job() for _ in range(4)], [Preload(True, 8, 0b0111, 0, 0, 9)])
+    arr.p = DatapathParams(rows=2, cols=2, ddr_channels=4, ring_orders=2)
+    arr.ring_order[8] = 1
+    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    assert got[-1] == ("pre", 0, 3, 8, 0b0111, 3, arr.p.remote_entry(0b0111, 3, 1)[0])
