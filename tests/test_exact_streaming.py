@@ -508,8 +508,11 @@ def test_the_hot_window_of_a_compute_heavy_expert():
     # no window: always within, the quota is what is left
     arr0 = window_arr(hot=0)
     assert within_window(arr0, heavy, 100) and window_quota(arr0, heavy) == 1
-    # no tokens anywhere counts as one: 3 <= 6, light
+    # no tokens anywhere counts as one: 3 <= 6, light; also with a DDR interval of 4
     assert within_window(window_arr(tokens=(0, 0, 0)), Job(True, 0, 0b101, 9, 0, 0, 12), 0)
+    short = window_arr(tokens=(0, 0, 0))
+    short.p.ddr_interval = 4
+    assert within_window(short, Job(True, 0, 0b101, 9, 0, 0, 12), 0)
     # exactly at the DDR interval is light, one token more is heavy
     assert within_window(window_arr(tokens=(0, 0, 2)), heavy, 5)
     assert not within_window(window_arr(tokens=(0, 0, 3)), heavy, 5)
