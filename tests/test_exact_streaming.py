@@ -1058,3 +1058,22 @@ def test_a_remote_preload_enters_by_the_experts_ring_embedding():
     arr.ring_order[8] = 1
     got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
     assert got[-1] == ("pre", 0, 3, 8, 0b0111, 3, arr.p.remote_entry(0b0111, 3, 1)[0])
+
+
+def test_micro_slices_loaded_ahead_enter_by_their_experts_embedding(monkeypatch):
+    """Ring 0, 1, 2.  Expert 2 (embedding 0) has a micro-slice ahead on chiplet 1: it starts
+    there, 3 hops from the end of that embedding's path (a remote entry would go by 0).
+    Expert 5 (embedding 1) has one on chiplet 0, on its path (3 hops in embedding 1, 2 in
+    0), and one on chiplet 3, off it, which enters at 2 (at 0 in embedding 0), 3 hops."""
+    import fsedp.sw.streaming.ddr as ddr
+    from fsedp.sw.scheduler import DISPATCH, Dispatch
+
+    arr = ddr_array()
+    ddr.load_ahead(arr, [(1, 2, 0), (0, 5, 0), (3, 5, 1)])
+    stored = []
+    monkeypatch.setattr(ddr, "store", lambda arr, c, k, h, **kw: stored.append((c, h)))
+    ddr.take_dispatch(arr, Dispatch(DISPATCH, 2, 5, 0b0111, 0, (), order=0))
+    ddr.take_dispatch(arr, Dispatch(DISPATCH, 5, 5, 0b0111, 2, (), order=1))
+    assert [(c, h.expert, h.index, h.dest, h.legs, h.r) for c, h in stored] == [
+        (1, 2, 0, 1, 2, 3), (0, 5, 0, 0, 2, 3), (3, 5, 1, 2, 2, 3),
+    ]  # fmt: skip
