@@ -1071,9 +1071,11 @@ def test_micro_slices_loaded_ahead_enter_by_their_experts_embedding(monkeypatch)
     arr = ddr_array()
     ddr.load_ahead(arr, [(1, 2, 0), (0, 5, 0), (3, 5, 1)])
     stored = []
-    monkeypatch.setattr(ddr, "store", lambda arr, c, k, h, **kw: stored.append((c, h)))
+    monkeypatch.setattr(ddr, "store", lambda arr, c, k, h, **kw: stored.append((c, h, kw)))
     ddr.take_dispatch(arr, Dispatch(DISPATCH, 2, 5, 0b0111, 0, (), order=0))
     ddr.take_dispatch(arr, Dispatch(DISPATCH, 5, 5, 0b0111, 2, (), order=1))
-    assert [(c, h.expert, h.index, h.dest, h.legs, h.r) for c, h in stored] == [
+    assert [(c, h.expert, h.index, h.dest, h.legs, h.r) for c, h, _ in stored] == [
         (1, 2, 0, 1, 2, 3), (0, 5, 0, 0, 2, 3), (3, 5, 1, 2, 2, 3),
     ]  # fmt: skip
+    # each is in place already (no wait), loaded from DDR, no longer held
+    assert all(kw == dict(wait=0, ddr=True, held=False) for _, _, kw in stored)
