@@ -382,8 +382,9 @@ def test_three_layers_each_prefetch_is_for_the_next_layer():
     first choice per layer: 0, 1, 2.  Layer 0 prefetches layer 1's choice (1, not resident
     there), layer 1 prefetches layer 2's (2: resident at layer 0, not at layer 2, so it is
     fetched): both prefetches are used, nothing is fetched on demand.
-    Clock (1 s a copy, 1.5 s a layer): l0 issues 1 (0 -> 1), runs 0 -> 1.5; l1 has 1,
-    issues 2 (1.5 -> 2.5), runs 1.5 -> 3; l2 has 2 (2.5): runs 3 -> 4.5, no wait."""
+    Clock (1 s a copy, 1.5 s a layer): l0 sends for unit 1 (0 -> 1), runs 0 -> 1.5; l1 has
+    unit 1, sends for unit 2 (1.5 -> 2.5), runs 1.5 -> 3; l2 has unit 2 (at 2.5): runs 3 ->
+    4.5, no wait."""
     pf = FrequencyPrefetcher([[0, 1, 2, 3], [1, 0, 2, 3], [2, 0, 1, 3]])
     rt = OffloadRuntime(3, 4, 1, LINK, cost(), pf, initial=[[2], [0], [0]], prefetch_count=1)
     for layer, u in enumerate([2, 1, 2]):

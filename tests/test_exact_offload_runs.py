@@ -232,17 +232,21 @@ def test_hook_random_substitutes_a_resident_expert_per_step():
     assert ids.tolist() == [[0, 2], [0, 1]] and rt.stats.substituted == 2
 
 
-def test_hook_buddy_substitutes_and_counts_its_gates():
-    """The hand profile of the BuddyMoE tests (experts 0, 1 resident): token {2, 3},
-    weights [.6, .4]: 3 -> 1, then 2 -> 0; both substitutions and both misses counted."""
+def buddy_profile(**kw):
+    """The hand profile of the BuddyMoE tests (4 experts, every layer alike, tau 0)."""
     from fsedp.sw.policies.buddy import BuddyConfig
 
     q = np.array(
         [[0.0, 0.5, 0.3, 0.2], [0.5, 0.0, 0.3, 0.2], [0.3, 0.5, 0.0, 0.2], [0.1, 0.6, 0.3, 0.0]]
     )
     table = np.array([[1, 2, 3], [0, 2, 3], [1, 0, 3], [1, 2, 0]])
-    prof = SimpleNamespace(cfg=BuddyConfig(), E=4, q=[q], table=[table], tau=[0.0])
-    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, prof=prof)
+    return SimpleNamespace(cfg=BuddyConfig(**kw), E=4, q=[q], table=[table], tau=[0.0])
+
+
+def test_hook_buddy_substitutes_and_counts_its_gates():
+    """The hand profile of the BuddyMoE tests (experts 0, 1 resident): token {2, 3},
+    weights [.6, .4]: 3 -> 1, then 2 -> 0; both substitutions and both misses counted."""
+    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, prof=buddy_profile())
     ids, _ = h.route(0, np.ones((1, 4)), np.array([[2, 3]]), np.array([[0.6, 0.4]]), None)
     assert ids.tolist() == [[0, 1]] and rt.stats.substituted == 2
     assert h.gates == {
@@ -343,28 +347,20 @@ def test_hook_buddy_gates_and_counts_add_up_over_steps_with_probabilities():
     """Two tokens {2, 3} in steps of one: each substitutes both (as above), so the counts
     add up to 4; with eta 1 and log probabilities [0, -2, 0, -2] the BuddyMoE test's
     [1, 0] comes out (the probabilities reach the policy)."""
-    from fsedp.sw.policies.buddy import BuddyConfig
-
-    q = np.array(
-        [[0.0, 0.5, 0.3, 0.2], [0.5, 0.0, 0.3, 0.2], [0.3, 0.5, 0.0, 0.2], [0.1, 0.6, 0.3, 0.0]]
-    )
-    table = np.array([[1, 2, 3], [0, 2, 3], [1, 0, 3], [1, 2, 0]])
-
-    def prof(**kw):
-        return SimpleNamespace(cfg=BuddyConfig(**kw), E=4, q=[q], table=[table], tau=[0.0])
-
-    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, batch=1, prof=prof())
+    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, batch=1, prof=buddy_profile())
     ids = np.array([[2, 3], [2, 3]])
     out, _ = h.route(0, np.ones((2, 4)), ids, np.array([[0.6, 0.4]] * 2), None)
     assert out.tolist() == [[0, 1], [0, 1]] and rt.stats.substituted == 4
     assert h.gates["substituted"] == 4 and h.gates["missing"] == 4
     probs = np.exp(np.array([[0.0, -2.0, 0.0, -2.0]]))
-    h, _, _ = hook("buddy", res=(True, True, False, False), units=4, prof=prof(eta=1.0))
+    h, _, _ = hook("buddy", res=(True, True, False, False), units=4, prof=buddy_profile(eta=1.0))
     out, _ = h.route(0, probs, ids[:1], np.array([[0.6, 0.4]]), None)
     assert out.tolist() == [[1, 0]]
     # a transfer budget of 2 units' bytes (the runtime's unit: 1 byte here): the step's two
     # misses fit it, so the originals are fetched, nothing substituted
-    h, rt, _ = hook("buddy", res=(True, True, False, False), units=4, prof=prof(budget_bytes=2))
+    h, rt, _ = hook(
+        "buddy", res=(True, True, False, False), units=4, prof=buddy_profile(budget_bytes=2)
+    )
     out, _ = h.route(0, np.ones((1, 4)), ids[:1], np.array([[0.6, 0.4]]), None)
     assert out.tolist() == [[2, 3]] and h.gates["residency_bypass"] == 1
 

@@ -119,8 +119,8 @@ def fitted(p):
 
 
 def test_fit_profile_by_hand():
-    """Link 1 GB/s and 10 us; launch 76 us (the FFN line's intercept); issue 5 us, device
-    80 us; dense 4 x 2 x 4 x 1000^2 FLOPs in 100 us = 0.32 TFLOP/s; the table the FFN
+    """Link 1 GB/s and 10 us; launch 76 us (the FFN line's intercept); host issue time
+    5 us, device 80 us; dense 4 x 2 x 4 x 1000^2 FLOPs in 100 us = 0.32 TFLOP/s; the table the FFN
     times plus the loop's 10 us: 90, 94, 102 us.  The serving fields are the base's."""
     prof, base = fitted(prims())
     assert (prof.name, prof.pinned, prof.issue) == ("t", False, "sync")
@@ -186,7 +186,7 @@ def test_scratch_buffers_live_from_a_fetch_to_its_layers_run():
 def test_fit_profile_rounds_each_figure_as_written():
     """Unround figures in the thousands of microseconds, where one part per million shows:
     latency 1234.5678 us -> 1234.568; the FFN line 1998.1234, 2002.1234, 2010.1234 us at 1,
-    2, 4 tokens -> launch 1994.1234 -> 1994.123; issue 2000.1234 -> 2000.123; device
+    2, 4 tokens -> launch 1994.1234 -> 1994.123; host issue time 2000.1234 -> 2000.123; device
     3000.5678 -> 3000.568; the table the FFN plus the loop's 10.0004 us, to 3 decimals; a
     link of 1.23456789 GB/s -> 1.2346; CPU runs in float32."""
     p = {

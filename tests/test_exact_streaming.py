@@ -291,13 +291,17 @@ def test_a_link_offers_the_fewest_hops_left():
 
 
 class Ledger:
-    """Admits a micro-slice with fewer than ``limit`` hops left; records what it takes."""
+    """Admits a micro-slice or load with fewer than ``limit`` hops left (one limit, or one
+    per chiplet); records what it takes.  ``free``: 3 slots less each chiplet's limit."""
 
     def __init__(self, limit):
         self.limit, self.taken = limit, []
+        self.free = [3 - x for x in limit] if isinstance(limit, list) else None
 
     def admits(self, c, r):
-        return r < self.limit
+        return r < (self.limit[c] if isinstance(self.limit, list) else self.limit)
+
+    admits_load = admits
 
     def take(self, c, r):
         self.taken.append((c, r))
@@ -581,7 +585,7 @@ def test_ddr_deliveries_after_the_latency_across_the_age_wrap():
     assert deliveries(arr, beat(DISPATCH, 6))[0] == (0, (0, 1, h5, True))
 
 
-def test_ddr_commit_stores_reserves_and_counts_the_gaps():
+def test_ddr_commit_stores_reserves_and_counts_the_gaps(monkeypatch):
     """A delivery leaves its FIFO and is stored; an issue reserves its slot (claiming its
     hops, or H + 1 when held), enters its channel's FIFO stamped now, and moves the job on
     (the next load's chiplet along its ring, the round-robin past it); a channel that
@@ -602,13 +606,9 @@ def test_ddr_commit_stores_reserves_and_counts_the_gaps():
     stored = []
     import fsedp.sw.streaming.ddr as ddr
 
-    real = ddr.store
-    ddr.store = lambda arr, c, slot, h, **kw: stored.append((c, slot, h, kw))
-    try:
-        commit(arr, [(0, (2, 1, h, False))], [("job", 1, 1), ("pre", 0, 0)],
-               [(1, 1, h, False), (0, 0, hp, True)], [True])  # fmt: skip
-    finally:
-        ddr.store = real
+    monkeypatch.setattr(ddr, "store", lambda arr, c, slot, h, **kw: stored.append((c, slot, h, kw)))
+    commit(arr, [(0, (2, 1, h, False))], [("job", 1, 1), ("pre", 0, 0)],
+           [(1, 1, h, False), (0, 0, hp, True)], [True])  # fmt: skip
     assert stored == [(2, 1, h, dict(wait=0, ddr=True, held=False))]
     assert list(arr.fifos[0]) == [(1, 1, h, False, 9), (0, 0, hp, True, 9)]
     s = chips[1].slots[1]
@@ -690,19 +690,6 @@ def test_micro_slices_loaded_ahead_take_the_first_beats_trajectory():
     assert str(e.value) == "no free slot on chiplet 0 for a carried micro-slice"
 
 
-class LoadLedger:
-    """Admits a load into chiplet c needing r free slots when r < limit[c]."""
-
-    def __init__(self, limit):
-        self.limit, self.taken, self.free = limit, [], [3 - x for x in limit]
-
-    def admits_load(self, c, r):
-        return r < self.limit[c]
-
-    def take(self, c, r):
-        self.taken.append((c, r))
-
-
 def test_one_channel_issues_the_next_running_experts_load_else_a_preload():
     """One channel, round robin from job 1: job 1 (expert 3 on 0, 1, next load to chiplet
     1) issues into chiplet 1's highest free slot, its header the ring's remaining hops;
@@ -721,25 +708,23 @@ def test_one_channel_issues_the_next_running_experts_load_else_a_preload():
         fifos=[deque()], fifo_depth=2, admission=True,
     )  # fmt: skip
     inp = SimpleNamespace(ddr_stall=False)
-    room = LoadLedger([9, 9, 9, 9])
+    room = Ledger([9, 9, 9, 9])
     issues, used, out = issue(arr, inp, room)
     need = p.path_hops(0b0011, 1, 0)
     assert issues == [("job", 1, 1, 3, 0b0011, 0, 1)] and used == [True]
     assert out == [(1, 1, Header(3, 0, 0b0011, 1, 1, need), False)]
     assert room.taken == [(1, need)]
     arr.jobs[1].loaded = 2
-    room = LoadLedger([9, 9, 9, 9])
+    room = Ledger([9, 9, 9, 9])
     issues, used, out = issue(arr, inp, room)
     assert issues == [("pre", 0, 2, 9, 0b0110, 0, 2)] and room.taken == [(2, p.held_claim)]
     assert out[0][3] is True
     # the pre-load's chiplet refuses a held micro-slice: nothing
-    assert issue(arr, inp, LoadLedger([9, 9, p.held_claim, 9]))[0] == []
+    assert issue(arr, inp, Ledger([9, 9, p.held_claim, 9]))[0] == []
     for blocked in (dict(stall=True), dict(gap=1), dict(full=True)):
         arr.gaps = [blocked.get("gap", 0)]
         arr.fifos = [deque([None, None])] if blocked.get("full") else [deque()]
-        got = issue(
-            arr, SimpleNamespace(ddr_stall=blocked.get("stall", False)), LoadLedger([9] * 4)
-        )
+        got = issue(arr, SimpleNamespace(ddr_stall=blocked.get("stall", False)), Ledger([9] * 4))
         assert got[0] == [] and got[1] == [False], blocked
 
 
@@ -763,7 +748,7 @@ def test_a_channel_per_chiplet_picks_local_then_preload_then_remote():
 
     jobs = [Job(True, 3, 0b0011, 0, 0, 0, 3), Job(True, 4, 0b0110, 0, 0, 1, 1), Job(), Job()]
     arr = chiplet_channels(jobs, [Preload(True, 9, 0b1000, 3, 0, 2)])
-    room = LoadLedger([9] * 4)
+    room = Ledger([9] * 4)
     issues, used, _ = issue(arr, SimpleNamespace(ddr_stall=False), room)
     assert issues == [
         ("job", 0, 0, 3, 0b0011, 0, 0), ("job", 0, 1, 3, 0b0011, 1, 1),
@@ -785,7 +770,7 @@ def test_a_chiplet_whose_pick_is_not_granted_idles():
     def run(admission):
         jobs = [Job(True, 3, 0b0011, 2, 0, 0, 3), Job(True, 4, 0b0110, 0, 0, 1, 4), Job(), Job()]
         arr = chiplet_channels(jobs, [], admission)
-        return issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))
+        return issue(arr, SimpleNamespace(ddr_stall=False), Ledger([9] * 4))
 
     issues, used, _ = run(True)
     assert issues == [("job", 0, 0, 3, 0b0011, 2, 0), ("job", 1, 2, 4, 0b0110, 0, 2)]
@@ -794,7 +779,7 @@ def test_a_chiplet_whose_pick_is_not_granted_idles():
     # local loads
     jobs = [Job(True, 3, 0b0011, 3, 0, 0, 3), Job(True, 4, 0b0110, 0, 0, 1, 4), Job(), Job()]
     arr = chiplet_channels(jobs, [])
-    issues, used, _ = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))
+    issues, used, _ = issue(arr, SimpleNamespace(ddr_stall=False), Ledger([9] * 4))
     d0, d3 = arr.p.remote_entry(0b0110, 0, 0)[0], arr.p.remote_entry(0b0110, 3, 0)[0]
     assert issues == [("job", 1, 1, 4, 0b0110, 0, 1), ("job", 1, 2, 4, 0b0110, 1, 2),
                       ("job", 1, 0, 4, 0b0110, 2, d0), ("job", 1, 3, 4, 0b0110, 3, d3)]  # fmt: skip
@@ -810,15 +795,15 @@ def test_rule5_loads_into_the_emptiest_admitting_chiplet_of_the_trajectory():
     p = SimpleNamespace(rule5=True, chiplets=4)
     arr = SimpleNamespace(p=p, admission=False)
     job = Job(True, 0, 0b0111, target=2)
-    room = LoadLedger([9] * 4)
+    room = Ledger([9] * 4)
     room.free = [2, 5, 5, 9]
     assert ddr_target(arr, 0, job, room, lambda c: True) == 1
     assert ddr_target(arr, 0, job, room, lambda c: c != 1) == 2
-    assert ddr_target(arr, 0, job, LoadLedger([0] * 4), lambda c: True) is None
+    assert ddr_target(arr, 0, job, Ledger([0] * 4), lambda c: True) is None
     p.rule5 = False
     assert ddr_target(arr, 0, job, room, lambda c: True) == 2
     assert ddr_target(arr, 0, job, room, lambda c: c != 2) is None
-    assert ddr_target(arr, 0, job, LoadLedger([9, 9, 0, 9]), lambda c: True) is None
+    assert ddr_target(arr, 0, job, Ledger([9, 9, 0, 9]), lambda c: True) is None
 
 
 # ---------------------------------------------------------------------- the idle probes
@@ -965,7 +950,7 @@ def test_the_counters_horizon_is_the_nearest_counter_to_matter():
     assert arr._counters_horizon() == 1
 
 
-def test_a_router_commit_by_hand():
+def test_a_router_commit_by_hand(monkeypatch):
     """Chiplet 1 accepted, on its west input (3), slot 0 of chiplet 0 into its slot 1: the
     source stops offering it, its transfer and the east link (the opposite side) count
     link_cycles - 1 = 2; chiplet 1's round robin resumes after west (at 0); the micro-slice
@@ -980,12 +965,10 @@ def test_a_router_commit_by_hand():
     stored = []
     import fsedp.sw.streaming.router as router
 
-    real = router.store
-    router.store = lambda arr, c, slot, h, **kw: stored.append((c, slot, h, kw))
-    try:
-        commit(arr, [None, (3, 0, 0, h, 1), None, None])
-    finally:
-        router.store = real
+    monkeypatch.setattr(
+        router, "store", lambda arr, c, slot, h, **kw: stored.append((c, slot, h, kw))
+    )
+    commit(arr, [None, (3, 0, 0, h, 1), None, None])
     s = chips[0].slots[0]
     assert (s.send, s.tx) == (False, 2) and chips[0].link_busy == [0, 2, 0, 0]
     assert chips[1].rr == 0
@@ -1002,7 +985,7 @@ def test_per_chiplet_picks_round_robin_from_the_pointer_and_past_a_busy_channel(
         jobs = [Job(True, 3, 0b0011, 0, 0, 0, 4), Job(), Job(), Job(True, 5, 0b1001, 0, 0, 3, 4)]
         arr = chiplet_channels(jobs, [])
         arr.ddr_rr, arr.gaps = 2, gaps
-        return issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+        return issue(arr, SimpleNamespace(ddr_stall=False), Ledger([9] * 4))[0]
 
     got = run([0, 0, 0, 0])
     assert got[0] == ("job", 3, 0, 5, 0b1001, 0, 0) and got[1] == ("job", 0, 1, 3, 0b0011, 0, 1)
@@ -1017,7 +1000,7 @@ def test_per_chiplet_without_forward_admission_goes_on_to_the_next_chiplet():
 
     jobs = [Job(), Job(True, 3, 0b0010, 0, 0, 1, 4), Job(), Job()]
     arr = chiplet_channels(jobs, [], admission=False)
-    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    got = issue(arr, SimpleNamespace(ddr_stall=False), Ledger([9] * 4))[0]
     assert got == [("job", 1, 1, 3, 0b0010, 0, 1)]
 
 
@@ -1030,7 +1013,7 @@ def test_a_remote_load_enters_by_the_experts_ring_embedding():
     arr = chiplet_channels(jobs, [])
     arr.p = DatapathParams(rows=2, cols=2, ddr_channels=4, ring_orders=2)
     arr.ring_order[3] = 1
-    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    got = issue(arr, SimpleNamespace(ddr_stall=False), Ledger([9] * 4))[0]
     remote = [i for i in got if i[2] == 3]
     assert remote == [("job", 0, 3, 3, 0b0111, 6, arr.p.remote_entry(0b0111, 3, 1)[0])]
     assert arr.p.remote_entry(0b0111, 3, 1) != arr.p.remote_entry(0b0111, 3, 0)
@@ -1044,7 +1027,7 @@ def test_per_chiplet_preloads_are_granted_up_to_what_is_left():
 
     pre = [Preload(True, 8, 0b0011, 0, 3, 4), Preload(True, 9, 0b1000, 3, 0, 2)]
     arr = chiplet_channels([Job() for _ in range(4)], pre)
-    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    got = issue(arr, SimpleNamespace(ddr_stall=False), Ledger([9] * 4))[0]
     assert got == [("pre", 0, 0, 8, 0b0011, 3, 0), ("pre", 1, 3, 9, 0b1000, 0, 3)]
 
 
@@ -1056,7 +1039,7 @@ def test_a_remote_preload_enters_by_the_experts_ring_embedding():
     arr = chiplet_channels([Job() for _ in range(4)], [Preload(True, 8, 0b0111, 0, 0, 9)])
     arr.p = DatapathParams(rows=2, cols=2, ddr_channels=4, ring_orders=2)
     arr.ring_order[8] = 1
-    got = issue(arr, SimpleNamespace(ddr_stall=False), LoadLedger([9] * 4))[0]
+    got = issue(arr, SimpleNamespace(ddr_stall=False), Ledger([9] * 4))[0]
     assert got[-1] == ("pre", 0, 3, 8, 0b0111, 3, arr.p.remote_entry(0b0111, 3, 1)[0])
 
 
